@@ -1,0 +1,557 @@
+// Config loading: strict (the set of keys must equal the set of known
+// fields), typed, range- and consistency-checked, every message naming
+// file:line, the key, what was expected and what was found.
+#include "planner/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace ep {
+namespace {
+
+template <class E>
+struct EnumName {
+  E value;
+  const char* name;
+};
+
+// One table per enum, used for parsing and printing alike.
+constexpr EnumName<ModelFamily> kFamilies[] = {{ModelFamily::ViT, "vit"},
+                                               {ModelFamily::Bert, "bert"}};
+constexpr EnumName<Optimizer> kOptimizers[] = {
+    {Optimizer::SGD, "sgd"}, {Optimizer::Adam, "adam"}, {Optimizer::AdamW, "adamw"}};
+constexpr EnumName<LrSchedule> kLrSchedules[] = {{LrSchedule::Constant, "constant"},
+                                                 {LrSchedule::Cosine, "cosine"},
+                                                 {LrSchedule::Linear, "linear"}};
+constexpr EnumName<Precision> kPrecisions[] = {{Precision::FP32, "fp32"},
+                                               {Precision::BF16, "bf16"}};
+constexpr EnumName<Checkpointing> kCheckpointing[] = {
+    {Checkpointing::Never, "never"},
+    {Checkpointing::ExceptLast, "except_last"},
+    {Checkpointing::Always, "always"}};
+constexpr EnumName<FreezePolicyKind> kFreezePolicies[] = {
+    {FreezePolicyKind::None, "none"},
+    {FreezePolicyKind::Alpha, "alpha"},
+    {FreezePolicyKind::GradientNorm, "gradient_norm"},
+    {FreezePolicyKind::Replay, "replay"}};
+constexpr EnumName<FreezeRounding> kRoundings[] = {{FreezeRounding::Floor, "floor"},
+                                                   {FreezeRounding::Round, "round"},
+                                                   {FreezeRounding::Ceil, "ceil"}};
+constexpr EnumName<PartitionerKind> kPartitioners[] = {
+    {PartitionerKind::Greedy, "greedy"}, {PartitionerKind::Optimal, "optimal"}};
+constexpr EnumName<CompressionKind> kCompressions[] = {{CompressionKind::None, "none"},
+                                                       {CompressionKind::Paper, "paper"},
+                                                       {CompressionKind::Memory, "memory"}};
+constexpr EnumName<CachePolicyKind> kCachePolicies[] = {{CachePolicyKind::Off, "off"},
+                                                        {CachePolicyKind::On, "on"},
+                                                        {CachePolicyKind::Auto, "auto"}};
+constexpr EnumName<ScheduleKind> kSchedules[] = {
+    {ScheduleKind::GPipe, "gpipe"},
+    {ScheduleKind::OneFOneB, "1f1b"},
+    {ScheduleKind::LoopingBreadthFirst, "looping_bf"},
+    {ScheduleKind::LoopingDepthFirst, "looping_df"}};
+
+template <class E, std::size_t N>
+std::string enum_name(const EnumName<E> (&table)[N], E value) {
+  for (const auto& e : table)
+    if (e.value == value) return e.name;
+  return "?";
+}
+
+template <class E, std::size_t N>
+std::string enum_choices(const EnumName<E> (&table)[N]) {
+  std::string out = "one of ";
+  for (std::size_t i = 0; i < N; ++i) out += (i ? "|" : "") + std::string(table[i].name);
+  return out;
+}
+
+std::string describe(const toml::node& node) {
+  std::ostringstream os;
+  switch (node.type()) {
+    case toml::node_type::string: os << "string \"" << *node.value<std::string>() << "\""; break;
+    case toml::node_type::integer: os << "integer " << *node.value<std::int64_t>(); break;
+    case toml::node_type::floating_point: os << "float " << *node.value<double>(); break;
+    case toml::node_type::boolean: os << "boolean " << (*node.value<bool>() ? "true" : "false"); break;
+    case toml::node_type::table: os << "a table"; break;
+    case toml::node_type::array: os << "an array"; break;
+    default: os << "a date/time"; break;
+  }
+  return os.str();
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Walks one document, remembering where each key came from and which keys
+// were consumed, so that leftovers are reported as unknown.
+class Reader {
+ public:
+  Reader(const toml::table& root, std::string origin, std::set<std::string> overridden)
+      : root_(root), origin_(std::move(origin)), overridden_(std::move(overridden)) {}
+
+  SourcePos pos_of(const std::string& key) const {
+    if (overridden_.count(key)) return {"--set " + key, 0, 0};
+    const toml::node* n = root_.at_path(key).node();
+    if (n && n->source().begin.line > 0)
+      return {origin_, static_cast<int>(n->source().begin.line),
+              static_cast<int>(n->source().begin.column)};
+    // A missing key: point at its section, if present, else the file.
+    const auto dot = key.rfind('.');
+    if (dot != std::string::npos) {
+      const toml::node* sec = root_.at_path(key.substr(0, dot)).node();
+      if (sec && sec->source().begin.line > 0)
+        return {origin_, static_cast<int>(sec->source().begin.line),
+                static_cast<int>(sec->source().begin.column)};
+    }
+    return {origin_, 0, 0};
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& expected,
+                         const std::string& found) const {
+    throw config_error(pos_of(key), key, expected, found);
+  }
+
+  const toml::node* get(const std::string& key) {
+    used_.insert(key);
+    return root_.at_path(key).node();
+  }
+
+  bool has(const std::string& key) const { return root_.at_path(key).node() != nullptr; }
+
+  const toml::node& require(const std::string& key, const std::string& expected) {
+    const toml::node* n = get(key);
+    if (!n) fail(key, expected, "nothing (the key is required)");
+    return *n;
+  }
+
+  // Numbers: an integer is accepted where a float is expected.
+  void number(const std::string& key, double& out, bool required) {
+    const toml::node* n = required ? &require(key, "a number") : get(key);
+    if (!n) return;
+    if (auto v = n->value<double>(); v && (n->is_floating_point() || n->is_integer())) {
+      out = *v;
+      return;
+    }
+    fail(key, "a number", describe(*n));
+  }
+
+  template <class Int>
+  void integer(const std::string& key, Int& out, bool required) {
+    const toml::node* n = required ? &require(key, "an integer") : get(key);
+    if (!n) return;
+    if (!n->is_integer()) fail(key, "an integer", describe(*n));
+    out = static_cast<Int>(*n->value<std::int64_t>());
+  }
+
+  void boolean(const std::string& key, bool& out) {
+    const toml::node* n = get(key);
+    if (!n) return;
+    if (!n->is_boolean()) fail(key, "a boolean (true|false)", describe(*n));
+    out = *n->value<bool>();
+  }
+
+  void string(const std::string& key, std::string& out, bool required) {
+    const toml::node* n = required ? &require(key, "a string") : get(key);
+    if (!n) return;
+    if (!n->is_string()) fail(key, "a string", describe(*n));
+    out = *n->value<std::string>();
+  }
+
+  template <class E, std::size_t N>
+  void choice(const std::string& key, E& out, const EnumName<E> (&table)[N], bool required) {
+    const toml::node* n = required ? &require(key, enum_choices(table)) : get(key);
+    if (!n) return;
+    if (n->is_string()) {
+      const std::string s = *n->value<std::string>();
+      for (const auto& e : table)
+        if (s == e.name) {
+          out = e.value;
+          return;
+        }
+    }
+    fail(key, enum_choices(table), describe(*n));
+  }
+
+  void int_list(const std::string& key, std::vector<int>& out) {
+    const toml::node* n = get(key);
+    if (!n) return;
+    const toml::array* arr = n->as_array();
+    if (!arr) fail(key, "an array of integers", describe(*n));
+    out.clear();
+    for (const auto& e : *arr) {
+      if (!e.is_integer()) fail(key, "an array of integers", "an element " + describe(e));
+      out.push_back(static_cast<int>(*e.value<std::int64_t>()));
+    }
+  }
+
+  // Every key present must have been consumed; sections must be tables.
+  void reject_unknown(const std::set<std::string>& sections) const {
+    for (const auto& [k, v] : root_) {
+      const std::string sec(k.str());
+      if (!sections.count(sec)) {
+        std::string known;
+        for (const auto& s : sections) known += (known.empty() ? "" : "|") + s;
+        throw config_error(source(v, sec), sec, "a section " + known, "unknown section");
+      }
+      if (!v.is_table()) throw config_error(source(v, sec), sec, "a table", describe(v));
+      walk(*v.as_table(), sec);
+    }
+  }
+
+ private:
+  SourcePos source(const toml::node& n, const std::string& key) const {
+    if (overridden_.count(key)) return {"--set " + key, 0, 0};
+    return {origin_, static_cast<int>(n.source().begin.line),
+            static_cast<int>(n.source().begin.column)};
+  }
+
+  void walk(const toml::table& t, const std::string& prefix) const {
+    for (const auto& [k, v] : t) {
+      const std::string key = prefix + "." + std::string(k.str());
+      if (used_.count(key)) continue;
+      if (v.is_table()) {
+        bool any_used = std::any_of(used_.begin(), used_.end(), [&](const std::string& u) {
+          return u.rfind(key + ".", 0) == 0;
+        });
+        if (any_used) {
+          walk(*v.as_table(), key);
+          continue;
+        }
+      }
+      throw config_error(source(v, key), key, "a known key of [" + prefix + "] (see docs/CONFIG.md)",
+                         "unknown key");
+    }
+  }
+
+  const toml::table& root_;
+  std::string origin_;
+  std::set<std::string> overridden_;
+  std::set<std::string> used_;
+};
+
+bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+// Applies "a.b.c=value" to the document. The value is parsed as TOML; if it
+// is not valid TOML it is taken as a bare string (so `--set
+// planner.partitioner=optimal` needs no quotes).
+std::string apply_override(toml::table& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw Error("--set '" + assignment + "': expected KEY=VALUE (e.g. planner.alpha=0.2)");
+  const std::string key = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + text);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{{"v", text}};
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  if (parts.size() < 2 || std::any_of(parts.begin(), parts.end(), [](auto& p) { return p.empty(); }))
+    throw Error("--set '" + assignment + "': expected KEY of the form section.key (e.g. planner.alpha)");
+  toml::table* t = &root;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    toml::node* next = t->get(parts[i]);
+    if (!next) next = &t->insert_or_assign(parts[i], toml::table{}).first->second;
+    if (!next->is_table())
+      throw Error("--set " + key + ": '" + parts[i] + "' is not a table in the config");
+    t = next->as_table();
+  }
+  t->insert_or_assign(parts.back(), std::move(*parsed.get("v")));
+  return key;
+}
+
+void read_cluster(Reader& r, ClusterSpec& c) {
+  r.string("cluster.name", c.name, false);
+  r.integer("cluster.nodes", c.nodes, true);
+  r.integer("cluster.gpus_per_node", c.gpus_per_node, true);
+  if (c.nodes < 1) r.fail("cluster.nodes", "an integer >= 1", std::to_string(c.nodes));
+  if (c.gpus_per_node < 1)
+    r.fail("cluster.gpus_per_node", "an integer >= 1", std::to_string(c.gpus_per_node));
+  auto& d = c.device;
+  r.string("cluster.device.name", d.name, false);
+  r.number("cluster.device.peak_flops_per_s", d.peak_flops_per_s, true);
+  r.number("cluster.device.efficiency", d.efficiency, false);
+  r.number("cluster.device.sublayer_overhead_s", d.sublayer_overhead_s, false);
+  r.number("cluster.device.memory_bytes", d.memory_bytes, true);
+  r.number("cluster.device.memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s, true);
+  auto positive = [&](const char* key, double v) {
+    if (!(v > 0)) r.fail(key, "a number > 0", fmt(v));
+  };
+  auto non_negative = [&](const char* key, double v) {
+    if (!(v >= 0)) r.fail(key, "a number >= 0", fmt(v));
+  };
+  positive("cluster.device.peak_flops_per_s", d.peak_flops_per_s);
+  if (!(d.efficiency > 0 && d.efficiency <= 1))
+    r.fail("cluster.device.efficiency", "a fraction of peak in (0, 1]", fmt(d.efficiency));
+  non_negative("cluster.device.sublayer_overhead_s", d.sublayer_overhead_s);
+  positive("cluster.device.memory_bytes", d.memory_bytes);
+  positive("cluster.device.memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s);
+  for (auto [name, link] : {std::pair{"intra_node", &c.intra_node}, {"inter_node", &c.inter_node}}) {
+    const std::string p = std::string("cluster.") + name;
+    r.number(p + ".bandwidth_bytes_per_s", link->bandwidth_bytes_per_s, true);
+    r.number(p + ".latency_s", link->latency_s, true);
+    positive((p + ".bandwidth_bytes_per_s").c_str(), link->bandwidth_bytes_per_s);
+    non_negative((p + ".latency_s").c_str(), link->latency_s);
+  }
+  r.number("cluster.host.memory_bytes", c.host.memory_bytes, true);
+  r.number("cluster.host.memory_bandwidth_bytes_per_s", c.host.memory_bandwidth_bytes_per_s, true);
+  r.number("cluster.host.disk_bandwidth_bytes_per_s", c.host.disk_bandwidth_bytes_per_s, true);
+  non_negative("cluster.host.memory_bytes", c.host.memory_bytes);
+  positive("cluster.host.memory_bandwidth_bytes_per_s", c.host.memory_bandwidth_bytes_per_s);
+  positive("cluster.host.disk_bandwidth_bytes_per_s", c.host.disk_bandwidth_bytes_per_s);
+}
+
+void read_model(Reader& r, ModelConfig& m) {
+  r.choice("model.family", m.family, kFamilies, true);
+  r.integer("model.num_hidden_layers", m.num_hidden_layers, true);
+  r.integer("model.hidden_size", m.hidden_size, true);
+  r.integer("model.intermediate_size", m.intermediate_size, true);
+  r.integer("model.num_attention_heads", m.num_attention_heads, true);
+  r.integer("model.num_labels", m.num_labels, true);
+  auto at_least = [&](const std::string& key, int v, int lo) {
+    if (v < lo) r.fail(key, "an integer >= " + std::to_string(lo), std::to_string(v));
+  };
+  at_least("model.num_hidden_layers", m.num_hidden_layers, 1);
+  at_least("model.hidden_size", m.hidden_size, 1);
+  at_least("model.intermediate_size", m.intermediate_size, 1);
+  at_least("model.num_attention_heads", m.num_attention_heads, 1);
+  at_least("model.num_labels", m.num_labels, 1);
+  if (m.hidden_size % m.num_attention_heads != 0)
+    r.fail("model.num_attention_heads", "a divisor of model.hidden_size = " + std::to_string(m.hidden_size),
+           std::to_string(m.num_attention_heads));
+  const bool vit = m.family == ModelFamily::ViT;
+  // Keys of the other family are rejected, not silently ignored.
+  for (const char* k : {"model.image_size", "model.patch_size", "model.num_channels"})
+    if (!vit && r.has(k)) r.fail(k, "no ViT key in a bert model", "a ViT key");
+  for (const char* k : {"model.seq_length", "model.vocab_size", "model.max_position_embeddings",
+                        "model.type_vocab_size"})
+    if (vit && r.has(k)) r.fail(k, "no BERT key in a vit model", "a BERT key");
+  if (vit) {
+    r.integer("model.image_size", m.image_size, true);
+    r.integer("model.patch_size", m.patch_size, true);
+    r.integer("model.num_channels", m.num_channels, false);
+    at_least("model.patch_size", m.patch_size, 1);
+    at_least("model.num_channels", m.num_channels, 1);
+    if (m.image_size < m.patch_size || m.image_size % m.patch_size != 0)
+      r.fail("model.image_size", "a multiple of model.patch_size = " + std::to_string(m.patch_size),
+             std::to_string(m.image_size));
+  } else {
+    r.integer("model.seq_length", m.seq_length, true);
+    r.integer("model.vocab_size", m.vocab_size, true);
+    m.max_position_embeddings = m.seq_length;
+    r.integer("model.max_position_embeddings", m.max_position_embeddings, false);
+    r.integer("model.type_vocab_size", m.type_vocab_size, false);
+    at_least("model.seq_length", m.seq_length, 1);
+    at_least("model.vocab_size", m.vocab_size, 1);
+    at_least("model.type_vocab_size", m.type_vocab_size, 1);
+    if (m.max_position_embeddings < m.seq_length)
+      r.fail("model.max_position_embeddings",
+             "at least model.seq_length = " + std::to_string(m.seq_length),
+             std::to_string(m.max_position_embeddings));
+  }
+}
+
+void read_data(Reader& r, DataConfig& d) {
+  r.string("data.name", d.name, true);
+  r.string("data.path", d.path, false);
+  r.integer("data.num_train_samples", d.num_train_samples, true);
+  r.integer("data.num_test_samples", d.num_test_samples, true);
+  if (d.num_train_samples < 1)
+    r.fail("data.num_train_samples", "an integer >= 1", std::to_string(d.num_train_samples));
+  if (d.num_test_samples < 0)
+    r.fail("data.num_test_samples", "an integer >= 0", std::to_string(d.num_test_samples));
+}
+
+void read_training(Reader& r, TrainingConfig& t) {
+  r.integer("training.epochs", t.epochs, true);
+  r.integer("training.batch_size", t.batch_size, true);
+  r.choice("training.optimizer", t.optimizer, kOptimizers, true);
+  r.number("training.lr", t.lr, true);
+  r.number("training.momentum", t.momentum, false);
+  r.number("training.weight_decay", t.weight_decay, false);
+  r.choice("training.lr_schedule", t.lr_schedule, kLrSchedules, false);
+  r.integer("training.warmup_steps", t.warmup_steps, false);
+  std::int64_t seed = 0;
+  r.integer("training.seed", seed, true);
+  t.seed = static_cast<std::uint64_t>(seed);
+  r.choice("training.precision", t.precision, kPrecisions, false);
+  r.choice("training.checkpointing", t.checkpointing, kCheckpointing, false);
+  if (t.epochs < 1) r.fail("training.epochs", "an integer >= 1", std::to_string(t.epochs));
+  if (t.batch_size < 1) r.fail("training.batch_size", "an integer >= 1", std::to_string(t.batch_size));
+  if (!(t.lr > 0)) r.fail("training.lr", "a number > 0", fmt(t.lr));
+  if (!(t.momentum >= 0 && t.momentum < 1)) r.fail("training.momentum", "a number in [0, 1)", fmt(t.momentum));
+  if (!(t.weight_decay >= 0)) r.fail("training.weight_decay", "a number >= 0", fmt(t.weight_decay));
+  if (t.warmup_steps < 0) r.fail("training.warmup_steps", "an integer >= 0", std::to_string(t.warmup_steps));
+  if (seed < 0) r.fail("training.seed", "an integer >= 0", std::to_string(seed));
+}
+
+void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
+  r.number("planner.alpha", p.alpha, false);
+  r.number("planner.lambda_frozen", p.lambda_frozen, false);
+  r.integer("planner.freeze_interval_epochs", p.freeze_interval_epochs, false);
+  r.choice("planner.freeze_policy", p.freeze_policy, kFreezePolicies, false);
+  r.choice("planner.freeze_rounding", p.freeze_rounding, kRoundings, false);
+  r.integer("planner.min_active_layers", p.min_active_layers, false);
+  r.int_list("planner.replay_frozen", p.replay_frozen);
+  r.string("planner.replay_grad_norms_file", p.replay_grad_norms_file, false);
+  r.choice("planner.partitioner", p.partitioner, kPartitioners, false);
+  r.choice("planner.compression", p.compression, kCompressions, false);
+  p.K = c.cluster.gpus_per_node;
+  r.integer("planner.K", p.K, false);
+  r.boolean("planner.chunk_search", p.chunk_search);
+  r.integer("planner.M", p.M, !p.chunk_search);
+  r.integer("planner.M_min_factor", p.M_min_factor, false);
+  r.integer("planner.M_max_factor", p.M_max_factor, false);
+  r.choice("planner.cache", p.cache, kCachePolicies, false);
+  r.choice("planner.schedule", p.schedule, kSchedules, false);
+  r.integer("planner.virtual_stages", p.virtual_stages, false);
+  r.number("planner.bucket_size_bytes", p.bucket_size_bytes, false);
+  r.boolean("planner.autopipe", p.autopipe);
+  r.boolean("planner.autodp", p.autodp);
+
+  const int L = c.model.num_hidden_layers;
+  if (!(p.alpha > 0 && p.alpha < 1)) r.fail("planner.alpha", "a number in (0, 1)", fmt(p.alpha));
+  if (!(p.lambda_frozen >= 0 && p.lambda_frozen <= 1))
+    r.fail("planner.lambda_frozen", "a number in [0, 1]", fmt(p.lambda_frozen));
+  if (p.freeze_interval_epochs < 1)
+    r.fail("planner.freeze_interval_epochs", "an integer >= 1", std::to_string(p.freeze_interval_epochs));
+  if (p.min_active_layers < 1 || p.min_active_layers > L)
+    r.fail("planner.min_active_layers",
+           "an integer in [1, model.num_hidden_layers = " + std::to_string(L) + "]",
+           std::to_string(p.min_active_layers));
+  if (p.K < 1 || !is_power_of_two(p.K))
+    r.fail("planner.K", "a power of two >= 1", std::to_string(p.K));
+  if (p.K > c.cluster.gpus_per_node)
+    r.fail("planner.K",
+           "at most cluster.gpus_per_node = " + std::to_string(c.cluster.gpus_per_node) +
+               " (a pipeline lives inside one node)",
+           std::to_string(p.K));
+  if (c.cluster.gpus_per_node % p.K != 0)
+    r.fail("planner.K", "a divisor of cluster.gpus_per_node = " + std::to_string(c.cluster.gpus_per_node),
+           std::to_string(p.K));
+  // A pipeline of K stages needs at least K sublayer units (2 per layer).
+  if (p.K > 2 * L)
+    r.fail("planner.K", "at most 2 * model.num_hidden_layers = " + std::to_string(2 * L) +
+                            " (one sublayer per stage)", std::to_string(p.K));
+  if (p.virtual_stages < 1)
+    r.fail("planner.virtual_stages", "an integer >= 1", std::to_string(p.virtual_stages));
+  const bool looping = p.schedule == ScheduleKind::LoopingBreadthFirst ||
+                       p.schedule == ScheduleKind::LoopingDepthFirst;
+  if (p.virtual_stages > 1 && !looping)
+    r.fail("planner.virtual_stages", "1 unless planner.schedule is looping_bf or looping_df",
+           std::to_string(p.virtual_stages));
+  if (p.K * p.virtual_stages > 2 * L)
+    r.fail("planner.virtual_stages",
+           "K * virtual_stages at most 2 * model.num_hidden_layers = " + std::to_string(2 * L),
+           std::to_string(p.virtual_stages));
+  if (p.M_min_factor < 1)
+    r.fail("planner.M_min_factor", "an integer >= 1", std::to_string(p.M_min_factor));
+  if (p.M_max_factor < p.M_min_factor)
+    r.fail("planner.M_max_factor",
+           "an integer >= planner.M_min_factor = " + std::to_string(p.M_min_factor),
+           std::to_string(p.M_max_factor));
+  const int batch = c.training.batch_size;
+  if (p.chunk_search) {
+    if (r.has("planner.M"))
+      r.fail("planner.M", "no fixed M while planner.chunk_search = true", "M = " + std::to_string(p.M));
+    if (batch < p.M_min_factor * p.K)
+      r.fail("training.batch_size",
+             "at least the smallest micro-batch count M_min_factor * K = " +
+                 std::to_string(p.M_min_factor * p.K),
+             std::to_string(batch));
+  } else {
+    if (p.M < 1) r.fail("planner.M", "an integer >= 1", std::to_string(p.M));
+    if (batch < p.M)
+      r.fail("training.batch_size", "at least the micro-batch count planner.M = " + std::to_string(p.M),
+             std::to_string(batch));
+  }
+  if (!(p.bucket_size_bytes > 0))
+    r.fail("planner.bucket_size_bytes", "a number > 0", fmt(p.bucket_size_bytes));
+
+  const bool replay = p.freeze_policy == FreezePolicyKind::Replay;
+  const bool has_list = r.has("planner.replay_frozen");
+  const bool has_file = r.has("planner.replay_grad_norms_file");
+  if (replay && has_list == has_file)
+    r.fail("planner.freeze_policy",
+           "with \"replay\", exactly one of planner.replay_frozen or planner.replay_grad_norms_file",
+           has_list ? "both" : "neither");
+  if (!replay && (has_list || has_file))
+    r.fail(has_list ? "planner.replay_frozen" : "planner.replay_grad_norms_file",
+           "only with planner.freeze_policy = \"replay\"", "freeze_policy = \"" +
+               enum_name(kFreezePolicies, p.freeze_policy) + "\"");
+  int prev = 0;
+  for (std::size_t i = 0; i < p.replay_frozen.size(); ++i) {
+    const int f = p.replay_frozen[i];
+    if (f < prev || f > L - p.min_active_layers)
+      r.fail("planner.replay_frozen",
+             "non-decreasing frozen counts in [0, L - min_active_layers = " +
+                 std::to_string(L - p.min_active_layers) + "]",
+             std::to_string(f) + " at position " + std::to_string(i));
+    prev = f;
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open config file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Config parse_config(const std::string& toml_text, const std::string& origin, const Overrides& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    throw Error(origin + ":" + std::to_string(e.source().begin.line) + ":" +
+                std::to_string(e.source().begin.column) + ": TOML syntax error: " +
+                std::string(e.description()));
+  }
+  std::set<std::string> overridden;
+  for (const auto& o : overrides) overridden.insert(apply_override(root, o));
+
+  Config c;
+  c.source = origin;
+  Reader r(root, origin, overridden);
+  for (const char* sec : {"cluster", "model", "data", "training"})
+    if (!r.has(sec)) r.fail(sec, "a [" + std::string(sec) + "] section", "none");
+  read_cluster(r, c.cluster);
+  read_model(r, c.model);
+  read_data(r, c.data);
+  read_training(r, c.training);
+  read_planner(r, c, c.planner);
+  r.reject_unknown({"cluster", "data", "model", "planner", "training"});
+  return c;
+}
+
+Config load_config(const std::string& path, const Overrides& overrides) {
+  return parse_config(read_file(path), path, overrides);
+}
+
+std::string to_string(ModelFamily v) { return enum_name(kFamilies, v); }
+std::string to_string(Optimizer v) { return enum_name(kOptimizers, v); }
+std::string to_string(LrSchedule v) { return enum_name(kLrSchedules, v); }
+std::string to_string(Precision v) { return enum_name(kPrecisions, v); }
+std::string to_string(Checkpointing v) { return enum_name(kCheckpointing, v); }
+std::string to_string(FreezePolicyKind v) { return enum_name(kFreezePolicies, v); }
+std::string to_string(FreezeRounding v) { return enum_name(kRoundings, v); }
+std::string to_string(PartitionerKind v) { return enum_name(kPartitioners, v); }
+std::string to_string(CompressionKind v) { return enum_name(kCompressions, v); }
+std::string to_string(CachePolicyKind v) { return enum_name(kCachePolicies, v); }
+std::string to_string(ScheduleKind v) { return enum_name(kSchedules, v); }
+
+}  // namespace ep

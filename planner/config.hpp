@@ -1,0 +1,169 @@
+// One config describes a whole experiment: the cluster, the model, the data,
+// the training recipe and the planner's knobs. Names follow the paper
+// (alpha, lambda_frozen, K, M). Units are in the key names (_s, _bytes,
+// _per_s, _flops). Validated once, on load (config.cpp); the rest of the
+// planner trusts these values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "planner/error.hpp"
+
+namespace ep {
+
+struct DeviceSpec {
+  std::string name = "device";
+  double peak_flops_per_s = 0;   // FP32 peak
+  double efficiency = 0.4;       // fraction of peak a Transformer sublayer reaches
+  double sublayer_overhead_s = 0;  // fixed launch cost per sublayer execution
+  double memory_bytes = 0;
+  double memory_bandwidth_bytes_per_s = 0;
+};
+
+struct LinkSpec {
+  double bandwidth_bytes_per_s = 0;
+  double latency_s = 0;
+};
+
+struct HostSpec {
+  double memory_bytes = 0;                 // host RAM available to the activation cache
+  double memory_bandwidth_bytes_per_s = 0;  // cache read/write from host memory
+  double disk_bandwidth_bytes_per_s = 0;    // cache spill tier
+};
+
+struct ClusterSpec {
+  std::string name;
+  int nodes = 1;
+  int gpus_per_node = 1;
+  DeviceSpec device;
+  LinkSpec intra_node;  // GPU to GPU inside a node (paper: PCIe 3.0 x16)
+  LinkSpec inter_node;  // node to node (paper: InfiniBand FDR 56 Gb/s)
+  HostSpec host;
+
+  [[nodiscard]] int total_gpus() const { return nodes * gpus_per_node; }
+};
+
+enum class ModelFamily { ViT, Bert };
+
+struct ModelConfig {
+  ModelFamily family = ModelFamily::ViT;
+  int num_hidden_layers = 0;    // L
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_attention_heads = 0;
+  int num_labels = 0;
+  // ViT
+  int image_size = 0;
+  int patch_size = 0;
+  int num_channels = 3;
+  // BERT
+  int seq_length = 0;
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  int type_vocab_size = 2;
+
+  // Tokens per sample: ViT (image/patch)^2 + class token; BERT seq_length.
+  [[nodiscard]] int tokens() const {
+    if (family == ModelFamily::ViT) {
+      const int per_side = image_size / patch_size;
+      return per_side * per_side + 1;
+    }
+    return seq_length;
+  }
+};
+
+struct DataConfig {
+  std::string name;
+  std::string path;  // empty: synthetic or discovered by the executor
+  std::int64_t num_train_samples = 0;
+  std::int64_t num_test_samples = 0;
+};
+
+enum class Optimizer { SGD, Adam, AdamW };
+enum class LrSchedule { Constant, Cosine, Linear };
+enum class Precision { FP32, BF16 };
+// Activation recomputation, as torchgpipe / torch Pipe's `checkpoint`.
+enum class Checkpointing { Never, ExceptLast, Always };
+
+struct TrainingConfig {
+  int epochs = 1;
+  int batch_size = 0;  // per pipeline, N_bs
+  Optimizer optimizer = Optimizer::SGD;
+  double lr = 0.01;
+  double momentum = 0.9;
+  double weight_decay = 0;
+  LrSchedule lr_schedule = LrSchedule::Constant;
+  int warmup_steps = 0;
+  std::uint64_t seed = 0;
+  Precision precision = Precision::FP32;
+  Checkpointing checkpointing = Checkpointing::ExceptLast;
+};
+
+enum class FreezePolicyKind { None, Alpha, GradientNorm, Replay };
+enum class FreezeRounding { Floor, Round, Ceil };
+enum class PartitionerKind { Greedy, Optimal };
+enum class CompressionKind { None, Paper, Memory };
+enum class CachePolicyKind { Off, On, Auto };
+enum class ScheduleKind { GPipe, OneFOneB, LoopingBreadthFirst, LoopingDepthFirst };
+
+struct PlannerConfig {
+  double alpha = 1.0 / 3.0;
+  double lambda_frozen = 1.0 / 6.0;
+  int freeze_interval_epochs = 1;  // one freeze step T at the end of every N epochs
+  FreezePolicyKind freeze_policy = FreezePolicyKind::Alpha;
+  FreezeRounding freeze_rounding = FreezeRounding::Floor;
+  int min_active_layers = 1;
+  std::vector<int> replay_frozen;       // replay: L_frozen per freeze step
+  std::string replay_grad_norms_file;   // replay: recorded gradient norms (CSV)
+  PartitionerKind partitioner = PartitionerKind::Greedy;
+  CompressionKind compression = CompressionKind::Paper;
+  int K = 0;  // initial pipeline length K_0 (0 in the file is rejected)
+  bool chunk_search = true;
+  int M = 0;  // fixed micro-batch count when chunk_search = false
+  int M_min_factor = 1;  // chunk search: M in [M_min_factor*K, M_max_factor*K]
+  int M_max_factor = 6;
+  CachePolicyKind cache = CachePolicyKind::Auto;
+  ScheduleKind schedule = ScheduleKind::GPipe;
+  int virtual_stages = 1;  // v, chunks per device for looping schedules
+  double bucket_size_bytes = 25.0 * 1024 * 1024;
+  bool autopipe = true;  // ablation switches (speedup breakdown)
+  bool autodp = true;
+};
+
+struct Config {
+  std::string source;  // path the config was loaded from
+  ClusterSpec cluster;
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+  PlannerConfig planner;
+};
+
+// "section.key=value" overrides from the command line (--set).
+using Overrides = std::vector<std::string>;
+
+// Load, apply overrides, validate. Throws ep::Error naming file:line, the
+// key, what was expected and what was found.
+Config load_config(const std::string& path, const Overrides& overrides = {});
+// Same, from TOML text (tests); `origin` names it in messages.
+Config parse_config(const std::string& toml_text, const std::string& origin,
+                    const Overrides& overrides = {});
+
+// Names as written in config files, for printing.
+std::string to_string(ModelFamily);
+std::string to_string(Optimizer);
+std::string to_string(LrSchedule);
+std::string to_string(Precision);
+std::string to_string(Checkpointing);
+std::string to_string(FreezePolicyKind);
+std::string to_string(FreezeRounding);
+std::string to_string(PartitionerKind);
+std::string to_string(CompressionKind);
+std::string to_string(CachePolicyKind);
+std::string to_string(ScheduleKind);
+
+}  // namespace ep

@@ -1,0 +1,89 @@
+#include "planner/cost_model.hpp"
+
+namespace ep {
+
+namespace {
+
+// Bytes the optimizer step moves per parameter (FP32): weight read + write,
+// gradient read, and each state tensor read + write.
+double optimizer_traffic_bytes_per_param(const TrainingConfig& t) {
+  const double states = t.optimizer == Optimizer::SGD ? (t.momentum != 0 ? 1 : 0) : 2;
+  return 4 * (2 + 1 + 2 * states);
+}
+
+template <typename Time>
+double sum_over(const ModelSpec& spec, SublayerRange r, Time time) {
+  double sum = 0;
+  for (int i = r.first; i < r.last; ++i) sum += time(spec.sublayers[i]);
+  return sum;
+}
+
+}  // namespace
+
+AnalyticCostModel::AnalyticCostModel(const ClusterSpec& cluster, const TrainingConfig& training)
+    : cluster_(cluster), optimizer_bytes_per_param_(optimizer_traffic_bytes_per_param(training)) {}
+
+double AnalyticCostModel::compute_s(double flops) const {
+  const DeviceSpec& d = cluster_.device;
+  return d.sublayer_overhead_s + flops / (d.peak_flops_per_s * d.efficiency);
+}
+
+const LinkSpec& AnalyticCostModel::link(LinkKind kind) const {
+  return kind == LinkKind::IntraNode ? cluster_.intra_node : cluster_.inter_node;
+}
+
+double AnalyticCostModel::cache_bandwidth(CacheTier tier) const {
+  return tier == CacheTier::HostMemory ? cluster_.host.memory_bandwidth_bytes_per_s
+                                       : cluster_.host.disk_bandwidth_bytes_per_s;
+}
+
+double AnalyticCostModel::forward_s(const Sublayer& s, int samples) const {
+  return compute_s(s.fwd_flops_per_sample * samples);
+}
+
+double AnalyticCostModel::backward_s(const Sublayer& s, int samples) const {
+  return compute_s(s.bwd_flops_per_sample * samples);
+}
+
+double AnalyticCostModel::frozen_forward_s(const Sublayer& s, int samples) const {
+  return forward_s(s, samples);
+}
+
+double AnalyticCostModel::p2p_s(double bytes, LinkKind kind) const {
+  const LinkSpec& l = link(kind);
+  return l.latency_s + bytes / l.bandwidth_bytes_per_s;
+}
+
+double AnalyticCostModel::allreduce_s(double bytes, int ranks, LinkKind slowest_link) const {
+  if (ranks <= 1) return 0;
+  const LinkSpec& l = link(slowest_link);
+  const double n = ranks;
+  return 2 * (n - 1) / n * bytes / l.bandwidth_bytes_per_s + 2 * (n - 1) * l.latency_s;
+}
+
+double AnalyticCostModel::cache_read_s(double bytes, CacheTier tier) const {
+  return bytes / cache_bandwidth(tier);
+}
+
+double AnalyticCostModel::cache_write_s(double bytes, CacheTier tier) const {
+  return bytes / cache_bandwidth(tier);
+}
+
+double AnalyticCostModel::optimizer_step_s(double params) const {
+  return params * optimizer_bytes_per_param_ / cluster_.device.memory_bandwidth_bytes_per_s;
+}
+
+double stage_forward_s(const CostModel& cost, const ModelSpec& spec, SublayerRange r, int samples) {
+  return sum_over(spec, r, [&](const Sublayer& s) { return cost.forward_s(s, samples); });
+}
+
+double stage_backward_s(const CostModel& cost, const ModelSpec& spec, SublayerRange r, int samples) {
+  return sum_over(spec, r, [&](const Sublayer& s) { return cost.backward_s(s, samples); });
+}
+
+double stage_frozen_forward_s(const CostModel& cost, const ModelSpec& spec, SublayerRange r,
+                              int samples) {
+  return sum_over(spec, r, [&](const Sublayer& s) { return cost.frozen_forward_s(s, samples); });
+}
+
+}  // namespace ep

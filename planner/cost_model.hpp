@@ -1,0 +1,71 @@
+// The planner's only source of time. The analytic model below derives every
+// duration from the cluster spec; the simulator and a model fitted to a real
+// run's profile implement the same interface.
+#pragma once
+
+#include <string>
+
+#include "planner/config.hpp"
+#include "planner/model_spec.hpp"
+
+namespace ep {
+
+enum class LinkKind { IntraNode, InterNode };
+enum class CacheTier { HostMemory, Disk };
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+  // `samples` is the micro-batch size.
+  [[nodiscard]] virtual double forward_s(const Sublayer&, int samples) const = 0;
+  // Input and weight gradients, no recompute.
+  [[nodiscard]] virtual double backward_s(const Sublayer&, int samples) const = 0;
+  // Forward under no_grad (F_frozen): no autograd bookkeeping.
+  [[nodiscard]] virtual double frozen_forward_s(const Sublayer&, int samples) const = 0;
+  [[nodiscard]] virtual double p2p_s(double bytes, LinkKind) const = 0;
+  [[nodiscard]] virtual double allreduce_s(double bytes, int ranks, LinkKind slowest_link) const = 0;
+  [[nodiscard]] virtual double cache_read_s(double bytes, CacheTier) const = 0;
+  [[nodiscard]] virtual double cache_write_s(double bytes, CacheTier) const = 0;
+  [[nodiscard]] virtual double optimizer_step_s(double params) const = 0;
+};
+
+// compute   = sublayer_overhead_s + FLOPs / (peak_flops_per_s · efficiency),
+//             one peak for FP32 and BF16 (DeviceSpec holds only the FP32
+//             peak; BF16 runs at that rate here), frozen forward = forward;
+// p2p       = latency + bytes / bandwidth;
+// all-reduce (ring, n ranks) = 2(n−1)/n · bytes / bandwidth + 2(n−1) · latency, 0 for n = 1;
+// cache     = bytes / (host memory or disk bandwidth), reads and writes alike;
+// optimizer = bytes touched / device memory bandwidth (memory-bound): weights
+//             read and written, gradients read, optimizer state read and
+//             written, all FP32.
+class AnalyticCostModel final : public CostModel {
+ public:
+  AnalyticCostModel(const ClusterSpec&, const TrainingConfig&);
+
+  [[nodiscard]] std::string name() const override { return "analytic"; }
+  [[nodiscard]] double forward_s(const Sublayer&, int samples) const override;
+  [[nodiscard]] double backward_s(const Sublayer&, int samples) const override;
+  [[nodiscard]] double frozen_forward_s(const Sublayer&, int samples) const override;
+  [[nodiscard]] double p2p_s(double bytes, LinkKind) const override;
+  [[nodiscard]] double allreduce_s(double bytes, int ranks, LinkKind slowest_link) const override;
+  [[nodiscard]] double cache_read_s(double bytes, CacheTier) const override;
+  [[nodiscard]] double cache_write_s(double bytes, CacheTier) const override;
+  [[nodiscard]] double optimizer_step_s(double params) const override;
+
+ private:
+  [[nodiscard]] double compute_s(double flops) const;
+  [[nodiscard]] const LinkSpec& link(LinkKind) const;
+  [[nodiscard]] double cache_bandwidth(CacheTier) const;
+
+  ClusterSpec cluster_;
+  double optimizer_bytes_per_param_;
+};
+
+// Sums over the sublayers of a stage, for one micro-batch.
+[[nodiscard]] double stage_forward_s(const CostModel&, const ModelSpec&, SublayerRange, int samples);
+[[nodiscard]] double stage_backward_s(const CostModel&, const ModelSpec&, SublayerRange, int samples);
+[[nodiscard]] double stage_frozen_forward_s(const CostModel&, const ModelSpec&, SublayerRange,
+                                            int samples);
+
+}  // namespace ep

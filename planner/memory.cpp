@@ -1,0 +1,67 @@
+#include "planner/memory.hpp"
+
+#include <algorithm>
+
+namespace ep {
+
+namespace {
+
+constexpr double kWeightBytesPerParam = 4;
+constexpr double kGradientBytesPerParam = 4;
+
+double optimizer_bytes_per_param(const TrainingConfig& t) {
+  switch (t.optimizer) {
+    case Optimizer::SGD: return t.momentum != 0 ? 4 : 0;
+    case Optimizer::Adam:
+    case Optimizer::AdamW: return 8;
+  }
+  return 0;
+}
+
+double saved_bytes_per_sample(const ModelSpec& spec, SublayerRange r) {
+  double sum = 0;
+  for (int i = r.first; i < r.last; ++i) sum += spec.sublayers[i].saved_activation_bytes_per_sample;
+  return sum;
+}
+
+double active_activation_bytes(const ModelSpec& spec, Checkpointing mode, const StageLoad& s) {
+  if (s.active.empty()) return 0;
+  const double A = saved_bytes_per_sample(spec, s.active) * s.micro_batch_size;
+  const double X = spec.input_bytes_per_sample_of(s.active.first) * s.micro_batch_size;
+  switch (mode) {
+    case Checkpointing::Never: return s.M * A;
+    case Checkpointing::Always: return s.M * X + A;
+    case Checkpointing::ExceptLast: return (s.M - 1) * X + (s.M > 1 ? 2 * A : A);
+  }
+  return 0;
+}
+
+double frozen_transient_bytes(const ModelSpec& spec, const StageLoad& s) {
+  double largest = 0;
+  for (int i = s.frozen.first; i < s.frozen.last; ++i)
+    largest = std::max(largest, spec.sublayers[i].saved_activation_bytes_per_sample);
+  return largest * s.micro_batch_size;
+}
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const MemoryBreakdown& m) {
+  return os << "weights " << m.weights_bytes << " B, gradients " << m.gradients_bytes
+            << " B, optimizer " << m.optimizer_bytes << " B, activations " << m.activations_bytes
+            << " B, total " << m.total_bytes() << " B";
+}
+
+MemoryBreakdown stage_memory(const ModelSpec& spec, const TrainingConfig& training,
+                             const StageLoad& stage) {
+  const double active_params = spec.params(stage.active);
+  const double frozen_params = spec.params(stage.frozen);
+  return {
+      kWeightBytesPerParam * (active_params + frozen_params),
+      kGradientBytesPerParam * active_params,
+      optimizer_bytes_per_param(training) * active_params,
+      active_activation_bytes(spec, training.checkpointing, stage) +
+          frozen_transient_bytes(spec, stage),
+  };
+}
+
+}  // namespace ep

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -163,6 +164,15 @@ class Reader {
     if (!n) return;
     if (!n->is_string()) fail(key, "a string", describe(*n));
     out = *n->value<std::string>();
+  }
+
+  // A relative path in a file is relative to that file; from --set, to the
+  // working directory.
+  void path(const std::string& key, std::string& out) {
+    string(key, out, false);
+    if (out.empty() || overridden_.count(key)) return;
+    const std::filesystem::path p(out);
+    if (p.is_relative()) out = (std::filesystem::path(origin_).parent_path() / p).lexically_normal().string();
   }
 
   template <class E, std::size_t N>
@@ -364,7 +374,7 @@ void read_model(Reader& r, ModelConfig& m) {
 
 void read_data(Reader& r, DataConfig& d) {
   r.string("data.name", d.name, true);
-  r.string("data.path", d.path, false);
+  r.path("data.path", d.path);
   r.integer("data.num_train_samples", d.num_train_samples, true);
   r.integer("data.num_test_samples", d.num_test_samples, true);
   if (d.num_train_samples < 1)
@@ -404,7 +414,7 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
   r.choice("planner.freeze_rounding", p.freeze_rounding, kRoundings, false);
   r.integer("planner.min_active_layers", p.min_active_layers, false);
   r.int_list("planner.replay_frozen", p.replay_frozen);
-  r.string("planner.replay_grad_norms_file", p.replay_grad_norms_file, false);
+  r.path("planner.replay_grad_norms_file", p.replay_grad_norms_file);
   r.choice("planner.partitioner", p.partitioner, kPartitioners, false);
   r.choice("planner.compression", p.compression, kCompressions, false);
   p.K = c.cluster.gpus_per_node;

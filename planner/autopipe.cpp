@@ -1,0 +1,243 @@
+#include "planner/autopipe.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace ep {
+
+std::vector<int> micro_batch_sizes(int batch, int M) {
+  if (M < 1 || batch < M)
+    throw Error("cannot split a batch of " + std::to_string(batch) + " into " + std::to_string(M) +
+                " micro-batches");
+  std::vector<int> sizes(M, batch / M);
+  for (int m = 0; m < batch % M; ++m) ++sizes[m];
+  return sizes;
+}
+
+namespace {
+
+// The part of stage s that trains, and the frozen part it hosts (F_frozen
+// on stage 0 with AutoPipe; frozen sublayers left in place without it).
+SublayerRange active_range(const Partition& p, int s) {
+  return {std::max(p.bounds[s], p.frozen_end), p.bounds[s + 1]};
+}
+SublayerRange hosted_frozen_range(const Partition& p, int s) {
+  if (s == 0 && p.bounds[0] > 0) return {0, p.bounds[0]};
+  return {p.bounds[s], std::min(p.bounds[s + 1], p.frozen_end)};
+}
+
+}  // namespace
+
+Partition plan_partition(const PlanContext& ctx, int frozen_layers, int stages, bool cache_on) {
+  const auto& pc = ctx.config.planner;
+  if (!pc.autopipe) {
+    // Freeze without system change: the initial cut stays; frozen
+    // sublayers only lose their backward.
+    Partition p = make_partition(ctx.spec, 0, stages, pc.partitioner, pc.lambda_frozen, 0.0);
+    p.frozen_layers = frozen_layers;
+    p.frozen_end = ModelSpec::frozen_prefix(frozen_layers).last;
+    return p;
+  }
+  double frozen_flops0 = 0;
+  if (!cache_on)
+    for (int s = 0; s < ModelSpec::frozen_prefix(frozen_layers).last; ++s)
+      frozen_flops0 += ctx.spec.sublayers[s].fwd_flops_per_sample;
+  return make_partition(ctx.spec, frozen_layers, stages, pc.partitioner, pc.lambda_frozen, frozen_flops0);
+}
+
+std::vector<double> stage_loads_paper(const ModelSpec& spec, const Partition& p, double lambda_frozen) {
+  std::vector<double> loads;
+  for (int s = 0; s < p.K(); ++s)
+    loads.push_back(spec.params(active_range(p, s)) / 1e6 +
+                    lambda_frozen * spec.params(hosted_frozen_range(p, s)) / 1e6);
+  return loads;
+}
+
+double m_gpu_paper(const ModelSpec& spec, const Partition& p, double lambda_frozen) {
+  const auto loads = stage_loads_paper(spec, p, lambda_frozen);
+  return *std::max_element(loads.begin(), loads.end());
+}
+
+// Memory per device: the sum over the stages (chunks) it holds.
+double max_device_memory(const ModelSpec& spec, const TrainingConfig& t, const Partition& p, int K, int M) {
+  const int b = (t.batch_size + M - 1) / M;
+  std::vector<double> per_device(K, 0.0);
+  for (int s = 0; s < p.K(); ++s) {
+    const StageLoad load{active_range(p, s), hosted_frozen_range(p, s), b, M};
+    per_device[s % K] += stage_memory(spec, t, load).total_bytes();
+  }
+  return *std::max_element(per_device.begin(), per_device.end());
+}
+
+namespace {
+
+int largest_M(const Config& c, int K) {
+  if (!c.planner.chunk_search) return c.planner.M;
+  return std::min(c.training.batch_size, c.planner.M_max_factor * K);
+}
+
+}  // namespace
+
+double compression_limit(const PlanContext& ctx) {
+  const auto& c = ctx.config;
+  if (c.planner.compression == CompressionKind::Memory) return c.cluster.device.memory_bytes;
+  return m_gpu_paper(ctx.spec, plan_partition(ctx, 0, c.planner.K, false), c.planner.lambda_frozen);
+}
+
+CompressionResult compress(const PlanContext& ctx, int frozen_layers, int K, bool cache_on) {
+  const auto& c = ctx.config;
+  const int v = c.planner.virtual_stages;
+  const int units = 2 * (c.model.num_hidden_layers - frozen_layers);
+  CompressionResult r{K, {}};
+  // Too few sublayers left for K * v stages: halving is forced.
+  while (r.K > 1 && r.K * v > units) {
+    r.attempts.push_back({r.K, r.K / 2, 0, 0, true,
+                          "only " + std::to_string(units) + " sublayer units for K*v = " +
+                              std::to_string(r.K * v) + " stages"});
+    r.K /= 2;
+  }
+  if (c.planner.compression == CompressionKind::None) return r;
+  const double limit = compression_limit(ctx);
+  while (r.K > 1) {
+    const int K2 = r.K / 2;
+    const Partition p = plan_partition(ctx, frozen_layers, K2, cache_on);
+    CompressionAttempt a{r.K, K2, 0, limit, false, {}};
+    if (c.planner.compression == CompressionKind::Paper) {
+      a.m_gpu = m_gpu_paper(ctx.spec, p, c.planner.lambda_frozen);
+      a.accepted = a.m_gpu < limit;
+    } else {
+      a.m_gpu = max_device_memory(ctx.spec, c.training, p, K2, largest_M(c, K2));
+      a.accepted = a.m_gpu <= limit;
+    }
+    r.attempts.push_back(a);
+    if (!a.accepted) break;
+    r.K = K2;
+  }
+  return r;
+}
+
+ScheduleOptions schedule_options(const PlanContext& ctx, const IterationSetup& s) {
+  ScheduleOptions o;
+  o.kind = ctx.config.planner.schedule;
+  o.K = s.K;
+  o.M = s.M;
+  o.v = s.v;
+  o.optimizer_step = true;
+  if (s.replicas > 1) {
+    const double bucket = ctx.config.planner.bucket_size_bytes;
+    for (int st = 0; st < s.partition.K(); ++st) {
+      const double grad_bytes = 4.0 * ctx.spec.params(active_range(s.partition, st));
+      o.buckets_per_stage.push_back(static_cast<int>(std::ceil(grad_bytes / bucket)));
+    }
+  }
+  if (s.partition.bounds[0] > 0)
+    o.frozen_input = s.cache_on ? FrozenInput::CacheRead : FrozenInput::Forward;
+  return o;
+}
+
+DurationFn action_durations(const PlanContext& ctx, const IterationSetup& s) {
+  const auto& spec = ctx.spec;
+  const auto& cost = ctx.cost;
+  const Partition& p = s.partition;
+  const int stages = p.K();
+  const auto sizes = micro_batch_sizes(ctx.config.training.batch_size, s.M);
+  const auto ckpt = ctx.config.training.checkpointing;
+  // Precomputed per (stage, micro-batch): the returned function is called
+  // once per action by simulate().
+  std::vector<std::vector<double>> fwd(stages, std::vector<double>(s.M)), bwd = fwd, act = fwd;
+  std::vector<double> frozen(s.M), cache_read(s.M), cache_write(s.M), ar(stages, 0), opt(stages);
+  const SublayerRange prefix{0, p.bounds[0]};
+  const double prefix_out = prefix.empty() ? 0 : spec.sublayers[prefix.last - 1].out_activation_bytes_per_sample;
+  for (int m = 0; m < s.M; ++m) {
+    const int b = sizes[m];
+    frozen[m] = stage_frozen_forward_s(cost, spec, prefix, b);
+    cache_read[m] = cost.cache_read_s(b * prefix_out, s.cache_tier);
+    cache_write[m] = cost.cache_write_s(b * prefix_out, s.cache_tier);
+    for (int st = 0; st < stages; ++st) {
+      const SublayerRange a = active_range(p, st);
+      const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : hosted_frozen_range(p, st);
+      const double f_active = stage_forward_s(cost, spec, a, b);
+      fwd[st][m] = f_active + stage_frozen_forward_s(cost, spec, in_place, b);
+      const bool recompute = ckpt == Checkpointing::Always || (ckpt == Checkpointing::ExceptLast && m < s.M - 1);
+      bwd[st][m] = stage_backward_s(cost, spec, a, b) + (recompute ? f_active : 0.0);
+      act[st][m] = cost.p2p_s(b * spec.sublayers[p.bounds[st + 1] - 1].out_activation_bytes_per_sample,
+                              LinkKind::IntraNode);
+    }
+  }
+  const ScheduleOptions o = schedule_options(ctx, s);
+  const LinkKind dp_link = s.replicas_span_nodes ? LinkKind::InterNode : LinkKind::IntraNode;
+  for (int st = 0; st < stages; ++st) {
+    const double params = spec.params(active_range(p, st));
+    opt[st] = params > 0 ? cost.optimizer_step_s(params) : 0.0;
+    if (!o.buckets_per_stage.empty() && o.buckets_per_stage[st] > 0)
+      ar[st] = cost.allreduce_s(4.0 * params / o.buckets_per_stage[st], s.replicas, dp_link);
+  }
+  // A stage with nothing to train has no backward, and nothing needs the
+  // gradient of the first trained sublayer's input.
+  std::vector<bool> trains(stages);
+  for (int st = 0; st < stages; ++st) trains[st] = !active_range(p, st).empty();
+  return [=](const Action& a) -> double {
+    const int st = a.stage, m = a.microbatch;
+    switch (a.kind) {
+      case ActionKind::Forward: return fwd[st][m];
+      case ActionKind::Backward: return trains[st] ? bwd[st][m] : 0.0;
+      case ActionKind::RecvAct: return act[st - 1][m];
+      case ActionKind::RecvGrad: return trains[st] && st > 0 && trains[st - 1] ? act[st - 1][m] : 0.0;
+      case ActionKind::SendAct:
+      case ActionKind::SendGrad: return 0.0;  // asynchronous; the receiver pays the transfer
+      case ActionKind::AllReduce: return ar[st];
+      case ActionKind::OptimizerStep: return opt[st];
+      case ActionKind::FrozenForward: return frozen[m];
+      case ActionKind::CacheRead: return cache_read[m];
+      case ActionKind::CacheWrite: return cache_write[m];
+    }
+    return 0.0;
+  };
+}
+
+Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
+  return simulate(build_schedule(schedule_options(ctx, s)), action_durations(ctx, s));
+}
+
+const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup) {
+  const auto& c = ctx_.config;
+  const auto key = std::make_pair(setup.K, c.training.batch_size);
+  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+  int lo = c.planner.M, hi = c.planner.M;
+  if (c.planner.chunk_search) {
+    lo = c.planner.M_min_factor * setup.K;
+    hi = std::min(c.training.batch_size, c.planner.M_max_factor * setup.K);
+  }
+  if (lo > hi)
+    throw Error("chunk search: no M in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                "] for K = " + std::to_string(setup.K) + " and batch " + std::to_string(c.training.batch_size));
+  ChunkChoice choice;
+  for (int M = lo; M <= hi; ++M) {
+    IterationSetup s = setup;
+    s.M = M;
+    ChunkCandidate cand;
+    cand.M = M;
+    cand.memory_bytes = max_device_memory(ctx_.spec, c.training, s.partition, s.K, M);
+    cand.feasible = cand.memory_bytes <= c.cluster.device.memory_bytes;
+    const Timeline t = predict_iteration(ctx_, s);
+    cand.iteration_s = t.makespan;
+    cand.bubble_fraction = t.bubble_fraction();
+    choice.table.push_back(cand);
+  }
+  // The fastest M that fits; if none fits, the least memory (the plan then
+  // reports that it does not fit rather than failing).
+  const auto fits = [](const ChunkCandidate& a) { return a.feasible; };
+  const bool any = std::any_of(choice.table.begin(), choice.table.end(), fits);
+  const ChunkCandidate* best = nullptr;
+  for (const auto& cand : choice.table) {
+    if (any && !cand.feasible) continue;
+    if (!best || (any ? cand.iteration_s < best->iteration_s : cand.memory_bytes < best->memory_bytes))
+      best = &cand;
+  }
+  choice.M = best->M;
+  choice.iteration_s = best->iteration_s;
+  return memo_.emplace(key, std::move(choice)).first->second;
+}
+
+}  // namespace ep

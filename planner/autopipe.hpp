@@ -1,0 +1,119 @@
+// AutoPipe beyond the partitioner (SPEC §3): compression by Eq. 2 and the
+// chunk search over M, both driven by a CostModel and a memory measure.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "planner/cost_model.hpp"
+#include "planner/memory.hpp"
+#include "planner/partition.hpp"
+#include "planner/schedule.hpp"
+
+namespace ep {
+
+// What the planner works from: the validated config, the model it implies
+// and the cost model that predicts time.
+struct PlanContext {
+  const Config& config;
+  ModelSpec spec;
+  const CostModel& cost;
+
+  PlanContext(const Config& c, const CostModel& m)
+      : config(c), spec(build_model_spec(c.model, c.training.precision)), cost(m) {}
+};
+
+// torch.chunk would give ceil-sized micro-batches and possibly fewer than M
+// of them; the planner splits as evenly as possible instead: the first
+// batch % M micro-batches carry one sample more. Every back end uses this.
+[[nodiscard]] std::vector<int> micro_batch_sizes(int batch, int M);
+
+// Partition of a plan, honouring the AutoPipe switch: with AutoPipe the
+// frozen prefix leaves the pipeline and the rest is repartitioned; without
+// it the initial partition stays and frozen sublayers stay where they were.
+[[nodiscard]] Partition plan_partition(const PlanContext&, int frozen_layers, int stages,
+                                       bool cache_on);
+
+// Eq. 2's measure. "paper": the largest stage load in millions of
+// parameters, stage 0 counting lambda_frozen * S_frozen for F_frozen.
+[[nodiscard]] std::vector<double> stage_loads_paper(const ModelSpec&, const Partition&,
+                                                   double lambda_frozen);
+[[nodiscard]] double m_gpu_paper(const ModelSpec&, const Partition&, double lambda_frozen);
+// "memory": the largest device memory in bytes (weights, gradients,
+// optimizer state, activations; F_frozen's weights on stage 0) with M
+// micro-batches; a device holds stages d, d+K, ... of the partition.
+[[nodiscard]] double max_device_memory(const ModelSpec&, const TrainingConfig&, const Partition&,
+                                       int K, int M);
+
+struct CompressionAttempt {
+  int from_K = 0;
+  int to_K = 0;
+  double m_gpu = 0;  // of the K/2 pipeline, in the compression's measure
+  double limit = 0;  // paper: M_GPU^(0); memory: device memory
+  bool accepted = false;
+  std::string reason;  // when decided by something other than the measure
+  friend bool operator==(const CompressionAttempt&, const CompressionAttempt&) = default;
+};
+
+struct CompressionResult {
+  int K = 0;
+  std::vector<CompressionAttempt> attempts;
+};
+
+// The compression's reference: paper mode M_GPU^(0), the largest stage of the
+// initial unfrozen pipeline of K0 stages; memory mode the device's memory.
+[[nodiscard]] double compression_limit(const PlanContext&);
+// From the current K, halve while the shorter pipeline still fits (paper:
+// M_GPU < M_GPU^(0); memory: fits the device for the largest M the chunk
+// range allows). Also halves when fewer sublayer units than K * v remain.
+[[nodiscard]] CompressionResult compress(const PlanContext&, int frozen_layers, int K, bool cache_on);
+
+// One iteration of one pipeline replica, as the planner predicts it.
+struct IterationSetup {
+  Partition partition;  // K * v stages
+  int K = 1;
+  int v = 1;
+  int M = 1;
+  int replicas = 1;
+  bool replicas_span_nodes = false;
+  bool cache_on = false;
+  CacheTier cache_tier = CacheTier::HostMemory;
+};
+[[nodiscard]] ScheduleOptions schedule_options(const PlanContext&, const IterationSetup&);
+// The duration of every action of the schedule under the cost model.
+[[nodiscard]] DurationFn action_durations(const PlanContext&, const IterationSetup&);
+[[nodiscard]] Timeline predict_iteration(const PlanContext&, const IterationSetup&);
+
+struct ChunkCandidate {
+  int M = 0;
+  double iteration_s = 0;  // 0 when infeasible
+  double bubble_fraction = 0;
+  double memory_bytes = 0;  // largest stage
+  bool feasible = true;     // fits the device memory
+  friend bool operator==(const ChunkCandidate&, const ChunkCandidate&) = default;
+};
+
+struct ChunkChoice {
+  int M = 0;
+  double iteration_s = 0;
+  std::vector<ChunkCandidate> table;  // every M tried, ascending
+};
+
+// Chooses M in [M_min_factor*K, M_max_factor*K] (capped at the batch) that
+// minimises the predicted iteration time among the M that fit the device.
+// Memoised per (K, batch), like the paper's profiler that runs once per K:
+// the first plan with a given K decides its M. Throws ep::Error when no M
+// fits.
+class ChunkSearch {
+ public:
+  explicit ChunkSearch(const PlanContext& ctx) : ctx_(ctx) {}
+  const ChunkChoice& choose(const IterationSetup& setup);
+
+ private:
+  const PlanContext& ctx_;
+  std::map<std::pair<int, int>, ChunkChoice> memo_;
+};
+
+}  // namespace ep

@@ -1,0 +1,44 @@
+#include "planner/cache_policy.hpp"
+
+#include <sstream>
+
+#include "planner/autodp.hpp"
+
+namespace ep {
+
+std::string to_string(CacheTier t) { return t == CacheTier::HostMemory ? "host" : "disk"; }
+
+CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostModel& cost,
+                           int frozen_layers, int micro_batch) {
+  CacheDecision d;
+  const SublayerRange prefix = ModelSpec::frozen_prefix(frozen_layers);
+  if (prefix.empty()) {
+    d.reason = "nothing frozen";
+    return d;
+  }
+  if (!c.planner.autopipe) {
+    d.reason = "needs AutoPipe (frozen layers stay inside stages)";
+    return d;
+  }
+  const double per_sample = spec.sublayers[prefix.last - 1].out_activation_bytes_per_sample;
+  const SamplerSpec sampler{c.data.num_train_samples, c.cluster.nodes, c.training.seed};
+  d.bytes_per_node = per_sample * static_cast<double>(shard_slots(sampler));
+  d.tier = d.bytes_per_node <= c.cluster.host.memory_bytes ? CacheTier::HostMemory : CacheTier::Disk;
+  d.read_s = cost.cache_read_s(per_sample * micro_batch, d.tier);
+  d.frozen_forward_s = stage_frozen_forward_s(cost, spec, prefix, micro_batch);
+  std::ostringstream why;
+  why.precision(3);
+  why << "read " << d.read_s * 1e3 << " ms (" << to_string(d.tier) << ") vs frozen forward "
+      << d.frozen_forward_s * 1e3 << " ms per micro-batch";
+  switch (c.planner.cache) {
+    case CachePolicyKind::Off: d.on = false; d.reason = "cache = off"; break;
+    case CachePolicyKind::On: d.on = true; d.reason = "cache = on; " + why.str(); break;
+    case CachePolicyKind::Auto:
+      d.on = d.read_s < d.frozen_forward_s;
+      d.reason = why.str();
+      break;
+  }
+  return d;
+}
+
+}  // namespace ep

@@ -1,0 +1,192 @@
+#include "planner/freeze.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace ep {
+
+double alpha_bound_real(int L, double frozen_before, double alpha) {
+  return frozen_before + alpha * (L - frozen_before);
+}
+
+double alpha_bound_closed_form(int L, int T, double alpha) {
+  return L * (1.0 - std::pow(1.0 - alpha, T));
+}
+
+int alpha_bound(int L, int frozen_before, double alpha, FreezeRounding rounding, int min_active) {
+  const double x = alpha_bound_real(L, frozen_before, alpha);
+  // A tiny tolerance so that e.g. 4.0000000001 or 3.9999999999 from
+  // floating point round as the exact value they stand for.
+  constexpr double eps = 1e-9;
+  int n = 0;
+  switch (rounding) {
+    case FreezeRounding::Floor: n = static_cast<int>(std::floor(x + eps)); break;
+    case FreezeRounding::Round: n = static_cast<int>(std::lround(x)); break;
+    case FreezeRounding::Ceil: n = static_cast<int>(std::ceil(x - eps)); break;
+  }
+  return std::clamp(n, frozen_before, std::max(frozen_before, L - min_active));
+}
+
+namespace {
+
+class NoFreeze final : public FreezePolicy {
+ public:
+  std::string name() const override { return "none"; }
+  int next(int, int frozen_before, std::span<const double>) const override { return frozen_before; }
+};
+
+class AlphaPolicy final : public FreezePolicy {
+ public:
+  AlphaPolicy(int L, const PlannerConfig& p) : L_(L), p_(p) {}
+  std::string name() const override { return "alpha"; }
+  int next(int, int frozen_before, std::span<const double>) const override {
+    return alpha_bound(L_, frozen_before, p_.alpha, p_.freeze_rounding, p_.min_active_layers);
+  }
+
+ private:
+  int L_;
+  PlannerConfig p_;
+};
+
+class GradientNormPolicy final : public FreezePolicy {
+ public:
+  GradientNormPolicy(int L, const PlannerConfig& p) : L_(L), p_(p) {}
+  std::string name() const override { return "gradient_norm"; }
+  bool needs_grad_norms() const override { return true; }
+  int next(int, int frozen_before, std::span<const double> g) const override {
+    if (static_cast<int>(g.size()) != L_)
+      throw Error("gradient_norm freeze policy: expected " + std::to_string(L_) +
+                  " per-layer gradient norms, got " + std::to_string(g.size()));
+    const int bound = alpha_bound(L_, frozen_before, p_.alpha, p_.freeze_rounding, p_.min_active_layers);
+    // Lowest index wins a tie: freezing less is the safe side.
+    const auto it = std::min_element(g.begin() + frozen_before, g.end());
+    const int converged = static_cast<int>(it - g.begin()) + 1;
+    return std::max(frozen_before, std::min(bound, converged));
+  }
+
+ private:
+  int L_;
+  PlannerConfig p_;
+};
+
+class ReplayCounts final : public FreezePolicy {
+ public:
+  explicit ReplayCounts(std::vector<int> counts) : counts_(std::move(counts)) {}
+  std::string name() const override { return "replay"; }
+  // Past the end of the recording the last count holds.
+  int next(int T, int frozen_before, std::span<const double>) const override {
+    if (counts_.empty()) return frozen_before;
+    const std::size_t i = std::min<std::size_t>(T - 1, counts_.size() - 1);
+    return std::max(frozen_before, counts_[i]);
+  }
+
+ private:
+  std::vector<int> counts_;
+};
+
+}  // namespace
+
+std::unique_ptr<FreezePolicy> make_alpha_policy(int L, const PlannerConfig& p) {
+  return std::make_unique<AlphaPolicy>(L, p);
+}
+
+std::unique_ptr<FreezePolicy> make_gradient_norm_policy(int L, const PlannerConfig& p) {
+  return std::make_unique<GradientNormPolicy>(L, p);
+}
+
+std::unique_ptr<FreezePolicy> make_freeze_policy(const Config& c) {
+  const int L = c.model.num_hidden_layers;
+  switch (c.planner.freeze_policy) {
+    case FreezePolicyKind::None: return std::make_unique<NoFreeze>();
+    case FreezePolicyKind::Alpha: return make_alpha_policy(L, c.planner);
+    case FreezePolicyKind::GradientNorm: return make_gradient_norm_policy(L, c.planner);
+    case FreezePolicyKind::Replay:
+      if (!c.planner.replay_grad_norms_file.empty()) return make_gradient_norm_policy(L, c.planner);
+      return std::make_unique<ReplayCounts>(c.planner.replay_frozen);
+  }
+  throw Error("unknown freeze policy");
+}
+
+GradNormTrace load_grad_norm_trace(const std::string& path, int L) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open gradient-norm trace");
+  auto bad = [&](int line, const std::string& what) {
+    return Error(path + ":" + std::to_string(line) + ": " + what);
+  };
+  std::string row;
+  int line = 0;
+  if (!std::getline(in, row)) throw bad(1, "expected header 'step,layer,grad_norm', found an empty file");
+  ++line;
+  if (!row.empty() && row.back() == '\r') row.pop_back();
+  if (row != "step,layer,grad_norm") throw bad(1, "expected header 'step,layer,grad_norm', found '" + row + "'");
+  GradNormTrace trace;
+  std::vector<std::vector<bool>> seen;
+  while (std::getline(in, row)) {
+    ++line;
+    if (!row.empty() && row.back() == '\r') row.pop_back();
+    if (row.empty()) continue;
+    std::stringstream ss(row);
+    std::string a, b, c, extra;
+    if (!std::getline(ss, a, ',') || !std::getline(ss, b, ',') || !std::getline(ss, c, ',') ||
+        std::getline(ss, extra, ','))
+      throw bad(line, "expected 3 fields step,layer,grad_norm, found '" + row + "'");
+    long step = 0, layer = 0;
+    double norm = 0;
+    try {
+      std::size_t pa = 0, pb = 0, pc = 0;
+      step = std::stol(a, &pa);
+      layer = std::stol(b, &pb);
+      norm = std::stod(c, &pc);
+      if (pa != a.size() || pb != b.size() || pc != c.size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      throw bad(line, "expected integer step, integer layer, number grad_norm, found '" + row + "'");
+    }
+    if (step < 1 || step > 1000000) throw bad(line, "expected step >= 1, found " + a);
+    if (layer < 0 || layer >= L)
+      throw bad(line, "expected layer in [0, " + std::to_string(L) + "), found " + b);
+    if (!(norm >= 0) || !std::isfinite(norm)) throw bad(line, "expected a finite grad_norm >= 0, found " + c);
+    if (static_cast<long>(trace.steps.size()) < step) {
+      trace.steps.resize(step, std::vector<double>(L, 0.0));
+      seen.resize(step, std::vector<bool>(L, false));
+    }
+    if (seen[step - 1][layer]) throw bad(line, "duplicate entry for step " + a + ", layer " + b);
+    seen[step - 1][layer] = true;
+    trace.steps[step - 1][layer] = norm;
+  }
+  for (std::size_t t = 0; t < seen.size(); ++t)
+    for (int l = 0; l < L; ++l)
+      if (!seen[t][l])
+        throw Error(path + ": step " + std::to_string(t + 1) + " has no gradient norm for layer " +
+                    std::to_string(l));
+  return trace;
+}
+
+FreezeTimeline freeze_timeline(const Config& c, int steps) {
+  const int L = c.model.num_hidden_layers;
+  const auto policy = make_freeze_policy(c);
+  GradNormTrace trace;
+  const bool replay_trace = !c.planner.replay_grad_norms_file.empty();
+  if (replay_trace) trace = load_grad_norm_trace(c.planner.replay_grad_norms_file, L);
+  FreezeTimeline out;
+  out.frozen.assign(1, 0);
+  for (int T = 1; T <= steps; ++T) {
+    const int before = out.frozen.back();
+    int after = before;
+    if (!policy->needs_grad_norms()) {
+      after = policy->next(T, before, {});
+    } else if (replay_trace && T <= static_cast<int>(trace.steps.size())) {
+      after = policy->next(T, before, trace.steps[T - 1]);
+    } else if (replay_trace) {
+      after = before;  // the recording ended: nothing more is known to converge
+    } else {
+      out.used_alpha_bound = true;
+      after = alpha_bound(L, before, c.planner.alpha, c.planner.freeze_rounding, c.planner.min_active_layers);
+    }
+    out.frozen.push_back(after);
+  }
+  return out;
+}
+
+}  // namespace ep

@@ -1,0 +1,66 @@
+// Freeze policies (SPEC §2): how many bottom layers are frozen after each
+// freeze step T. Layers freeze bottom-up only (a frozen prefix), and at
+// least `min_active_layers` stay active.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "planner/config.hpp"
+
+namespace ep {
+
+// The geometric bound of Eq. 1 on real numbers, before rounding:
+// f + alpha (L - f).
+[[nodiscard]] double alpha_bound_real(int L, double frozen_before, double alpha);
+// Its closed form after T steps from 0: L (1 - (1 - alpha)^T).
+[[nodiscard]] double alpha_bound_closed_form(int L, int T, double alpha);
+// The bound as a layer count: rounded as configured, capped at L - min_active.
+[[nodiscard]] int alpha_bound(int L, int frozen_before, double alpha, FreezeRounding rounding,
+                              int min_active);
+
+class FreezePolicy {
+ public:
+  virtual ~FreezePolicy() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+  // Whether next() needs per-layer gradient norms; a planner without them
+  // (planning ahead, simulating) says so and plans with the alpha bound.
+  [[nodiscard]] virtual bool needs_grad_norms() const { return false; }
+  // Frozen count after freeze step T >= 1. `grad_norms[l]` is layer l's
+  // gradient norm aggregated over the interval since the last step (the
+  // executor uses the mean over iterations); empty when not available.
+  [[nodiscard]] virtual int next(int T, int frozen_before,
+                                 std::span<const double> grad_norms) const = 0;
+};
+
+// Recorded per-layer gradient norms, one row per freeze step.
+struct GradNormTrace {
+  std::vector<std::vector<double>> steps;  // steps[T-1][layer]
+};
+// CSV with header `step,layer,grad_norm`, steps numbered from 1, every layer
+// of every step present once. Errors name file:line.
+[[nodiscard]] GradNormTrace load_grad_norm_trace(const std::string& path, int L);
+
+// The policy the config asks for. Replay of a gradient-norm trace is the
+// gradient-norm policy fed from the trace.
+[[nodiscard]] std::unique_ptr<FreezePolicy> make_freeze_policy(const Config& config);
+
+// The alpha bound alone: a pure schedule.
+[[nodiscard]] std::unique_ptr<FreezePolicy> make_alpha_policy(int L, const PlannerConfig& p);
+// Eq. 1: min(alpha bound, the converged layer). Taking layer j* =
+// argmin over active layers of ||g_j|| as converged freezes layers 0..j*,
+// i.e. j* + 1 layers.
+[[nodiscard]] std::unique_ptr<FreezePolicy> make_gradient_norm_policy(int L, const PlannerConfig& p);
+
+// The frozen count for every freeze step T = 1..steps, from the policy; a
+// policy that needs gradient norms reads them from `trace` when given,
+// else falls back to the alpha bound and reports it via `used_alpha_bound`.
+struct FreezeTimeline {
+  std::vector<int> frozen;  // frozen[T] for T = 0..steps; frozen[0] = 0
+  bool used_alpha_bound = false;
+};
+[[nodiscard]] FreezeTimeline freeze_timeline(const Config& config, int steps);
+
+}  // namespace ep

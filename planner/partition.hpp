@@ -1,0 +1,75 @@
+// AutoPipe's partitioning (SPEC §3): m_partition splits the model into the
+// frozen prefix F_frozen and the active sublayer list F_pipe; a partitioner
+// cuts F_pipe into K contiguous stages. Boundaries sit only between
+// sublayers (each sublayer is one residual block, so no skip connection is
+// ever cut); the stem is glued to the first active sublayer, the head to
+// the last, so they always travel with the first and last stage.
+#pragma once
+
+#include <iosfwd>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "planner/config.hpp"
+#include "planner/model_spec.hpp"
+
+namespace ep {
+
+struct MPartition {
+  int frozen_layers = 0;
+  int frozen_end = 0;       // F_frozen = sublayers [0, frozen_end); 0 when nothing is frozen
+  std::vector<SublayerRange> units;  // F_pipe, as units no boundary may split
+};
+
+// Frozen layers 0..frozen_layers-1 (and the stem with them) leave the pipeline.
+[[nodiscard]] MPartition m_partition(const ModelSpec& spec, int frozen_layers);
+
+// Stage k holds sublayers [bounds[k], bounds[k+1]).
+struct Partition {
+  int frozen_layers = 0;
+  int frozen_end = 0;
+  std::vector<int> bounds;  // size K+1; bounds.front() == frozen_end, bounds.back() == #sublayers
+
+  [[nodiscard]] int K() const { return static_cast<int>(bounds.size()) - 1; }
+  [[nodiscard]] int stage_of(int sublayer) const;
+  friend bool operator==(const Partition&, const Partition&) = default;
+};
+std::ostream& operator<<(std::ostream&, const Partition&);
+// "stem..mlp.2 | att.3..mlp.5 | ..." with the frozen prefix in brackets.
+[[nodiscard]] std::string describe(const Partition&, const ModelSpec&);
+
+// The paper's greedy load_balance, faithful to its criterion: for stage k,
+// mean = S_remaining/(K-k), var = np.var(S[assigned:])/(K-k) (population
+// variance), append the next unit while load_k + S_next < mean + var.
+// `fixed_load0` is what partition 0 carries besides its units (the frozen
+// model at lambda_frozen * S_frozen). Two guards the paper leaves implicit:
+// every stage gets at least one unit, and the last stage takes the rest.
+// Returns units per stage.
+[[nodiscard]] std::vector<int> load_balance_greedy(std::span<const double> unit_load,
+                                                   double fixed_load0, int K);
+// Exact contiguous min-max partition (dynamic programming, O(K n^2)); ties
+// broken towards the earliest boundaries. Every stage gets >= 1 unit.
+[[nodiscard]] std::vector<int> partition_min_max(std::span<const double> unit_load,
+                                                 double fixed_load0, int K);
+// Per-stage loads of a partition given as units-per-stage counts.
+[[nodiscard]] std::vector<double> stage_loads(std::span<const double> unit_load, double fixed_load0,
+                                              std::span<const int> counts);
+
+// The paper's size proxy: parameters in millions (the authors' unit; the
+// greedy's mean + variance criterion depends on the unit).
+[[nodiscard]] std::vector<double> unit_params_millions(const ModelSpec&, const MPartition&);
+[[nodiscard]] double frozen_params_millions(const ModelSpec&, const MPartition&);
+// Compute per sample (forward + backward FLOPs) of each unit, for the
+// optimal partitioner, which balances time rather than size.
+[[nodiscard]] std::vector<double> unit_train_flops(const ModelSpec&, const MPartition&);
+
+// Cut the model with `frozen_layers` frozen into K stages: the greedy on the
+// paper's proxy (plus lambda_frozen * S_frozen on stage 0), or the optimal
+// partitioner on compute (plus `frozen_flops0`, the frozen forward's FLOPs
+// per sample on stage 0, 0 when the cache serves it). Throws ep::Error when
+// fewer than K units remain.
+[[nodiscard]] Partition make_partition(const ModelSpec&, int frozen_layers, int K, PartitionerKind,
+                                       double lambda_frozen, double frozen_flops0);
+
+}  // namespace ep

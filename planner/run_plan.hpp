@@ -1,0 +1,63 @@
+// The run planner: config -> the whole training's sequence of Plans, one per
+// freeze step, deterministic. Sim and exec carry these out; they decide
+// nothing themselves.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "planner/autodp.hpp"
+#include "planner/autopipe.hpp"
+#include "planner/cache_policy.hpp"
+
+namespace ep {
+
+struct Plan {
+  int id = 0;
+  int freeze_step = 0;  // T; 0 is the initial plan
+  int first_epoch = 0;  // epochs [first_epoch, end_epoch) run this plan
+  int end_epoch = 0;
+  int frozen_layers = 0;
+  int K = 0;
+  int v = 1;
+  Partition partition;              // K * v stages
+  std::vector<double> stage_loads;  // the paper's proxy, M params (lambda on frozen)
+  CompressionResult compression;    // how K was reached at this step
+  int M = 0;
+  std::vector<ChunkCandidate> chunk_table;  // when chosen by this plan's chunk search
+  bool fits_memory = true;
+  double max_device_memory_bytes = 0;
+  ReplicaLayout layout;
+  std::vector<int> woken_ranks;  // processes a transition into this plan starts
+  CacheDecision cache;
+  std::int64_t iterations_per_epoch = 0;
+  double iteration_s = 0;      // predicted by the cost model
+  double bubble_fraction = 0;  // predicted
+  double samples_per_s = 0;    // all replicas, predicted
+  [[nodiscard]] int epochs() const { return end_epoch - first_epoch; }
+};
+
+struct RunPlan {
+  std::string config_source;
+  std::string cost_model;
+  int L = 0;
+  int K0 = 0;
+  double compression_limit = 0;  // M_GPU^(0) (M params) or device memory (bytes)
+  CompressionKind compression = CompressionKind::Paper;
+  bool freeze_from_alpha_bound = false;  // gradient_norm policy planned without gradient norms
+  std::vector<Plan> plans;
+  // Compute and communication as the cost model predicts them; transition
+  // costs, cache fills and stragglers are the simulator's business.
+  [[nodiscard]] double predicted_total_s() const;
+};
+
+[[nodiscard]] RunPlan plan_run(const Config&, const CostModel&);
+
+// A readable table, one row per freeze step, with the reasons for K.
+[[nodiscard]] std::string format_run_plan(const RunPlan&, const ModelSpec&);
+[[nodiscard]] nlohmann::json to_json(const RunPlan&, const ModelSpec&);
+
+}  // namespace ep

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# End-to-end tests of the elasticpipe CLI: exit codes, error messages, and
+# golden outputs (tests/golden/*.txt; regenerate with UPDATE_GOLDEN=1 and
+# review the diff).
+set -u
+bin=$1
+root=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+
+# expect_rc RC NAME -- CMD...: runs CMD, checks its exit code, keeps output in $out.
+expect_rc() {
+  local want=$1 name=$2
+  shift 3
+  out=$("$@" 2>&1)
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then ok; else bad "$name: exit $rc, expected $want"; echo "$out" | head -20; fi
+}
+
+expect_text() {
+  local name=$1 needle=$2
+  if grep -qF -- "$needle" <<<"$out"; then ok; else bad "$name: output lacks '$needle'"; echo "$out" | head -20; fi
+}
+
+golden() {
+  local name=$1
+  local file="$root/tests/golden/$name.txt"
+  if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then printf '%s\n' "$out" > "$file"; ok; return; fi
+  if diff -u "$file" <(printf '%s\n' "$out") > "$tmp/diff"; then ok; else bad "golden $name differs:"; head -40 "$tmp/diff"; fi
+}
+
+# --- plan -----------------------------------------------------------------
+for cfg in "$root"/configs/paper/*.toml "$root"/configs/small/*.toml; do
+  expect_rc 0 "plan $(basename "$cfg")" -- "$bin" plan "$cfg"
+  expect_text "plan $(basename "$cfg")" "predicted training time"
+done
+expect_rc 0 "plan vit_imagenet" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml"
+expect_text "plan explains compression" "rejected, K stays"
+expect_text "plan names the freeze source" "alpha bound"
+expect_rc 0 "plan --json" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --json
+expect_text "plan --json schema" '"schema": "elasticpipe.plan/1"'
+expect_rc 0 "plan --set" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.compression=memory --set planner.alpha=0.5
+expect_text "plan --set memory" "compression: memory"
+expect_rc 0 "golden plan tiny_bert" -- "$bin" plan "$root/configs/small/tiny_bert_synthetic.toml"
+golden plan_tiny_bert
+
+# --- schedule ---------------------------------------------------------------
+expect_rc 0 "schedule gpipe" -- "$bin" schedule --K 4 --M 8 --kind gpipe
+expect_text "gpipe bubble (K-1)/(M+K-1) = 3/11" "bubble fraction 0.272727"
+golden schedule_gpipe_K4_M8
+expect_rc 0 "schedule 1f1b" -- "$bin" schedule --K 4 --M 8 --kind 1f1b
+golden schedule_1f1b_K4_M8
+expect_rc 0 "schedule looping" -- "$bin" schedule --K 4 --M 8 --kind looping --v 2
+golden schedule_looping_bf_K4_M8_v2
+expect_rc 0 "schedule looping_df" -- "$bin" schedule --K 4 --M 8 --kind looping_df --v 2
+golden schedule_looping_df_K4_M8_v2
+expect_rc 0 "schedule csv" -- "$bin" schedule --K 2 --M 2 --kind gpipe --csv
+expect_text "schedule csv" "0,0F0,0SEND_F0>1"
+expect_rc 0 "schedule from config" -- "$bin" schedule "$root/configs/small/tiny_bert_synthetic.toml" --K 4 --M 8
+expect_text "schedule kind from config" "1f1b K=4 M=8"
+
+# --- bad input: one ERROR line, exit 2, nothing else ------------------------
+sed 's/^gpus_per_node = 8/gpus_per_node = 8\nnodez = 3/' "$root/configs/paper/vit_imagenet.toml" > "$tmp/bad.toml"
+line=$(grep -n '^nodez' "$tmp/bad.toml" | cut -d: -f1)
+expect_rc 2 "unknown key" -- "$bin" plan "$tmp/bad.toml"
+expect_text "unknown key names file:line and key" "ERROR: $tmp/bad.toml:$line:9: key 'cluster.nodez': expected a known key"
+sed 's/alpha = 0.3333333333333333/alpha = 1.5/' "$root/configs/paper/vit_imagenet.toml" > "$tmp/alpha.toml"
+expect_rc 2 "alpha out of range" -- "$bin" plan "$tmp/alpha.toml"
+line=$(grep -n '^alpha = 1.5' "$tmp/alpha.toml" | cut -d: -f1)
+expect_text "alpha names line" "ERROR: $tmp/alpha.toml:$line:9: key 'planner.alpha': expected a number in (0, 1), found 1.5"
+expect_rc 2 "too many GPUs" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.K=16
+expect_text "too many GPUs message" "ERROR: --set planner.K: key 'planner.K': expected at most cluster.gpus_per_node = 8"
+expect_rc 2 "missing file" -- "$bin" plan "$tmp/none.toml"
+expect_rc 2 "no subcommand" -- "$bin"
+expect_rc 2 "unknown subcommand" -- "$bin" frobnicate
+expect_rc 2 "schedule bad kind" -- "$bin" schedule --K 4 --M 8 --kind zigzag
+expect_text "schedule bad kind" "ERROR: --kind: expected"
+expect_rc 2 "schedule v with gpipe" -- "$bin" schedule --K 4 --M 8 --kind gpipe --v 2
+expect_text "schedule v with gpipe" "ERROR:"
+expect_rc 0 "help" -- "$bin" --help
+expect_rc 0 "plan help" -- "$bin" plan --help
+expect_text "plan help lists --set" "--set"
+expect_rc 0 "schedule help" -- "$bin" schedule --help
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,291 @@
+// Config loading: every shipped config loads; each class of bad input gives
+// one message naming file:line, the key, what was expected and what was found.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "planner/config.hpp"
+
+namespace {
+
+const std::string kBase = R"([cluster]
+nodes = 1
+gpus_per_node = 4
+
+[cluster.device]
+peak_flops_per_s = 50e9
+memory_bytes = 4294967296
+memory_bandwidth_bytes_per_s = 10e9
+
+[cluster.intra_node]
+bandwidth_bytes_per_s = 5e9
+latency_s = 20e-6
+
+[cluster.inter_node]
+bandwidth_bytes_per_s = 1e9
+latency_s = 50e-6
+
+[cluster.host]
+memory_bytes = 2147483648
+memory_bandwidth_bytes_per_s = 5e9
+disk_bandwidth_bytes_per_s = 500e6
+
+[model]
+family = "bert"
+num_hidden_layers = 4
+hidden_size = 64
+intermediate_size = 256
+num_attention_heads = 4
+seq_length = 32
+vocab_size = 1000
+num_labels = 2
+
+[data]
+name = "synthetic"
+num_train_samples = 4096
+num_test_samples = 512
+
+[training]
+epochs = 3
+batch_size = 32
+optimizer = "adam"
+lr = 1e-3
+seed = 7
+
+[planner]
+alpha = 0.25
+K = 4
+)";
+
+// Replace the first occurrence of `from` in the base config.
+std::string with(const std::string& from, const std::string& to, std::string text = kBase) {
+  const auto pos = text.find(from);
+  REQUIRE(pos != std::string::npos);
+  return text.replace(pos, from.size(), to);
+}
+
+int line_of(const std::string& text, const std::string& needle) {
+  const auto pos = text.find(needle);
+  REQUIRE(pos != std::string::npos);
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + pos, '\n'));
+}
+
+// Parses and returns the error message; fails the test if parsing succeeds.
+std::string error_of(const std::string& text, const ep::Overrides& overrides = {}) {
+  try {
+    (void)ep::parse_config(text, "test.toml", overrides);
+  } catch (const ep::Error& e) {
+    return e.what();
+  }
+  FAIL("expected a config error");
+  return {};
+}
+
+void check_names(const std::string& msg, int line, const std::string& key) {
+  INFO(msg);
+  CHECK(msg.rfind("test.toml:" + std::to_string(line) + ":", 0) == 0);
+  CHECK(msg.find("'" + key + "'") != std::string::npos);
+  CHECK(msg.find("expected") != std::string::npos);
+  CHECK(msg.find("found") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("the base config loads with documented defaults") {
+  const ep::Config c = ep::parse_config(kBase, "test.toml");
+  CHECK(c.model.family == ep::ModelFamily::Bert);
+  CHECK(c.model.max_position_embeddings == 32);  // defaults to seq_length
+  CHECK(c.planner.alpha == 0.25);
+  CHECK(c.planner.lambda_frozen == Approx(1.0 / 6));
+  CHECK(c.planner.K == 4);
+  CHECK(c.planner.chunk_search);
+  CHECK(c.training.checkpointing == ep::Checkpointing::ExceptLast);
+}
+
+TEST_CASE("every shipped config loads") {
+  const std::filesystem::path root(EP_SOURCE_DIR);
+  int count = 0;
+  for (const auto& dir : {root / "configs" / "paper", root / "configs" / "small"})
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      if (entry.path().extension() != ".toml") continue;
+      INFO(entry.path());
+      CHECK_NOTHROW(ep::load_config(entry.path().string()));
+      ++count;
+    }
+  CHECK(count >= 6);
+}
+
+TEST_CASE("paper configs describe the paper's cluster and workloads") {
+  const std::string dir = std::string(EP_SOURCE_DIR) + "/configs/paper/";
+  const ep::Config vit = ep::load_config(dir + "vit_imagenet.toml");
+  CHECK(vit.cluster.nodes == 2);
+  CHECK(vit.cluster.gpus_per_node == 8);
+  CHECK(vit.cluster.intra_node.bandwidth_bytes_per_s == Approx(15.754e9));
+  CHECK(vit.cluster.inter_node.bandwidth_bytes_per_s == Approx(56e9 / 8));
+  CHECK(vit.training.batch_size == 400);
+  CHECK(vit.training.epochs == 10);
+  CHECK(vit.data.num_train_samples == 1281167);
+  CHECK(ep::load_config(dir + "vit_cifar100.toml").training.batch_size == 320);
+  const ep::Config squad = ep::load_config(dir + "bert_large_squad.toml");
+  CHECK(squad.model.num_hidden_layers == 24);
+  CHECK(squad.training.batch_size == 64);
+  CHECK(squad.training.epochs == 3);
+}
+
+TEST_CASE("TOML syntax errors name file:line") {
+  const std::string text = with("alpha = 0.25", "alpha = = 0.25");
+  const std::string msg = error_of(text);
+  CHECK(msg.rfind("test.toml:" + std::to_string(line_of(text, "alpha = =")) + ":", 0) == 0);
+}
+
+TEST_CASE("an unknown key is rejected with its line") {
+  const std::string text = with("alpha = 0.25", "alpah = 0.25");
+  const std::string msg = error_of(text);
+  check_names(msg, line_of(text, "alpah"), "planner.alpah");
+  CHECK(msg.find("unknown key") != std::string::npos);
+}
+
+TEST_CASE("an unknown section is rejected") {
+  const std::string text = kBase + "\n[plannr]\nalpha = 0.2\n";
+  check_names(error_of(text), line_of(text, "[plannr]"), "plannr");
+}
+
+TEST_CASE("an unknown key in a nested table is rejected") {
+  const std::string text = with("latency_s = 20e-6", "latency_s = 20e-6\nlatency_ms = 1");
+  check_names(error_of(text), line_of(text, "latency_ms"), "cluster.intra_node.latency_ms");
+}
+
+TEST_CASE("a wrong type names what was expected and found") {
+  const std::string text = with("num_hidden_layers = 4", "num_hidden_layers = \"four\"");
+  const std::string msg = error_of(text);
+  check_names(msg, line_of(text, "num_hidden_layers"), "model.num_hidden_layers");
+  CHECK(msg.find("an integer") != std::string::npos);
+  CHECK(msg.find("\"four\"") != std::string::npos);
+}
+
+TEST_CASE("a float where an integer belongs is rejected, an integer where a float belongs is accepted") {
+  check_names(error_of(with("epochs = 3", "epochs = 3.5")), line_of(kBase, "epochs = 3"), "training.epochs");
+  CHECK(ep::parse_config(with("alpha = 0.25", "lambda_frozen = 0"), "test.toml").planner.lambda_frozen == 0);
+}
+
+TEST_CASE("out-of-range values are rejected") {
+  for (const auto& [from, to, key] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"alpha = 0.25", "alpha = 1.5", "planner.alpha"},
+           {"alpha = 0.25", "alpha = 0", "planner.alpha"},
+           {"alpha = 0.25", "lambda_frozen = -0.1", "planner.lambda_frozen"},
+           {"epochs = 3", "epochs = 0", "training.epochs"},
+           {"lr = 1e-3", "lr = -1", "training.lr"},
+           {"nodes = 1", "nodes = 0", "cluster.nodes"},
+           {"peak_flops_per_s = 50e9", "peak_flops_per_s = 0", "cluster.device.peak_flops_per_s"},
+           {"K = 4", "K = 3", "planner.K"},
+       }) {
+    const std::string text = with(from, to);
+    INFO(to);
+    check_names(error_of(text), line_of(text, to), key);
+  }
+}
+
+TEST_CASE("an unknown choice lists the valid ones") {
+  const std::string text = with("optimizer = \"adam\"", "optimizer = \"lamb\"");
+  const std::string msg = error_of(text);
+  check_names(msg, line_of(text, "lamb"), "training.optimizer");
+  CHECK(msg.find("sgd|adam|adamw") != std::string::npos);
+}
+
+TEST_CASE("inconsistent values are rejected") {
+  SECTION("more GPUs asked than a node has") {
+    const std::string text = with("K = 4", "K = 8");
+    const std::string msg = error_of(text);
+    check_names(msg, line_of(text, "K = 8"), "planner.K");
+    CHECK(msg.find("gpus_per_node = 4") != std::string::npos);
+  }
+  SECTION("batch smaller than the micro-batch count") {
+    const std::string text = with("K = 4", "K = 4\nchunk_search = false\nM = 64");
+    check_names(error_of(text), line_of(text, "batch_size"), "training.batch_size");
+  }
+  SECTION("batch smaller than the smallest searched micro-batch count") {
+    const std::string text = with("batch_size = 32", "batch_size = 2");
+    check_names(error_of(text), line_of(text, "batch_size"), "training.batch_size");
+  }
+  SECTION("heads must divide the hidden size") {
+    const std::string text = with("num_attention_heads = 4", "num_attention_heads = 5");
+    check_names(error_of(text), line_of(text, "num_attention_heads"), "model.num_attention_heads");
+  }
+  SECTION("a key of the other model family") {
+    const std::string text = with("seq_length = 32", "seq_length = 32\nimage_size = 224");
+    check_names(error_of(text), line_of(text, "image_size"), "model.image_size");
+  }
+  SECTION("virtual stages need a looping schedule") {
+    const std::string text = with("K = 4", "K = 4\nvirtual_stages = 2");
+    check_names(error_of(text), line_of(text, "virtual_stages"), "planner.virtual_stages");
+  }
+  SECTION("replay needs a recording") {
+    const std::string text = with("K = 4", "K = 4\nfreeze_policy = \"replay\"");
+    check_names(error_of(text), line_of(text, "freeze_policy"), "planner.freeze_policy");
+  }
+  SECTION("replay counts must be non-decreasing and leave layers active") {
+    const std::string text = with("K = 4", "K = 4\nfreeze_policy = \"replay\"\nreplay_frozen = [1, 3, 2]");
+    check_names(error_of(text), line_of(text, "replay_frozen"), "planner.replay_frozen");
+  }
+  SECTION("a fixed M together with chunk search") {
+    const std::string text = with("K = 4", "K = 4\nM = 8");
+    check_names(error_of(text), line_of(text, "M = 8"), "planner.M");
+  }
+}
+
+TEST_CASE("a missing required key points at its section") {
+  const std::string text = with("hidden_size = 64\n", "");
+  const std::string msg = error_of(text);
+  check_names(msg, line_of(text, "[model]"), "model.hidden_size");
+  CHECK(msg.find("required") != std::string::npos);
+}
+
+TEST_CASE("a missing section is named") {
+  const std::string text = with("[data]\nname = \"synthetic\"\nnum_train_samples = 4096\nnum_test_samples = 512\n", "");
+  const std::string msg = error_of(text);
+  CHECK(msg.find("'data'") != std::string::npos);
+}
+
+TEST_CASE("overrides (--set) reach any key, typed, and name themselves in errors") {
+  const ep::Config c = ep::parse_config(kBase, "test.toml",
+                                        {"planner.alpha=0.5", "planner.partitioner=optimal",
+                                         "training.epochs=7", "cluster.device.efficiency=0.3"});
+  CHECK(c.planner.alpha == 0.5);
+  CHECK(c.planner.partitioner == ep::PartitionerKind::Optimal);
+  CHECK(c.training.epochs == 7);
+  CHECK(c.cluster.device.efficiency == 0.3);
+
+  std::string msg = error_of(kBase, {"planner.alpha=2"});
+  CHECK(msg.rfind("--set planner.alpha: key 'planner.alpha'", 0) == 0);
+  msg = error_of(kBase, {"planner.alpah=0.2"});
+  CHECK(msg.find("planner.alpah") != std::string::npos);
+  CHECK(msg.find("unknown key") != std::string::npos);
+  msg = error_of(kBase, {"training.epochs=many"});
+  CHECK(msg.find("\"many\"") != std::string::npos);
+  msg = error_of(kBase, {"alpha"});
+  CHECK(msg.find("KEY=VALUE") != std::string::npos);
+  msg = error_of(kBase, {"training.epochs.x=1"});
+  CHECK(msg.find("not a table") != std::string::npos);
+}
+
+TEST_CASE("a missing file is a clear error") {
+  try {
+    (void)ep::load_config("/nonexistent/config.toml");
+    FAIL("expected an error");
+  } catch (const ep::Error& e) {
+    CHECK(std::string(e.what()).find("/nonexistent/config.toml") != std::string::npos);
+  }
+}
+
+TEST_CASE("enum names round-trip through to_string") {
+  for (const char* name : {"gpipe", "1f1b", "looping_bf", "looping_df"}) {
+    const ep::Config c = ep::parse_config(kBase, "t", {std::string("planner.schedule=") + name});
+    CHECK(ep::to_string(c.planner.schedule) == name);
+  }
+  for (const char* name : {"none", "paper", "memory"}) {
+    const ep::Config c = ep::parse_config(kBase, "t", {std::string("planner.compression=") + name});
+    CHECK(ep::to_string(c.planner.compression) == name);
+  }
+}

@@ -1,0 +1,224 @@
+// The run planner: deterministic, internally consistent plans over a whole
+// training run; chunk search, cache policy and the ablation switches.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "planner/run_plan.hpp"
+
+namespace {
+
+ep::Config paper(const std::string& name, const ep::Overrides& o = {}) {
+  return ep::load_config(std::string(EP_SOURCE_DIR) + "/configs/paper/" + name + ".toml", o);
+}
+
+ep::RunPlan plan(const ep::Config& c) {
+  const ep::AnalyticCostModel cost(c.cluster, c.training);
+  return ep::plan_run(c, cost);
+}
+
+const char* kPaperConfigs[] = {"vit_imagenet", "vit_cifar100", "bert_large_squad", "bert_base_sst2"};
+
+}  // namespace
+
+TEST_CASE("micro_batch_sizes splits evenly and exactly") {
+  std::mt19937 rng(3);
+  for (int i = 0; i < 500; ++i) {
+    const int M = 1 + rng() % 64;
+    const int batch = M + rng() % 500;
+    const auto sizes = ep::micro_batch_sizes(batch, M);
+    REQUIRE(static_cast<int>(sizes.size()) == M);
+    CHECK(std::accumulate(sizes.begin(), sizes.end(), 0) == batch);
+    const auto [lo, hi] = std::minmax_element(sizes.begin(), sizes.end());
+    CHECK(*hi - *lo <= 1);
+    CHECK(std::is_sorted(sizes.rbegin(), sizes.rend()));
+  }
+  CHECK_THROWS_AS(ep::micro_batch_sizes(3, 4), ep::Error);
+}
+
+TEST_CASE("the run plan is deterministic and consistent for every paper config and mode") {
+  for (const char* name : kPaperConfigs)
+    for (const char* compression : {"paper", "memory", "none"})
+      for (const char* partitioner : {"greedy", "optimal"}) {
+        const ep::Config c = paper(name, {std::string("planner.compression=") + compression,
+                                          std::string("planner.partitioner=") + partitioner});
+        INFO(name << " " << compression << " " << partitioner);
+        const ep::RunPlan a = plan(c), b = plan(c);
+        const ep::ModelSpec spec = ep::build_model_spec(c.model, c.training.precision);
+        CHECK(ep::to_json(a, spec) == ep::to_json(b, spec));
+        REQUIRE(!a.plans.empty());
+        CHECK(a.plans.front().first_epoch == 0);
+        CHECK(a.plans.back().end_epoch == c.training.epochs);
+        const int I = c.cluster.gpus_per_node;
+        for (std::size_t i = 0; i < a.plans.size(); ++i) {
+          const ep::Plan& p = a.plans[i];
+          CHECK(p.epochs() >= 1);
+          CHECK(p.partition.K() == p.K * p.v);
+          CHECK(p.partition.frozen_layers == p.frozen_layers);
+          CHECK(p.partition.bounds.back() == spec.num_sublayers());
+          CHECK(p.layout.K == p.K);
+          CHECK(p.layout.replicas == c.cluster.nodes * I / p.K);
+          CHECK(p.M >= p.K);
+          CHECK(p.M <= 6 * p.K);
+          CHECK(p.M <= c.training.batch_size);
+          CHECK(p.iteration_s > 0);
+          CHECK(p.bubble_fraction >= 0);
+          CHECK(p.bubble_fraction < 1);
+          CHECK(p.samples_per_s == Approx(p.layout.replicas * c.training.batch_size / p.iteration_s));
+          if (i == 0) continue;
+          const ep::Plan& prev = a.plans[i - 1];
+          CHECK(p.first_epoch == prev.end_epoch);
+          CHECK(p.frozen_layers >= prev.frozen_layers);  // bottom-up only
+          CHECK(p.K <= prev.K);                          // compression never grows K
+          // Without compression K only shrinks when too few sublayers remain.
+          if (std::string(compression) == "none")
+            for (const auto& a : p.compression.attempts) CHECK_FALSE(a.reason.empty());
+          // The processes a transition wakes are exactly the new ranks.
+          for (int r : p.woken_ranks) {
+            CHECK(std::count(p.layout.active_ranks.begin(), p.layout.active_ranks.end(), r) == 1);
+            CHECK(std::count(prev.layout.active_ranks.begin(), prev.layout.active_ranks.end(), r) == 0);
+          }
+          CHECK(p.woken_ranks.size() == p.layout.active_ranks.size() - prev.layout.active_ranks.size());
+        }
+        CHECK(a.predicted_total_s() > 0);
+      }
+}
+
+TEST_CASE("ViT-B/16 on ImageNet with the paper's settings compresses as the plan says") {
+  const ep::RunPlan r = plan(paper("vit_imagenet"));
+  REQUIRE(r.plans.size() == 10);
+  CHECK(r.freeze_from_alpha_bound);
+  // Eq. 1's bound alone with floor rounding, L = 12, alpha = 1/3.
+  const std::vector<int> frozen{0, 4, 6, 8, 9, 10, 10, 10, 10, 10};
+  for (std::size_t i = 0; i < frozen.size(); ++i) CHECK(r.plans[i].frozen_layers == frozen[i]);
+  // Every attempt says why K is what it is: accepted ones below M_GPU^(0),
+  // the last one of a step rejected (or K reached 1).
+  for (const ep::Plan& p : r.plans) {
+    for (const auto& a : p.compression.attempts) {
+      CHECK(a.to_K * 2 == a.from_K);
+      CHECK(a.limit == Approx(r.compression_limit));
+      CHECK(a.accepted == (a.m_gpu < a.limit));
+    }
+    if (!p.compression.attempts.empty() && p.K > 1) CHECK_FALSE(p.compression.attempts.back().accepted);
+  }
+  CHECK(r.plans.back().K < r.plans.front().K);
+  CHECK(r.plans.back().layout.replicas > r.plans.front().layout.replicas);
+}
+
+TEST_CASE("lambda_frozen charges the frozen model to stage 0 and can only slow compression") {
+  for (const char* name : kPaperConfigs) {
+    INFO(name);
+    const ep::RunPlan with = plan(paper(name));
+    const ep::RunPlan without = plan(paper(name, {"planner.lambda_frozen=0"}));
+    REQUIRE(with.plans.size() == without.plans.size());
+    for (std::size_t i = 0; i < with.plans.size(); ++i) CHECK(without.plans[i].K <= with.plans[i].K);
+  }
+}
+
+TEST_CASE("ablation switches: freeze only keeps the pipeline, AutoDP off keeps the replicas") {
+  const ep::Config base = paper("vit_imagenet", {"planner.lambda_frozen=0"});
+  const ep::RunPlan freeze_only = plan(paper("vit_imagenet", {"planner.autopipe=false", "planner.autodp=false"}));
+  const ep::RunPlan no_dp = plan(paper("vit_imagenet", {"planner.lambda_frozen=0", "planner.autodp=false"}));
+  const ep::RunPlan all = plan(base);
+  const ep::Partition& initial = freeze_only.plans.front().partition;
+  for (const ep::Plan& p : freeze_only.plans) {
+    CHECK(p.K == 8);
+    CHECK(p.partition.bounds == initial.bounds);  // frozen layers stay in place
+    CHECK_FALSE(p.cache.on);                      // nothing separate to cache
+    CHECK(p.layout.replicas == 2);
+  }
+  for (std::size_t i = 0; i < no_dp.plans.size(); ++i) {
+    CHECK(no_dp.plans[i].K == all.plans[i].K);
+    CHECK(no_dp.plans[i].layout.replicas == 2);
+    CHECK(no_dp.plans[i].layout.replicas <= all.plans[i].layout.replicas);
+  }
+  // Freezing alone already speeds up an iteration (no backward below the boundary).
+  CHECK(freeze_only.plans.back().iteration_s < freeze_only.plans.front().iteration_s);
+  CHECK(all.predicted_total_s() < freeze_only.predicted_total_s());
+}
+
+TEST_CASE("chunk search picks the fastest feasible M in [K, 6K] and memoises per K") {
+  const ep::Config c = paper("vit_imagenet");
+  const ep::RunPlan r = plan(c);
+  for (const ep::Plan& p : r.plans) {
+    if (p.chunk_table.empty()) continue;  // decided by an earlier plan with the same K
+    CHECK(p.chunk_table.front().M == p.K);
+    CHECK(p.chunk_table.back().M == std::min(6 * p.K, c.training.batch_size));
+    CHECK(static_cast<int>(p.chunk_table.size()) == p.chunk_table.back().M - p.K + 1);
+    for (const auto& cand : p.chunk_table)
+      if (cand.feasible) CHECK(cand.iteration_s >= p.chunk_table[p.M - p.K].iteration_s);
+  }
+  // One table per distinct K; later plans with that K reuse its M.
+  std::map<int, int> M_of_K;
+  for (const ep::Plan& p : r.plans) {
+    if (!M_of_K.count(p.K)) CHECK(!p.chunk_table.empty());
+    else CHECK(p.chunk_table.empty());
+    M_of_K.emplace(p.K, p.M);
+    CHECK(M_of_K[p.K] == p.M);
+  }
+}
+
+TEST_CASE("a fixed M is used as given") {
+  const ep::RunPlan r = plan(paper("vit_imagenet", {"planner.chunk_search=false", "planner.M=32"}));
+  for (const ep::Plan& p : r.plans) CHECK(p.M == 32);
+}
+
+TEST_CASE("the cache policy follows the predicted costs") {
+  const ep::Config c = paper("vit_imagenet");
+  const ep::AnalyticCostModel cost(c.cluster, c.training);
+  const ep::ModelSpec spec = ep::build_model_spec(c.model, c.training.precision);
+  CHECK_FALSE(ep::decide_cache(c, spec, cost, 0, 400).on);
+  for (int f = 1; f < 12; ++f) {
+    const ep::CacheDecision d = ep::decide_cache(c, spec, cost, f, 400);
+    CHECK(d.on == (d.read_s < d.frozen_forward_s));
+    // ImageNet's boundary activations (197 x 768 fp32 per image) outgrow 256 GiB per node.
+    CHECK(d.tier == ep::CacheTier::Disk);
+    CHECK(d.bytes_per_node == Approx(640584.0 * 197 * 768 * 4));
+  }
+  // A slow enough disk makes recomputing one frozen layer the better deal.
+  const ep::Config slow = paper("vit_imagenet", {"cluster.host.disk_bandwidth_bytes_per_s=1e8"});
+  const ep::AnalyticCostModel slow_cost(slow.cluster, slow.training);
+  CHECK_FALSE(ep::decide_cache(slow, spec, slow_cost, 1, 400).on);
+  CHECK(ep::decide_cache(paper("vit_imagenet", {"planner.cache=off"}), spec, cost, 4, 400).on == false);
+  CHECK(ep::decide_cache(paper("vit_imagenet", {"planner.cache=on",
+                                                "cluster.host.disk_bandwidth_bytes_per_s=1e8"}),
+                         spec, slow_cost, 1, 400).on);
+}
+
+TEST_CASE("the JSON form carries every plan field under a versioned schema") {
+  const ep::Config c = paper("bert_base_sst2");
+  const ep::ModelSpec spec = ep::build_model_spec(c.model, c.training.precision);
+  const ep::RunPlan r = plan(c);
+  const nlohmann::json j = ep::to_json(r, spec);
+  CHECK(j["schema"] == "elasticpipe.plan/1");
+  REQUIRE(j["plans"].size() == r.plans.size());
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    const auto& jp = j["plans"][i];
+    CHECK(jp["K"] == r.plans[i].K);
+    CHECK(jp["M"] == r.plans[i].M);
+    CHECK(jp["replicas"] == r.plans[i].layout.replicas);
+    CHECK(jp["stages"].size() == static_cast<std::size_t>(r.plans[i].partition.K()));
+    CHECK(jp["frozen_layers"] == r.plans[i].frozen_layers);
+  }
+}
+
+TEST_CASE("the predicted iteration of a schedule is its simulated makespan") {
+  const ep::Config c = paper("bert_base_sst2");
+  const ep::AnalyticCostModel cost(c.cluster, c.training);
+  const ep::PlanContext ctx(c, cost);
+  ep::IterationSetup s{ep::plan_partition(ctx, 0, 8, false), 8, 1, 16, 2, true, false, ep::CacheTier::HostMemory};
+  const ep::Schedule sched = ep::build_schedule(ep::schedule_options(ctx, s));
+  REQUIRE_NOTHROW(ep::check_schedule(sched));
+  const ep::Timeline t = ep::predict_iteration(ctx, s);
+  CHECK(t.makespan == ep::simulate(sched, ep::action_durations(ctx, s)).makespan);
+  // No faster than the slowest stage's compute for all micro-batches.
+  const auto durations = ep::action_durations(ctx, s);
+  for (const auto& device : sched.devices) {
+    double busy = 0;
+    for (const auto& a : device)
+      if (a.kind == ep::ActionKind::Forward || a.kind == ep::ActionKind::Backward) busy += durations(a);
+    CHECK(t.makespan >= busy);
+  }
+}

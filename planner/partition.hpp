@@ -32,6 +32,8 @@ struct Partition {
   std::vector<int> bounds;  // size K+1; bounds.front() == frozen_end, bounds.back() == #sublayers
 
   [[nodiscard]] int K() const { return static_cast<int>(bounds.size()) - 1; }
+  // The stage running `sublayer`; -1 for a sublayer of F_frozen (which runs
+  // on stage 0's device, outside the pipeline).
   [[nodiscard]] int stage_of(int sublayer) const;
   friend bool operator==(const Partition&, const Partition&) = default;
 };

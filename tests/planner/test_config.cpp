@@ -7,6 +7,7 @@
 #include <string>
 
 #include "planner/config.hpp"
+#include "tests/planner/support.hpp"
 
 namespace {
 
@@ -118,8 +119,7 @@ TEST_CASE("every shipped config loads") {
 }
 
 TEST_CASE("paper configs describe the paper's cluster and workloads") {
-  const std::string dir = std::string(EP_SOURCE_DIR) + "/configs/paper/";
-  const ep::Config vit = ep::load_config(dir + "vit_imagenet.toml");
+  const ep::Config vit = ep::test::paper_config("vit_imagenet");
   CHECK(vit.cluster.nodes == 2);
   CHECK(vit.cluster.gpus_per_node == 8);
   CHECK(vit.cluster.intra_node.bandwidth_bytes_per_s == Approx(15.754e9));
@@ -127,8 +127,8 @@ TEST_CASE("paper configs describe the paper's cluster and workloads") {
   CHECK(vit.training.batch_size == 400);
   CHECK(vit.training.epochs == 10);
   CHECK(vit.data.num_train_samples == 1281167);
-  CHECK(ep::load_config(dir + "vit_cifar100.toml").training.batch_size == 320);
-  const ep::Config squad = ep::load_config(dir + "bert_large_squad.toml");
+  CHECK(ep::test::paper_config("vit_cifar100").training.batch_size == 320);
+  const ep::Config squad = ep::test::paper_config("bert_large_squad");
   CHECK(squad.model.num_hidden_layers == 24);
   CHECK(squad.training.batch_size == 64);
   CHECK(squad.training.epochs == 3);

@@ -1,23 +1,13 @@
 #include <catch2/catch.hpp>
 
 #include "planner/memory.hpp"
+#include "tests/planner/support.hpp"
 
 using namespace ep;
 
 namespace {
 
-ModelSpec vit_b16(Precision p = Precision::FP32) {
-  ModelConfig m;
-  m.family = ModelFamily::ViT;
-  m.num_hidden_layers = 12;
-  m.hidden_size = 768;
-  m.intermediate_size = 3072;
-  m.num_attention_heads = 12;
-  m.num_labels = 1000;
-  m.image_size = 224;
-  m.patch_size = 16;
-  return build_model_spec(m, p);
-}
+ModelSpec vit_b16(Precision p = Precision::FP32) { return build_model_spec(test::vit_b16(), p); }
 
 TrainingConfig training(Optimizer o, double momentum, Checkpointing c) {
   TrainingConfig t;

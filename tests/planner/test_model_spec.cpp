@@ -3,39 +3,14 @@
 #include <random>
 
 #include "planner/model_spec.hpp"
+#include "tests/planner/support.hpp"
 
 using namespace ep;
+using namespace ep::test;
 
 namespace {
 
-ModelConfig vit_b16() {
-  ModelConfig m;
-  m.family = ModelFamily::ViT;
-  m.num_hidden_layers = 12;
-  m.hidden_size = 768;
-  m.intermediate_size = 3072;
-  m.num_attention_heads = 12;
-  m.num_labels = 1000;
-  m.image_size = 224;
-  m.patch_size = 16;
-  m.num_channels = 3;
-  return m;
-}
 
-ModelConfig bert(int layers, int hidden, int intermediate, int heads) {
-  ModelConfig m;
-  m.family = ModelFamily::Bert;
-  m.num_hidden_layers = layers;
-  m.hidden_size = hidden;
-  m.intermediate_size = intermediate;
-  m.num_attention_heads = heads;
-  m.num_labels = 2;
-  m.seq_length = 128;
-  m.vocab_size = 30522;
-  m.max_position_embeddings = 512;
-  m.type_vocab_size = 2;
-  return m;
-}
 
 double forward_flops(const ModelSpec& spec) {
   double sum = 0;

@@ -7,12 +7,12 @@
 #include <string>
 
 #include "planner/run_plan.hpp"
+#include "tests/planner/support.hpp"
 
 namespace {
 
-ep::Config paper(const std::string& name, const ep::Overrides& o = {}) {
-  return ep::load_config(std::string(EP_SOURCE_DIR) + "/configs/paper/" + name + ".toml", o);
-}
+using ep::test::paper_config;
+
 
 ep::RunPlan plan(const ep::Config& c) {
   const ep::AnalyticCostModel cost(c.cluster, c.training);
@@ -42,7 +42,7 @@ TEST_CASE("the run plan is deterministic and consistent for every paper config a
   for (const char* name : kPaperConfigs)
     for (const char* compression : {"paper", "memory", "none"})
       for (const char* partitioner : {"greedy", "optimal"}) {
-        const ep::Config c = paper(name, {std::string("planner.compression=") + compression,
+        const ep::Config c = paper_config(name, {std::string("planner.compression=") + compression,
                                           std::string("planner.partitioner=") + partitioner});
         INFO(name << " " << compression << " " << partitioner);
         const ep::RunPlan a = plan(c), b = plan(c);
@@ -87,7 +87,7 @@ TEST_CASE("the run plan is deterministic and consistent for every paper config a
 }
 
 TEST_CASE("ViT-B/16 on ImageNet with the paper's settings compresses as the plan says") {
-  const ep::RunPlan r = plan(paper("vit_imagenet"));
+  const ep::RunPlan r = plan(paper_config("vit_imagenet"));
   REQUIRE(r.plans.size() == 10);
   CHECK(r.freeze_from_alpha_bound);
   // Eq. 1's bound alone with floor rounding, L = 12, alpha = 1/3.
@@ -110,17 +110,17 @@ TEST_CASE("ViT-B/16 on ImageNet with the paper's settings compresses as the plan
 TEST_CASE("lambda_frozen charges the frozen model to stage 0 and can only slow compression") {
   for (const char* name : kPaperConfigs) {
     INFO(name);
-    const ep::RunPlan with = plan(paper(name));
-    const ep::RunPlan without = plan(paper(name, {"planner.lambda_frozen=0"}));
+    const ep::RunPlan with = plan(paper_config(name));
+    const ep::RunPlan without = plan(paper_config(name, {"planner.lambda_frozen=0"}));
     REQUIRE(with.plans.size() == without.plans.size());
     for (std::size_t i = 0; i < with.plans.size(); ++i) CHECK(without.plans[i].K <= with.plans[i].K);
   }
 }
 
 TEST_CASE("ablation switches: freeze only keeps the pipeline, AutoDP off keeps the replicas") {
-  const ep::Config base = paper("vit_imagenet", {"planner.lambda_frozen=0"});
-  const ep::RunPlan freeze_only = plan(paper("vit_imagenet", {"planner.autopipe=false", "planner.autodp=false"}));
-  const ep::RunPlan no_dp = plan(paper("vit_imagenet", {"planner.lambda_frozen=0", "planner.autodp=false"}));
+  const ep::Config base = paper_config("vit_imagenet", {"planner.lambda_frozen=0"});
+  const ep::RunPlan freeze_only = plan(paper_config("vit_imagenet", {"planner.autopipe=false", "planner.autodp=false"}));
+  const ep::RunPlan no_dp = plan(paper_config("vit_imagenet", {"planner.lambda_frozen=0", "planner.autodp=false"}));
   const ep::RunPlan all = plan(base);
   const ep::Partition& initial = freeze_only.plans.front().partition;
   for (const ep::Plan& p : freeze_only.plans) {
@@ -140,7 +140,7 @@ TEST_CASE("ablation switches: freeze only keeps the pipeline, AutoDP off keeps t
 }
 
 TEST_CASE("chunk search picks the fastest feasible M in [K, 6K] and memoises per K") {
-  const ep::Config c = paper("vit_imagenet");
+  const ep::Config c = paper_config("vit_imagenet");
   const ep::RunPlan r = plan(c);
   for (const ep::Plan& p : r.plans) {
     if (p.chunk_table.empty()) continue;  // decided by an earlier plan with the same K
@@ -161,12 +161,12 @@ TEST_CASE("chunk search picks the fastest feasible M in [K, 6K] and memoises per
 }
 
 TEST_CASE("a fixed M is used as given") {
-  const ep::RunPlan r = plan(paper("vit_imagenet", {"planner.chunk_search=false", "planner.M=32"}));
+  const ep::RunPlan r = plan(paper_config("vit_imagenet", {"planner.chunk_search=false", "planner.M=32"}));
   for (const ep::Plan& p : r.plans) CHECK(p.M == 32);
 }
 
 TEST_CASE("the cache policy follows the predicted costs") {
-  const ep::Config c = paper("vit_imagenet");
+  const ep::Config c = paper_config("vit_imagenet");
   const ep::AnalyticCostModel cost(c.cluster, c.training);
   const ep::ModelSpec spec = ep::build_model_spec(c.model, c.training.precision);
   CHECK_FALSE(ep::decide_cache(c, spec, cost, 0, 400).on);
@@ -178,17 +178,17 @@ TEST_CASE("the cache policy follows the predicted costs") {
     CHECK(d.bytes_per_node == Approx(640584.0 * 197 * 768 * 4));
   }
   // A slow enough disk makes recomputing one frozen layer the better deal.
-  const ep::Config slow = paper("vit_imagenet", {"cluster.host.disk_bandwidth_bytes_per_s=1e8"});
+  const ep::Config slow = paper_config("vit_imagenet", {"cluster.host.disk_bandwidth_bytes_per_s=1e8"});
   const ep::AnalyticCostModel slow_cost(slow.cluster, slow.training);
   CHECK_FALSE(ep::decide_cache(slow, spec, slow_cost, 1, 400).on);
-  CHECK(ep::decide_cache(paper("vit_imagenet", {"planner.cache=off"}), spec, cost, 4, 400).on == false);
-  CHECK(ep::decide_cache(paper("vit_imagenet", {"planner.cache=on",
+  CHECK(ep::decide_cache(paper_config("vit_imagenet", {"planner.cache=off"}), spec, cost, 4, 400).on == false);
+  CHECK(ep::decide_cache(paper_config("vit_imagenet", {"planner.cache=on",
                                                 "cluster.host.disk_bandwidth_bytes_per_s=1e8"}),
                          spec, slow_cost, 1, 400).on);
 }
 
 TEST_CASE("the JSON form carries every plan field under a versioned schema") {
-  const ep::Config c = paper("bert_base_sst2");
+  const ep::Config c = paper_config("bert_base_sst2");
   const ep::ModelSpec spec = ep::build_model_spec(c.model, c.training.precision);
   const ep::RunPlan r = plan(c);
   const nlohmann::json j = ep::to_json(r, spec);
@@ -205,7 +205,7 @@ TEST_CASE("the JSON form carries every plan field under a versioned schema") {
 }
 
 TEST_CASE("the predicted iteration of a schedule is its simulated makespan") {
-  const ep::Config c = paper("bert_base_sst2");
+  const ep::Config c = paper_config("bert_base_sst2");
   const ep::AnalyticCostModel cost(c.cluster, c.training);
   const ep::PlanContext ctx(c, cost);
   ep::IterationSetup s{ep::plan_partition(ctx, 0, 8, false), 8, 1, 16, 2, true, false, ep::CacheTier::HostMemory};

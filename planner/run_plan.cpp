@@ -72,6 +72,8 @@ RunPlan plan_run(const Config& c, const CostModel& cost) {
     plan.fits_memory = plan.max_device_memory_bytes <= c.cluster.device.memory_bytes;
     plan.iterations_per_epoch =
         iterations_in_epoch(sampler, 0, plan.layout.pipelines_per_node, c.training.batch_size);
+    plan.padding_slots_per_epoch =
+        padding_slots(sampler, plan.layout.pipelines_per_node, c.training.batch_size);
     plan.samples_per_s = plan.layout.replicas * static_cast<double>(c.training.batch_size) / plan.iteration_s;
     run.plans.push_back(std::move(plan));
   }
@@ -152,6 +154,9 @@ std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
   }
   os << "\npartitions ([frozen prefix] stage | stage ...):\n";
   for (const Plan& p : r.plans) os << "  T=" << p.freeze_step << "  " << describe(p.partition, spec) << "\n";
+  os << "\nsampler: " << first.layout.nodes << " node shard(s); masked padding slots per epoch:";
+  for (const Plan& p : r.plans) os << " T=" << p.freeze_step << ":" << p.padding_slots_per_epoch;
+  os << "\n";
   os << "\ncache decisions:\n";
   for (const Plan& p : r.plans)
     os << "  T=" << p.freeze_step << "  " << (p.cache.on ? "on" : "off") << ": " << p.cache.reason << "\n";
@@ -212,6 +217,7 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
                                 {"bytes_per_node", p.cache.bytes_per_node}, {"read_s", p.cache.read_s},
                                 {"frozen_forward_s", p.cache.frozen_forward_s}, {"reason", p.cache.reason}}},
                      {"iterations_per_epoch", p.iterations_per_epoch},
+                     {"padding_slots_per_epoch", p.padding_slots_per_epoch},
                      {"iteration_s", p.iteration_s},
                      {"bubble_fraction", p.bubble_fraction},
                      {"samples_per_s", p.samples_per_s},

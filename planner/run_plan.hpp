@@ -34,6 +34,7 @@ struct Plan {
   std::vector<int> woken_ranks;  // processes a transition into this plan starts
   CacheDecision cache;
   std::int64_t iterations_per_epoch = 0;
+  std::int64_t padding_slots_per_epoch = 0;  // masked sampler slots, all nodes (autodp.hpp)
   double iteration_s = 0;      // predicted by the cost model
   double bubble_fraction = 0;  // predicted
   double samples_per_s = 0;    // all replicas, predicted

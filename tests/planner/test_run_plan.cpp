@@ -66,6 +66,9 @@ TEST_CASE("the run plan is deterministic and consistent for every paper config a
           CHECK(p.iteration_s > 0);
           CHECK(p.bubble_fraction >= 0);
           CHECK(p.bubble_fraction < 1);
+          // Every sample once per epoch: the slots are the samples plus the padding.
+          CHECK(p.iterations_per_epoch * p.layout.replicas * c.training.batch_size ==
+                c.data.num_train_samples + p.padding_slots_per_epoch);
           CHECK(p.samples_per_s == Approx(p.layout.replicas * c.training.batch_size / p.iteration_s));
           if (i == 0) continue;
           const ep::Plan& prev = a.plans[i - 1];

@@ -93,6 +93,12 @@ std::string measure(const RunPlan& r, double v) {
                                                   : fmt("%.2f M params", v);
 }
 
+// Paper mode accepts strictly below M_GPU^(0); memory mode up to the device.
+const char* comparison(CompressionKind kind, bool accepted) {
+  if (kind == CompressionKind::Memory) return accepted ? " <= " : " > ";
+  return accepted ? " < " : " >= ";
+}
+
 std::string epochs_text(const Plan& p) {
   return p.epochs() == 1 ? std::to_string(p.first_epoch)
                          : std::to_string(p.first_epoch) + "-" + std::to_string(p.end_epoch - 1);
@@ -144,8 +150,7 @@ std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
       if (!a.reason.empty())
         os << a.reason;
       else
-        os << "M_GPU = " << measure(r, a.m_gpu) << (a.accepted ? (r.compression == CompressionKind::Memory ? " <= " : " < ") : (r.compression == CompressionKind::Memory ? " > " : " >= "))
-           << measure(r, a.limit);
+        os << "M_GPU = " << measure(r, a.m_gpu) << comparison(r.compression, a.accepted) << measure(r, a.limit);
       os << (a.accepted ? "  accepted\n" : "  rejected, K stays " + std::to_string(a.from_K) + "\n");
     }
     if (!p.fits_memory)

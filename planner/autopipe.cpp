@@ -117,6 +117,17 @@ CompressionResult compress(const PlanContext& ctx, int frozen_layers, int K, boo
   return r;
 }
 
+namespace {
+
+SublayerRange stage_range(const Partition& p, int s) { return {p.bounds[s], p.bounds[s + 1]}; }
+
+// The frozen layers whose output the cache entries of a fill epoch hold.
+SublayerRange cached_prefix(const IterationSetup& s) {
+  return ModelSpec::frozen_prefix(std::max(0, s.cache_valid_layers));
+}
+
+}  // namespace
+
 ScheduleOptions schedule_options(const PlanContext& ctx, const IterationSetup& s) {
   ScheduleOptions o;
   o.kind = ctx.config.planner.schedule;
@@ -131,29 +142,41 @@ ScheduleOptions schedule_options(const PlanContext& ctx, const IterationSetup& s
       o.buckets_per_stage.push_back(static_cast<int>(std::ceil(grad_bytes / bucket)));
     }
   }
-  if (s.partition.bounds[0] > 0)
-    o.frozen_input = s.cache_on ? FrozenInput::CacheRead : FrozenInput::Forward;
+  if (s.partition.bounds[0] > 0) {
+    if (!s.cache_on) o.frozen_input = FrozenInput::Forward;
+    else if (s.cache_valid_layers < 0) o.frozen_input = FrozenInput::CacheRead;
+    else if (s.cache_valid_layers == 0) o.frozen_input = FrozenInput::ForwardAndCacheWrite;
+    else o.frozen_input = FrozenInput::Advance;
+  }
   return o;
 }
 
-DurationFn action_durations(const PlanContext& ctx, const IterationSetup& s) {
+IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) {
   const auto& spec = ctx.spec;
   const auto& cost = ctx.cost;
   const Partition& p = s.partition;
   const int stages = p.K();
   const auto sizes = micro_batch_sizes(ctx.config.training.batch_size, s.M);
   const auto ckpt = ctx.config.training.checkpointing;
-  // Precomputed per (stage, micro-batch): the returned function is called
-  // once per action by simulate().
-  std::vector<std::vector<double>> fwd(stages, std::vector<double>(s.M)), bwd = fwd, act = fwd;
-  std::vector<double> frozen(s.M), cache_read(s.M), cache_write(s.M), ar(stages, 0), opt(stages);
+  const auto out_bytes = [&](int sublayer) { return spec.sublayers[sublayer].out_activation_bytes_per_sample; };
+  // F_frozen as this iteration runs it: whole, or only the newly frozen
+  // layers when advancing stale cache entries; the cache holds the output
+  // of the boundary it reads (`read_at`) or writes (`write_at`).
   const SublayerRange prefix{0, p.bounds[0]};
-  const double prefix_out = prefix.empty() ? 0 : spec.sublayers[prefix.last - 1].out_activation_bytes_per_sample;
+  const bool advance = s.cache_on && s.cache_valid_layers > 0;
+  const SublayerRange frozen_run = advance ? SublayerRange{cached_prefix(s).last, prefix.last} : prefix;
+  const double read_at = prefix.empty() ? 0 : out_bytes((advance ? cached_prefix(s).last : prefix.last) - 1);
+  const double write_at = prefix.empty() ? 0 : out_bytes(prefix.last - 1);
+  // Precomputed per (stage, micro-batch): the functions are called once per action.
+  std::vector<std::vector<double>> fwd(stages, std::vector<double>(s.M)), bwd = fwd, act = fwd, act_bytes = fwd;
+  std::vector<double> frozen(s.M), cache_read(s.M), cache_write(s.M), read_bytes(s.M), write_bytes(s.M);
   for (int m = 0; m < s.M; ++m) {
     const int b = sizes[m];
-    frozen[m] = stage_frozen_forward_s(cost, spec, prefix, b);
-    cache_read[m] = cost.cache_read_s(b * prefix_out, s.cache_tier);
-    cache_write[m] = cost.cache_write_s(b * prefix_out, s.cache_tier);
+    frozen[m] = stage_frozen_forward_s(cost, spec, frozen_run, b);
+    read_bytes[m] = b * read_at;
+    write_bytes[m] = b * write_at;
+    cache_read[m] = cost.cache_read_s(read_bytes[m], s.cache_tier);
+    cache_write[m] = cost.cache_write_s(write_bytes[m], s.cache_tier);
     for (int st = 0; st < stages; ++st) {
       const SublayerRange a = active_range(p, st);
       const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : hosted_frozen_range(p, st);
@@ -161,29 +184,35 @@ DurationFn action_durations(const PlanContext& ctx, const IterationSetup& s) {
       fwd[st][m] = f_active + stage_frozen_forward_s(cost, spec, in_place, b);
       const bool recompute = ckpt == Checkpointing::Always || (ckpt == Checkpointing::ExceptLast && m < s.M - 1);
       bwd[st][m] = stage_backward_s(cost, spec, a, b) + (recompute ? f_active : 0.0);
-      act[st][m] = cost.p2p_s(b * spec.sublayers[p.bounds[st + 1] - 1].out_activation_bytes_per_sample,
-                              LinkKind::IntraNode);
+      act_bytes[st][m] = b * out_bytes(stage_range(p, st).last - 1);
+      act[st][m] = cost.p2p_s(act_bytes[st][m], LinkKind::IntraNode);
     }
   }
   const ScheduleOptions o = schedule_options(ctx, s);
   const LinkKind dp_link = s.replicas_span_nodes ? LinkKind::InterNode : LinkKind::IntraNode;
+  std::vector<double> ar(stages, 0), ar_bytes(stages, 0), opt(stages);
   for (int st = 0; st < stages; ++st) {
     const double params = spec.params(active_range(p, st));
     opt[st] = params > 0 ? cost.optimizer_step_s(params) : 0.0;
-    if (!o.buckets_per_stage.empty() && o.buckets_per_stage[st] > 0)
-      ar[st] = cost.allreduce_s(4.0 * params / o.buckets_per_stage[st], s.replicas, dp_link);
+    if (!o.buckets_per_stage.empty() && o.buckets_per_stage[st] > 0) {
+      ar_bytes[st] = 4.0 * params / o.buckets_per_stage[st];
+      ar[st] = cost.allreduce_s(ar_bytes[st], s.replicas, dp_link);
+    }
   }
   // A stage with nothing to train has no backward, and nothing needs the
   // gradient of the first trained sublayer's input.
   std::vector<bool> trains(stages);
   for (int st = 0; st < stages; ++st) trains[st] = !active_range(p, st).empty();
-  return [=](const Action& a) -> double {
+  const auto grad_needed = [trains](int st) { return trains[st] && st > 0 && trains[st - 1]; };
+
+  IterationCosts c;
+  c.duration = [=](const Action& a) -> double {
     const int st = a.stage, m = a.microbatch;
     switch (a.kind) {
       case ActionKind::Forward: return fwd[st][m];
       case ActionKind::Backward: return trains[st] ? bwd[st][m] : 0.0;
       case ActionKind::RecvAct: return act[st - 1][m];
-      case ActionKind::RecvGrad: return trains[st] && st > 0 && trains[st - 1] ? act[st - 1][m] : 0.0;
+      case ActionKind::RecvGrad: return grad_needed(st + 1) ? act[st][m] : 0.0;
       case ActionKind::SendAct:
       case ActionKind::SendGrad: return 0.0;  // asynchronous; the receiver pays the transfer
       case ActionKind::AllReduce: return ar[st];
@@ -194,10 +223,33 @@ DurationFn action_durations(const PlanContext& ctx, const IterationSetup& s) {
     }
     return 0.0;
   };
+  // SendAct(s)/RecvAct(s+1) carry stage s's output; SendGrad(s+1)/RecvGrad(s)
+  // carry the gradient of that same tensor.
+  c.bytes = [=](const Action& a) -> double {
+    const int st = a.stage, m = a.microbatch;
+    switch (a.kind) {
+      case ActionKind::SendAct: return act_bytes[st][m];
+      case ActionKind::RecvAct: return act_bytes[st - 1][m];
+      case ActionKind::SendGrad: return grad_needed(st) ? act_bytes[st - 1][m] : 0.0;
+      case ActionKind::RecvGrad: return grad_needed(st + 1) ? act_bytes[st][m] : 0.0;
+      case ActionKind::AllReduce: return ar_bytes[st];
+      case ActionKind::CacheRead: return read_bytes[m];
+      case ActionKind::CacheWrite: return write_bytes[m];
+      default: return 0.0;
+    }
+  };
+  return c;
 }
 
 Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
-  return simulate(build_schedule(schedule_options(ctx, s)), action_durations(ctx, s));
+  return simulate(build_schedule(schedule_options(ctx, s)), iteration_costs(ctx, s).duration);
+}
+
+IterationPredictor analytic_predictor(const PlanContext& ctx) {
+  return [&ctx](const IterationSetup& s) {
+    const Timeline t = predict_iteration(ctx, s);
+    return IterationPrediction{t.makespan, t.bubble_fraction()};
+  };
 }
 
 const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup) {
@@ -220,9 +272,9 @@ const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup) {
     cand.M = M;
     cand.memory_bytes = max_device_memory(ctx_.spec, c.training, s.partition, s.K, M);
     cand.feasible = cand.memory_bytes <= c.cluster.device.memory_bytes;
-    const Timeline t = predict_iteration(ctx_, s);
-    cand.iteration_s = t.makespan;
-    cand.bubble_fraction = t.bubble_fraction();
+    const IterationPrediction t = predict_(s);
+    cand.iteration_s = t.iteration_s;
+    cand.bubble_fraction = t.bubble_fraction;
     choice.table.push_back(cand);
   }
   // The fastest M that fits; if none fits, the least memory (the plan then

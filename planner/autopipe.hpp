@@ -2,6 +2,7 @@
 // chunk search over M, both driven by a CostModel and a memory measure.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -80,11 +81,36 @@ struct IterationSetup {
   bool replicas_span_nodes = false;
   bool cache_on = false;
   CacheTier cache_tier = CacheTier::HostMemory;
+  // -1: steady state (with the cache on, every micro-batch reads it). >= 0:
+  // an epoch that fills the cache, whose entries hold the output of this
+  // many frozen layers: 0 computes F_frozen and writes (FZ, CW); more reads
+  // each stale entry, runs it through the newly frozen layers only, and
+  // writes it back (CR, FZ, CW), so no sample passes a frozen layer twice.
+  int cache_valid_layers = -1;
 };
 [[nodiscard]] ScheduleOptions schedule_options(const PlanContext&, const IterationSetup&);
-// The duration of every action of the schedule under the cost model.
-[[nodiscard]] DurationFn action_durations(const PlanContext&, const IterationSetup&);
+
+// What each action of the iteration's schedule costs under the cost model:
+// its duration (every kind) and the bytes it moves (transfers, all-reduce
+// buckets, cache reads and writes; 0 for compute). Back ends that model
+// transfers themselves (the simulator) take the bytes; the others the time.
+struct IterationCosts {
+  DurationFn duration;
+  std::function<double(const Action&)> bytes;
+};
+[[nodiscard]] IterationCosts iteration_costs(const PlanContext&, const IterationSetup&);
 [[nodiscard]] Timeline predict_iteration(const PlanContext&, const IterationSetup&);
+
+// Chunk search and the run planner ask a predictor how long an iteration
+// takes; the default is predict_iteration (the cost model on the schedule's
+// dependency graph); the simulator supplies SimGrid's answer instead. The
+// decision (which M) stays in the planner.
+struct IterationPrediction {
+  double iteration_s = 0;
+  double bubble_fraction = 0;
+};
+using IterationPredictor = std::function<IterationPrediction(const IterationSetup&)>;
+[[nodiscard]] IterationPredictor analytic_predictor(const PlanContext&);
 
 struct ChunkCandidate {
   int M = 0;
@@ -108,11 +134,13 @@ struct ChunkChoice {
 // fits.
 class ChunkSearch {
  public:
-  explicit ChunkSearch(const PlanContext& ctx) : ctx_(ctx) {}
+  ChunkSearch(const PlanContext& ctx, IterationPredictor predict)
+      : ctx_(ctx), predict_(std::move(predict)) {}
   const ChunkChoice& choose(const IterationSetup& setup);
 
  private:
   const PlanContext& ctx_;
+  IterationPredictor predict_;
   std::map<std::pair<int, int>, ChunkChoice> memo_;
 };
 

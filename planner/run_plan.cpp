@@ -11,12 +11,23 @@ namespace ep {
 
 double RunPlan::predicted_total_s() const {
   double total = 0;
-  for (const Plan& p : plans) total += p.epochs() * p.iterations_per_epoch * p.iteration_s;
+  for (const Plan& p : plans) {
+    const int fill = p.cache_fill_from >= 0 ? 1 : 0;
+    total += p.iterations_per_epoch * ((p.epochs() - fill) * p.iteration_s + fill * p.fill_iteration_s);
+  }
   return total;
 }
 
-RunPlan plan_run(const Config& c, const CostModel& cost) {
+IterationSetup iteration_setup(const Config& c, const Plan& p, bool fill) {
+  IterationSetup s{p.partition, p.K, p.v, p.M, p.layout.replicas, c.cluster.nodes > 1,
+                   p.cache.on, p.cache.tier, -1};
+  if (fill && p.cache_fill_from >= 0) s.cache_valid_layers = p.cache_fill_from;
+  return s;
+}
+
+RunPlan plan_run(const Config& c, const CostModel& cost, const IterationPredictor& predictor) {
   const PlanContext ctx(c, cost);
+  const IterationPredictor predict = predictor ? predictor : analytic_predictor(ctx);
   const auto& pc = c.planner;
   RunPlan run;
   run.config_source = c.source;
@@ -33,7 +44,8 @@ RunPlan plan_run(const Config& c, const CostModel& cost) {
   run.freeze_from_alpha_bound = freeze.used_alpha_bound;
 
   const SamplerSpec sampler{c.data.num_train_samples, c.cluster.nodes, c.training.seed};
-  ChunkSearch search(ctx);
+  ChunkSearch search(ctx, predict);
+  int cached_layers = 0;  // depth the cache entries hold (entries outlive a plan without cache)
   int K = pc.K;
   for (int T = 0; T <= steps; ++T) {
     Plan plan;
@@ -57,17 +69,23 @@ RunPlan plan_run(const Config& c, const CostModel& cost) {
     if (T > 0) plan.woken_ranks = plan.layout.newly_active(run.plans.back().layout);
     plan.stage_loads = stage_loads_paper(ctx.spec, plan.partition, pc.lambda_frozen);
 
+    if (plan.cache.on) {
+      const bool valid = !run.plans.empty() && run.plans.back().cache.on &&
+                         run.plans.back().frozen_layers == plan.frozen_layers;
+      if (!valid) plan.cache_fill_from = cached_layers;
+      cached_layers = plan.frozen_layers;
+    }
     IterationSetup setup{plan.partition, K, plan.v, 0, plan.layout.replicas, c.cluster.nodes > 1,
-                         plan.cache.on, plan.cache.tier};
+                         plan.cache.on, plan.cache.tier, -1};
     const bool first_with_K =
         std::none_of(run.plans.begin(), run.plans.end(), [&](const Plan& p) { return p.K == K; });
     const ChunkChoice& choice = search.choose(setup);
     if (first_with_K) plan.chunk_table = choice.table;
     plan.M = choice.M;
-    setup.M = plan.M;
-    const Timeline t = predict_iteration(ctx, setup);
-    plan.iteration_s = t.makespan;
-    plan.bubble_fraction = t.bubble_fraction();
+    const IterationPrediction t = predict(iteration_setup(c, plan, false));
+    plan.iteration_s = t.iteration_s;
+    plan.bubble_fraction = t.bubble_fraction;
+    if (plan.cache_fill_from >= 0) plan.fill_iteration_s = predict(iteration_setup(c, plan, true)).iteration_s;
     plan.max_device_memory_bytes = max_device_memory(ctx.spec, c.training, plan.partition, K, plan.M);
     plan.fits_memory = plan.max_device_memory_bytes <= c.cluster.device.memory_bytes;
     plan.iterations_per_epoch =
@@ -164,7 +182,13 @@ std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
   os << "\n";
   os << "\ncache decisions:\n";
   for (const Plan& p : r.plans)
-    os << "  T=" << p.freeze_step << "  " << (p.cache.on ? "on" : "off") << ": " << p.cache.reason << "\n";
+  {
+    os << "  T=" << p.freeze_step << "  " << (p.cache.on ? "on" : "off") << ": " << p.cache.reason;
+    if (p.cache_fill_from == 0) os << "; epoch " << p.first_epoch << " fills it";
+    if (p.cache_fill_from > 0)
+      os << "; epoch " << p.first_epoch << " advances entries from " << p.cache_fill_from << " frozen layers";
+    os << "\n";
+  }
   os << "\nchunk search (predicted iteration time per M, first plan of each K):\n";
   for (const Plan& p : r.plans) {
     if (p.chunk_table.size() < 2) continue;
@@ -219,6 +243,7 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
                      {"woken_ranks", p.woken_ranks},
                      {"layout", replicas},
                      {"cache", {{"on", p.cache.on}, {"tier", to_string(p.cache.tier)},
+                                {"fill_from_layers", p.cache_fill_from}, {"fill_iteration_s", p.fill_iteration_s},
                                 {"bytes_per_node", p.cache.bytes_per_node}, {"read_s", p.cache.read_s},
                                 {"frozen_forward_s", p.cache.frozen_forward_s}, {"reason", p.cache.reason}}},
                      {"iterations_per_epoch", p.iterations_per_epoch},

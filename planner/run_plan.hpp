@@ -33,6 +33,11 @@ struct Plan {
   ReplicaLayout layout;
   std::vector<int> woken_ranks;  // processes a transition into this plan starts
   CacheDecision cache;
+  // With the cache on, whether the plan's first epoch (re)fills it: -1 no
+  // (the entries are valid), else the frozen depth the entries hold before
+  // it (0: none yet). See IterationSetup::cache_valid_layers.
+  int cache_fill_from = -1;
+  double fill_iteration_s = 0;  // predicted iteration time of that epoch
   std::int64_t iterations_per_epoch = 0;
   std::int64_t padding_slots_per_epoch = 0;  // masked sampler slots, all nodes (autodp.hpp)
   double iteration_s = 0;      // predicted by the cost model
@@ -55,7 +60,13 @@ struct RunPlan {
   [[nodiscard]] double predicted_total_s() const;
 };
 
-[[nodiscard]] RunPlan plan_run(const Config&, const CostModel&);
+// `predict` times one iteration for the chunk search and the plan's
+// predicted throughput; empty: the analytic predictor.
+[[nodiscard]] RunPlan plan_run(const Config&, const CostModel&, const IterationPredictor& predict = {});
+
+// The iteration a back end runs for a plan: steady state, or (fill = true)
+// the first epoch of a plan with cache_fill_from >= 0.
+[[nodiscard]] IterationSetup iteration_setup(const Config&, const Plan&, bool fill);
 
 // A readable table, one row per freeze step, with the reasons for K.
 [[nodiscard]] std::string format_run_plan(const RunPlan&, const ModelSpec&);

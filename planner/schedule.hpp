@@ -79,6 +79,8 @@ enum class FrozenInput {
   Forward,               // FZ m before stage 0's F m
   CacheRead,             // CR m before stage 0's F m
   ForwardAndCacheWrite,  // FZ m, CW m before stage 0's F m (first epoch with a cache)
+  Advance,               // CR m, FZ m, CW m: a stale entry is read, run through the newly
+                         // frozen layers once, and replaced (the boundary moved)
 };
 
 struct ScheduleOptions {

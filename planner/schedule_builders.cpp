@@ -86,12 +86,12 @@ void add_frozen_input(std::vector<Action>& device0, FrozenInput input) {
   for (const Action& a : device0) {
     if (a.kind == ActionKind::Forward && a.stage == 0) {
       const int m = a.microbatch;
-      if (input == FrozenInput::CacheRead) {
-        out.push_back({ActionKind::CacheRead, 0, m});
-      } else {
-        out.push_back({ActionKind::FrozenForward, 0, m});
-        if (input == FrozenInput::ForwardAndCacheWrite) out.push_back({ActionKind::CacheWrite, 0, m});
-      }
+      const bool read = input == FrozenInput::CacheRead || input == FrozenInput::Advance;
+      const bool forward = input != FrozenInput::CacheRead;
+      const bool write = input == FrozenInput::ForwardAndCacheWrite || input == FrozenInput::Advance;
+      if (read) out.push_back({ActionKind::CacheRead, 0, m});
+      if (forward) out.push_back({ActionKind::FrozenForward, 0, m});
+      if (write) out.push_back({ActionKind::CacheWrite, 0, m});
     }
     out.push_back(a);
   }

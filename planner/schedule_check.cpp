@@ -184,11 +184,12 @@ class StaticCheck {
       const bool fz = present(ActionKind::FrozenForward, m);
       const bool cr = present(ActionKind::CacheRead, m);
       const bool cw = present(ActionKind::CacheWrite, m);
-      if ((fz && cr) || (cw && !fz)) {
-        fail("micro-batch " + std::to_string(m) + ": frozen input must be FZ, CR or FZ then CW",
+      if ((fz && cr && !cw) || (cw && !fz)) {
+        fail("micro-batch " + std::to_string(m) + ": frozen input must be FZ, CR, FZ then CW, or CR, FZ, CW",
              mark_first({{ActionKind::CacheWrite, 0, m}, {ActionKind::CacheRead, 0, m}}));
       }
       if (cw) before({ActionKind::FrozenForward, 0, m}, {ActionKind::CacheWrite, 0, m});
+      if (cr && fz) before({ActionKind::CacheRead, 0, m}, {ActionKind::FrozenForward, 0, m});
     }
   }
 

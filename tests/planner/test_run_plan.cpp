@@ -211,17 +211,82 @@ TEST_CASE("the predicted iteration of a schedule is its simulated makespan") {
   const ep::Config c = paper_config("bert_base_sst2");
   const ep::AnalyticCostModel cost(c.cluster, c.training);
   const ep::PlanContext ctx(c, cost);
-  ep::IterationSetup s{ep::plan_partition(ctx, 0, 8, false), 8, 1, 16, 2, true, false, ep::CacheTier::HostMemory};
+  ep::IterationSetup s{ep::plan_partition(ctx, 0, 8, false), 8, 1, 16, 2, true, false, ep::CacheTier::HostMemory, -1};
   const ep::Schedule sched = ep::build_schedule(ep::schedule_options(ctx, s));
   REQUIRE_NOTHROW(ep::check_schedule(sched));
   const ep::Timeline t = ep::predict_iteration(ctx, s);
-  CHECK(t.makespan == ep::simulate(sched, ep::action_durations(ctx, s)).makespan);
+  CHECK(t.makespan == ep::simulate(sched, ep::iteration_costs(ctx, s).duration).makespan);
   // No faster than the slowest stage's compute for all micro-batches.
-  const auto durations = ep::action_durations(ctx, s);
+  const auto durations = ep::iteration_costs(ctx, s).duration;
   for (const auto& device : sched.devices) {
     double busy = 0;
     for (const auto& a : device)
       if (a.kind == ep::ActionKind::Forward || a.kind == ep::ActionKind::Backward) busy += durations(a);
     CHECK(t.makespan >= busy);
   }
+}
+
+TEST_CASE("the cache is filled once, then advanced only when the boundary moves") {
+  const ep::RunPlan r = plan(paper_config("vit_imagenet"));
+  int cached = 0;  // the depth the entries hold
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    const ep::Plan& p = r.plans[i];
+    if (!p.cache.on) {
+      CHECK(p.cache_fill_from == -1);
+      continue;
+    }
+    const bool moved = i == 0 || !r.plans[i - 1].cache.on || r.plans[i - 1].frozen_layers != p.frozen_layers;
+    CHECK(p.cache_fill_from == (moved ? cached : -1));
+    if (moved) {
+      CHECK(p.fill_iteration_s > 0);
+      CHECK(p.fill_iteration_s > p.iteration_s);  // filling costs more than reading
+    }
+    cached = p.frozen_layers;
+  }
+}
+
+TEST_CASE("iteration costs: a send and its receive move the same bytes; frozen stages get no gradient") {
+  for (const char* autopipe : {"true", "false"}) {
+    const ep::Config c = paper_config("bert_base_sst2", {std::string("planner.autopipe=") + autopipe});
+    const ep::AnalyticCostModel cost(c.cluster, c.training);
+    const ep::PlanContext ctx(c, cost);
+    for (int frozen : {0, 3, 5}) {
+      ep::IterationSetup s{ep::plan_partition(ctx, frozen, 8, false), 8, 1, 16, 2, true, false,
+                           ep::CacheTier::HostMemory, -1};
+      const ep::IterationCosts costs = ep::iteration_costs(ctx, s);
+      const ep::Schedule sched = ep::build_schedule(ep::schedule_options(ctx, s));
+      for (const auto& device : sched.devices)
+        for (const ep::Action& a : device) {
+          INFO(ep::to_string(a) << " autopipe=" << autopipe << " frozen=" << frozen);
+          CHECK(costs.bytes(a) >= 0);
+          CHECK(costs.duration(a) >= 0);
+          if (a.kind == ep::ActionKind::SendAct)
+            CHECK(costs.bytes(a) == costs.bytes({ep::ActionKind::RecvAct, a.stage + 1, a.microbatch}));
+          if (a.kind == ep::ActionKind::SendGrad)
+            CHECK(costs.bytes(a) == costs.bytes({ep::ActionKind::RecvGrad, a.stage - 1, a.microbatch}));
+          const bool frozen_below = s.partition.bounds[a.stage] < s.partition.frozen_end;
+          if (a.kind == ep::ActionKind::SendGrad && frozen_below) CHECK(costs.bytes(a) == 0);
+          if (a.kind == ep::ActionKind::Forward || a.kind == ep::ActionKind::Backward) CHECK(costs.bytes(a) == 0);
+        }
+    }
+  }
+}
+
+TEST_CASE("advancing stale cache entries runs only the newly frozen layers") {
+  const ep::Config c = paper_config("vit_imagenet");
+  const ep::AnalyticCostModel cost(c.cluster, c.training);
+  const ep::PlanContext ctx(c, cost);
+  ep::IterationSetup s{ep::plan_partition(ctx, 8, 4, true), 4, 1, 8, 4, true, true, ep::CacheTier::Disk, 0};
+  const ep::Action fz{ep::ActionKind::FrozenForward, 0, 0};
+  const ep::Action cr{ep::ActionKind::CacheRead, 0, 0};
+  const double full = ep::iteration_costs(ctx, s).duration(fz);
+  s.cache_valid_layers = 6;
+  const ep::IterationCosts adv = ep::iteration_costs(ctx, s);
+  // 2 of the 8 frozen layers are new: a quarter of the work, give or take the stem.
+  CHECK(adv.duration(fz) < 0.3 * full);
+  CHECK(adv.duration(fz) > 0.2 * full);
+  CHECK(adv.bytes(cr) == adv.bytes({ep::ActionKind::CacheWrite, 0, 0}));  // same shape at every boundary
+  CHECK(ep::schedule_options(ctx, s).frozen_input == ep::FrozenInput::Advance);
+  s.cache_valid_layers = -1;
+  CHECK(ep::schedule_options(ctx, s).frozen_input == ep::FrozenInput::CacheRead);
 }

@@ -37,14 +37,15 @@ void for_each_schedule(const std::function<void(const ScheduleOptions&, const Sc
       if (v > 1 && !looping(kind)) continue;
       for (int K : {1, 2, 4, 8}) {
         for (int M = K; M <= 6 * K; ++M) {
-          for (int variant = 0; variant < 4; ++variant) {
+          for (int variant = 0; variant < 5; ++variant) {
             ScheduleOptions o = options(kind, K, M, v);
             if (variant > 0) {
               for (int s = 0; s < K * v; ++s) o.buckets_per_stage.push_back(1 + s % 3);
               o.optimizer_step = true;
               o.frozen_input = variant == 1   ? FrozenInput::Forward
                                : variant == 2 ? FrozenInput::CacheRead
-                                              : FrozenInput::ForwardAndCacheWrite;
+                               : variant == 3 ? FrozenInput::ForwardAndCacheWrite
+                                              : FrozenInput::Advance;
             }
             fn(o, build_schedule(o));
           }
@@ -125,7 +126,7 @@ TEST_CASE("every generated action and schedule round-trips through text", "[sche
     REQUIRE(parse_schedule_csv(to_csv(s)) == s);
     ++schedules;
   });
-  CHECK(schedules == 4 * (6 + 11 + 21 + 41) * 6);
+  CHECK(schedules == 5 * (6 + 11 + 21 + 41) * 6);  // 5 option variants
 }
 
 TEST_CASE("the CSV has a header and one row per device", "[schedule]") {
@@ -214,6 +215,8 @@ TEST_CASE("builders: orders, placement of all-reduce, optimizer and frozen input
     CHECK(text(build_compute_schedule(o).devices[0]) == "0FZ0 0CW0 0F0 0FZ1 0CW1 0F1 0B0 0B1");
     o.frozen_input = FrozenInput::CacheRead;
     CHECK(text(build_compute_schedule(o).devices[0]) == "0CR0 0F0 0CR1 0F1 0B0 0B1");
+    o.frozen_input = FrozenInput::Advance;  // stale entry read, advanced, replaced
+    CHECK(text(build_compute_schedule(o).devices[0]) == "0CR0 0FZ0 0CW0 0F0 0CR1 0FZ1 0CW1 0F1 0B0 0B1");
   }
   SECTION("lowering adds transfers only between devices, wrapping K-1 -> 0") {
     const Schedule one = build_schedule(options(ScheduleKind::LoopingDepthFirst, 1, 3, 2));
@@ -309,6 +312,22 @@ TEST_CASE("a frozen input used for some micro-batches only is rejected", "[sched
   s.devices[0].erase(s.devices[0].begin() + static_cast<std::ptrdiff_t>(
                                                 index_of(s.devices[0], parse_action("0FZ1"))));
   CHECK_THROWS_WITH(check_schedule(s), Catch::Contains("[[0FZ0]]"));
+}
+
+TEST_CASE("an advance must read, forward, then write", "[schedule]") {
+  ScheduleOptions o = options(ScheduleKind::GPipe, 2, 2);
+  o.frozen_input = FrozenInput::Advance;
+  const Schedule good = build_schedule(o);
+  REQUIRE_NOTHROW(check_schedule(good));
+  Schedule no_write = good;  // read and forward but no write: the advanced entry would be lost
+  for (int m : {0, 1})
+    no_write.devices[0].erase(no_write.devices[0].begin() + static_cast<std::ptrdiff_t>(index_of(
+                                  no_write.devices[0], parse_action("0CW" + std::to_string(m)))));
+  CHECK_THROWS_WITH(check_schedule(no_write), Catch::Contains("CR, FZ, CW"));
+  Schedule swapped = good;  // forward before the read it advances
+  auto& d0 = swapped.devices[0];
+  std::swap(d0[index_of(d0, parse_action("0CR0"))], d0[index_of(d0, parse_action("0FZ0"))]);
+  CHECK_THROWS_WITH(check_schedule(swapped), Catch::Contains("[["));
 }
 
 TEST_CASE("GPipe and 1F1B: makespan (M+K-1)(t_f+t_b), bubble (K-1)/(M+K-1)", "[schedule]") {

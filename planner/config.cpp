@@ -512,6 +512,23 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
   }
 }
 
+void read_sim(Reader& r, SimConfig& s) {
+  r.integer("sim.warmup_iterations", s.warmup_iterations, false);
+  r.integer("sim.measure_iterations", s.measure_iterations, false);
+  r.number("sim.context_creation_s", s.context_creation_s, false);
+  r.number("sim.pipeline_warmup_s", s.pipeline_warmup_s, false);
+  r.number("sim.ddp_rebuild_s", s.ddp_rebuild_s, false);
+  r.boolean("sim.trace", s.trace);
+  if (s.warmup_iterations < 0)
+    r.fail("sim.warmup_iterations", "an integer >= 0", std::to_string(s.warmup_iterations));
+  if (s.measure_iterations < 2)
+    r.fail("sim.measure_iterations", "an integer >= 2 (the period must be seen to repeat)",
+           std::to_string(s.measure_iterations));
+  for (auto [key, v] : {std::pair{"sim.context_creation_s", s.context_creation_s},
+                        {"sim.pipeline_warmup_s", s.pipeline_warmup_s}, {"sim.ddp_rebuild_s", s.ddp_rebuild_s}})
+    if (!(v >= 0)) r.fail(key, "a number >= 0", fmt(v));
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open config file");
@@ -544,7 +561,8 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
   read_data(r, c.data);
   read_training(r, c.training);
   read_planner(r, c, c.planner);
-  r.reject_unknown({"cluster", "data", "model", "planner", "training"});
+  read_sim(r, c.sim);
+  r.reject_unknown({"cluster", "data", "model", "planner", "sim", "training"});
   return c;
 }
 

@@ -134,6 +134,17 @@ struct PlannerConfig {
   bool autodp = true;
 };
 
+// The simulator's knobs: steady-state measurement and the transition costs
+// it cannot derive from bytes and FLOPs (moving weights it derives).
+struct SimConfig {
+  int warmup_iterations = 1;    // simulated before the measured iterations of a plan
+  int measure_iterations = 2;   // measured back to back; must repeat (the period) within 1e-6
+  double context_creation_s = 3.0;  // a woken process: device context + communicator setup
+  double pipeline_warmup_s = 1.0;   // first iteration after a repartition (allocator, autotuning)
+  double ddp_rebuild_s = 1.0;       // active training group torn down and rebuilt, DDP buckets re-made
+  bool trace = true;                // write a Chrome trace of one iteration per plan
+};
+
 struct Config {
   std::string source;  // path the config was loaded from
   ClusterSpec cluster;
@@ -141,6 +152,7 @@ struct Config {
   DataConfig data;
   TrainingConfig training;
   PlannerConfig planner;
+  SimConfig sim;
 };
 
 // "section.key=value" overrides from the command line (--set).

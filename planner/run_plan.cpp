@@ -18,6 +18,10 @@ double RunPlan::predicted_total_s() const {
   return total;
 }
 
+ReplicaLayout replica_layout(const Config& c, int K) {
+  return c.planner.autodp ? autodp_layout(c.cluster, K) : fixed_replicas_layout(c.cluster, K, c.planner.K);
+}
+
 IterationSetup iteration_setup(const Config& c, const Plan& p, bool fill) {
   IterationSetup s{p.partition, p.K, p.v, p.M, p.layout.replicas, c.cluster.nodes > 1,
                    p.cache.on, p.cache.tier, -1};
@@ -65,7 +69,7 @@ RunPlan plan_run(const Config& c, const CostModel& cost, const IterationPredicto
     }
     plan.K = K;
     plan.partition = plan_partition(ctx, plan.frozen_layers, K * plan.v, plan.cache.on);
-    plan.layout = pc.autodp ? autodp_layout(c.cluster, K) : fixed_replicas_layout(c.cluster, K, pc.K);
+    plan.layout = replica_layout(c, K);
     if (T > 0) plan.woken_ranks = plan.layout.newly_active(run.plans.back().layout);
     plan.stage_loads = stage_loads_paper(ctx.spec, plan.partition, pc.lambda_frozen);
 

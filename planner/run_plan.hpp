@@ -64,6 +64,10 @@ struct RunPlan {
 // predicted throughput; empty: the analytic predictor.
 [[nodiscard]] RunPlan plan_run(const Config&, const CostModel&, const IterationPredictor& predict = {});
 
+// The replica layout for pipeline length K: AutoDP's (I/K pipelines per
+// node) or, with AutoDP off, the initial replicas shrunk in place.
+[[nodiscard]] ReplicaLayout replica_layout(const Config&, int K);
+
 // The iteration a back end runs for a plan: steady state, or (fill = true)
 // the first epoch of a plan with cache_fill_from >= 0.
 [[nodiscard]] IterationSetup iteration_setup(const Config&, const Plan&, bool fill);

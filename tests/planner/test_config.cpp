@@ -229,6 +229,10 @@ TEST_CASE("inconsistent values are rejected") {
     const std::string text = with("K = 4", "K = 4\nfreeze_policy = \"replay\"\nreplay_frozen = [1, 3, 2]");
     check_names(error_of(text), line_of(text, "replay_frozen"), "planner.replay_frozen");
   }
+  SECTION("the simulator must see its period repeat") {
+    const std::string text = kBase + "\n[sim]\nmeasure_iterations = 1\n";
+    check_names(error_of(text), line_of(text, "measure_iterations"), "sim.measure_iterations");
+  }
   SECTION("a fixed M together with chunk search") {
     const std::string text = with("K = 4", "K = 4\nM = 8");
     check_names(error_of(text), line_of(text, "M = 8"), "planner.M");

@@ -1,0 +1,86 @@
+// The trace format shared by the simulator and the executor: timeline
+// events (Chrome trace-event JSON, opens in Perfetto), per-epoch metrics
+// (CSV) and a run summary (JSON). Schema: traces/SCHEMA.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ep::trace {
+
+inline constexpr const char* kSchemaVersion = "elasticpipe.trace/1";
+
+// A track is one row of the timeline: a GPU (one thread per GPU of a node)
+// or a link (one thread per link), grouped by node (one process per node;
+// links between nodes go to a separate "network" process, node = -1).
+enum class TrackKind { Gpu, Link };
+
+struct Track {
+  TrackKind kind = TrackKind::Gpu;
+  int node = 0;          // -1 for links outside any node
+  int index = 0;         // GPU index in its node, or link index in its group
+  std::string name;      // "gpu3", "pcie3.up", "ib0.down"
+  friend bool operator==(const Track&, const Track&) = default;
+};
+
+// One span on one track. Compute, transfer, all-reduce and transition
+// spans alike; fields that do not apply stay -1 / empty.
+struct Event {
+  int track = 0;          // index into Trace::tracks
+  std::string name;       // the action's text: "2F0", "1SEND_F3>2", "0AR1", "transition K 8->4"
+  std::string category;   // forward|backward|frozen_forward|cache_read|cache_write|send|recv|
+                          // allreduce|optimizer|transition
+  double start_s = 0;
+  double end_s = 0;
+  int stage = -1;
+  int microbatch = -1;
+  int bucket = -1;
+  int replica = -1;       // global rank of the pipeline replica
+  int plan_id = -1;
+  int iteration = -1;     // iteration index within its epoch
+  std::int64_t bytes = -1;  // transfers
+  // A send and its receive share a flow id (> 0): Perfetto draws an arrow.
+  std::int64_t flow_out = 0;  // this span starts a flow
+  std::int64_t flow_in = 0;   // this span ends a flow
+};
+
+struct Trace {
+  std::string source;   // "sim" or "exec"
+  std::string config;   // config path
+  std::string mode;     // baseline|freeze|autopipe|autodp|autocache (sim) or "train"
+  std::vector<Track> tracks;
+  std::vector<Event> events;
+  std::map<std::string, std::string> metadata;  // free-form, e.g. network model
+
+  // Index of the track, adding it when new.
+  int track(const Track& t);
+};
+
+// Per-epoch metrics: one row per epoch (and mode, for the simulator).
+struct EpochMetrics {
+  std::string source;  // sim|exec
+  std::string mode;
+  int epoch = 0;
+  int plan_id = 0;
+  int frozen_layers = 0;
+  int K = 0;
+  int M = 0;
+  int replicas = 0;
+  bool cache = false;
+  double epoch_s = 0;
+  double iteration_s = 0;
+  double samples_per_s = 0;
+  double bubble_fraction = 0;
+  double exposed_comm_s = 0;   // per iteration: what communication adds to it
+  double comm_s = 0;           // per iteration, per device: DDP all-reduce busy time (union of bucket spans)
+  double compute_s = 0;        // per iteration, per device: F, B, frozen forward, optimizer
+  double cache_hit_ratio = 0;  // share of samples whose frozen output came from the cache
+  double transition_s = 0;     // overhead charged to this epoch's start
+  double loss = -1;            // exec only; -1 = not measured
+  double accuracy = -1;
+  friend bool operator==(const EpochMetrics&, const EpochMetrics&) = default;
+};
+
+}  // namespace ep::trace

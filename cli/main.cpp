@@ -1,15 +1,22 @@
 // elasticpipe: the single command-line program. Every expected failure is
 // an ep::Error, printed once as `ERROR: ...` with exit code 2.
 #include <CLI/CLI.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 
 #include "planner/config.hpp"
 #include "planner/cost_model.hpp"
 #include "planner/run_plan.hpp"
 #include "planner/schedule.hpp"
+#include "sim/driver.hpp"
 
 namespace {
 
@@ -30,6 +37,187 @@ struct ScheduleArgs {
   int v = 0;
   bool csv = false;
 };
+
+struct SimulateArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string mode = "all";
+  std::string out;
+  bool exact = false;
+  int jobs = 0;  // sweep only
+};
+
+std::vector<ep::sim::Mode> parse_modes(const std::string& s) {
+  if (s == "all") return {std::begin(ep::sim::kAllModes), std::end(ep::sim::kAllModes)};
+  std::vector<ep::sim::Mode> modes;
+  std::stringstream ss(s);
+  for (std::string m; std::getline(ss, m, ',');) modes.push_back(ep::sim::parse_mode(m));
+  // The baseline first, so that speedups are over it.
+  std::sort(modes.begin(), modes.end());
+  modes.erase(std::unique(modes.begin(), modes.end()), modes.end());
+  return modes;
+}
+
+std::string default_out(const std::string& config, const std::string& what) {
+  return (std::filesystem::path("out") / what / std::filesystem::path(config).stem()).string();
+}
+
+// A bar on stderr, only when stdout is a terminal.
+std::function<void(double)> progress_bar(const std::string& label) {
+  if (!isatty(STDOUT_FILENO)) return {};
+  return [label](double f) {
+    const int width = 30, done = static_cast<int>(f * width + 0.5);
+    std::fprintf(stderr, "\r%s [%s%s] %3d%%", label.c_str(), std::string(done, '#').c_str(),
+                 std::string(width - done, ' ').c_str(), static_cast<int>(f * 100 + 0.5));
+    if (f >= 1.0) std::fprintf(stderr, "\r%*s\r", static_cast<int>(label.size()) + width + 8, "");
+    std::fflush(stderr);
+  };
+}
+
+int run_simulate_cmd(const SimulateArgs& a) {
+  const ep::Config config = ep::load_config(a.config, a.overrides);
+  ep::sim::RunOptions opt;
+  opt.modes = parse_modes(a.mode);
+  opt.exact = a.exact;
+  opt.progress = progress_bar("simulating");
+  ep::sim::Simulator sim(config.cluster);
+  const ep::sim::RunResult r = ep::sim::simulate_training(config, opt, sim);
+  const std::string out = a.out.empty() ? default_out(a.config, "simulate") : a.out;
+  ep::sim::write_outputs(r, out);
+  std::cout << ep::sim::format_result(r) << "\nwrote " << out << "/{summary.json,epochs.csv,chunks.csv"
+            << (r.trace.events.empty() ? "" : ",trace.json") << "}\n";
+  return 0;
+}
+
+// "a=1,2,3" -> {"a=1", "a=2", "a=3"}; commas inside [] stay (TOML arrays).
+std::vector<std::string> sweep_values(const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos) throw ep::Error("--set '" + assignment + "': expected KEY=V1,V2,...");
+  const std::string key = assignment.substr(0, eq + 1);
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (char ch : assignment.substr(eq + 1)) {
+    if (ch == '[') ++depth;
+    if (ch == ']') --depth;
+    if (ch == ',' && depth == 0) {
+      out.push_back(key + cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  out.push_back(key + cur);
+  return out;
+}
+
+int run_sweep_cmd(const SimulateArgs& a) {
+  // The cartesian product of every --set list.
+  std::vector<std::vector<std::string>> points{{}};
+  for (const auto& set : a.overrides) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& p : points)
+      for (const auto& v : sweep_values(set)) {
+        next.push_back(p);
+        next.back().push_back(v);
+      }
+    points = std::move(next);
+  }
+  // Validate every point before running any: bad input loses nothing.
+  for (const auto& p : points) (void)ep::load_config(a.config, p);
+  const auto modes = parse_modes(a.mode == "all" ? "baseline,autocache" : a.mode);
+  const int jobs = a.jobs > 0 ? a.jobs : std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const auto bar = progress_bar("sweeping");
+
+  // SimGrid allows one engine per process: every point runs in a child,
+  // which writes its summary JSON to a pipe.
+  struct Child { pid_t pid; int fd; std::size_t point; };
+  std::vector<Child> running;
+  std::vector<std::string> results(points.size());
+  std::size_t next = 0, done = 0;
+  const auto reap = [&] {
+    Child c = running.front();
+    running.erase(running.begin());
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = read(c.fd, buf, sizeof buf)) > 0;) text.append(buf, n);
+    close(c.fd);
+    int status = 0;
+    waitpid(c.pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      throw ep::Error("sweep point " + std::to_string(c.point) + " failed: " + text);
+    results[c.point] = text;
+    if (bar) bar(static_cast<double>(++done) / points.size());
+  };
+  while (next < points.size() || !running.empty()) {
+    if (next < points.size() && static_cast<int>(running.size()) < jobs) {
+      int fds[2];
+      if (pipe(fds) != 0) throw ep::Error("sweep: pipe failed");
+      std::fflush(nullptr);
+      const pid_t pid = fork();
+      if (pid < 0) throw ep::Error("sweep: fork failed");
+      if (pid == 0) {
+        close(fds[0]);
+        std::string text;
+        int rc = 0;
+        try {
+          const ep::Config config = ep::load_config(a.config, points[next]);
+          ep::sim::RunOptions opt;
+          opt.modes = modes;
+          opt.exact = a.exact;
+          ep::sim::Simulator sim(config.cluster);
+          nlohmann::json j;
+          for (const auto& m : ep::sim::simulate_training(config, opt, sim).summary.modes)
+            j[m.mode] = {{"total_s", m.total_s}, {"speedup", m.speedup}, {"samples_per_s", m.samples_per_s}};
+          text = j.dump();
+        } catch (const std::exception& e) {
+          text = e.what();
+          rc = 1;
+        }
+        if (write(fds[1], text.data(), text.size()) < 0) rc = 1;
+        _exit(rc);
+      }
+      close(fds[1]);
+      running.push_back({pid, fds[0], next++});
+    } else {
+      reap();
+    }
+  }
+
+  const std::string out = a.out.empty() ? default_out(a.config, "sweep") : a.out;
+  std::filesystem::create_directories(out);
+  std::ofstream csv(std::filesystem::path(out) / "sweep.csv");
+  std::vector<std::string> keys;
+  for (const auto& set : a.overrides) keys.push_back(set.substr(0, set.find('=')));
+  for (const auto& k : keys) {
+    std::cout << k << "  ";
+    csv << k << ",";
+  }
+  std::cout << "\n";
+  for (std::size_t m = 0; m < modes.size(); ++m) {
+    const std::string name = ep::sim::to_string(modes[m]);
+    csv << name << "_total_s," << name << "_speedup" << (m + 1 < modes.size() ? "," : "\n");
+  }
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const nlohmann::json j = nlohmann::json::parse(results[i]);
+    for (const auto& v : points[i]) {
+      const std::string value = v.substr(v.find('=') + 1);
+      std::cout << value << "  ";
+      csv << value << ",";
+    }
+    for (std::size_t m = 0; m < modes.size(); ++m) {
+      const auto& r = j.at(ep::sim::to_string(modes[m]));
+      char cell[96];
+      std::snprintf(cell, sizeof cell, "%s %.1f s (%.2fx)  ", ep::sim::to_string(modes[m]).c_str(),
+                    r.at("total_s").get<double>(), r.at("speedup").get<double>());
+      std::cout << cell;
+      csv << r.at("total_s").get<double>() << "," << r.at("speedup").get<double>() << (m + 1 < modes.size() ? "," : "\n");
+    }
+    std::cout << "\n";
+  }
+  std::cout << "wrote " << (std::filesystem::path(out) / "sweep.csv").string() << "\n";
+  return 0;
+}
 
 int run_plan_cmd(const PlanArgs& a) {
   const ep::Config config = ep::load_config(a.config, a.overrides);
@@ -109,6 +297,23 @@ int main(int argc, char** argv) {
   sched_cmd->add_option("--v", sched.v, "Chunks per device (looping)")->check(CLI::Range(1, 64));
   sched_cmd->add_flag("--csv", sched.csv, "Print the lowered schedule as CSV instead");
 
+  SimulateArgs simulate;
+  auto* sim_cmd = app.add_subcommand("simulate", "Simulate the whole training on a SimGrid model of the cluster");
+  sim_cmd->add_option("config", simulate.config, "TOML config file")->required()->check(CLI::ExistingFile);
+  sim_cmd->add_option("--mode", simulate.mode, "all|baseline|freeze|autopipe|autodp|autocache (comma-separated)");
+  sim_cmd->add_option("--set", simulate.overrides, "Override a config key")->take_all();
+  sim_cmd->add_option("--out", simulate.out, "Output folder (default out/simulate/<config name>)");
+  sim_cmd->add_flag("--exact", simulate.exact, "Simulate every iteration instead of scaling the steady state");
+
+  SimulateArgs sweep;
+  auto* sweep_cmd = app.add_subcommand("sweep", "Simulate the cartesian product of --set lists, e.g. --set planner.alpha=0.2,0.33,0.5");
+  sweep_cmd->add_option("config", sweep.config, "TOML config file")->required()->check(CLI::ExistingFile);
+  sweep_cmd->add_option("--set", sweep.overrides, "KEY=V1,V2,... (one list per key)")->take_all();
+  sweep_cmd->add_option("--mode", sweep.mode, "Modes per point (default baseline,autocache)");
+  sweep_cmd->add_option("--out", sweep.out, "Output folder (default out/sweep/<config name>)");
+  sweep_cmd->add_option("--jobs", sweep.jobs, "Points simulated at once (default: cores)")->check(CLI::Range(1, 256));
+  sweep_cmd->add_flag("--exact", sweep.exact, "Simulate every iteration");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -118,6 +323,8 @@ int main(int argc, char** argv) {
   try {
     if (*plan_cmd) return run_plan_cmd(plan);
     if (*sched_cmd) return run_schedule_cmd(sched);
+    if (*sim_cmd) return run_simulate_cmd(simulate);
+    if (*sweep_cmd) return run_sweep_cmd(sweep);
   } catch (const ep::Error& e) {
     std::cerr << "ERROR: " << e.what() << "\n";
     return kBadInput;

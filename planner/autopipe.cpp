@@ -246,9 +246,13 @@ Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
 }
 
 IterationPredictor analytic_predictor(const PlanContext& ctx) {
-  return [&ctx](const IterationSetup& s) {
-    const Timeline t = predict_iteration(ctx, s);
-    return IterationPrediction{t.makespan, t.bubble_fraction()};
+  return [&ctx](const std::vector<IterationSetup>& setups) {
+    std::vector<IterationPrediction> out;
+    for (const IterationSetup& s : setups) {
+      const Timeline t = predict_iteration(ctx, s);
+      out.push_back({t.makespan, t.bubble_fraction()});
+    }
+    return out;
   };
 }
 
@@ -265,6 +269,7 @@ const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup) {
     throw Error("chunk search: no M in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                 "] for K = " + std::to_string(setup.K) + " and batch " + std::to_string(c.training.batch_size));
   ChunkChoice choice;
+  std::vector<IterationSetup> setups;
   for (int M = lo; M <= hi; ++M) {
     IterationSetup s = setup;
     s.M = M;
@@ -272,10 +277,13 @@ const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup) {
     cand.M = M;
     cand.memory_bytes = max_device_memory(ctx_.spec, c.training, s.partition, s.K, M);
     cand.feasible = cand.memory_bytes <= c.cluster.device.memory_bytes;
-    const IterationPrediction t = predict_(s);
-    cand.iteration_s = t.iteration_s;
-    cand.bubble_fraction = t.bubble_fraction;
     choice.table.push_back(cand);
+    setups.push_back(std::move(s));
+  }
+  const std::vector<IterationPrediction> times = predict_(setups);
+  for (std::size_t i = 0; i < times.size(); ++i) {
+    choice.table[i].iteration_s = times[i].iteration_s;
+    choice.table[i].bubble_fraction = times[i].bubble_fraction;
   }
   // The fastest M that fits; if none fits, the least memory (the plan then
   // reports that it does not fit rather than failing).

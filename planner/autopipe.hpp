@@ -101,15 +101,17 @@ struct IterationCosts {
 [[nodiscard]] IterationCosts iteration_costs(const PlanContext&, const IterationSetup&);
 [[nodiscard]] Timeline predict_iteration(const PlanContext&, const IterationSetup&);
 
-// Chunk search and the run planner ask a predictor how long an iteration
-// takes; the default is predict_iteration (the cost model on the schedule's
-// dependency graph); the simulator supplies SimGrid's answer instead. The
+// Chunk search and the run planner ask a predictor how long iterations
+// take, several at once (a back end may answer them in parallel); the
+// default is predict_iteration (the cost model on the schedule's
+// dependency graph); the simulator supplies SimGrid's answers instead. The
 // decision (which M) stays in the planner.
 struct IterationPrediction {
   double iteration_s = 0;
   double bubble_fraction = 0;
 };
-using IterationPredictor = std::function<IterationPrediction(const IterationSetup&)>;
+using IterationPredictor =
+    std::function<std::vector<IterationPrediction>(const std::vector<IterationSetup>&)>;
 [[nodiscard]] IterationPredictor analytic_predictor(const PlanContext&);
 
 struct ChunkCandidate {

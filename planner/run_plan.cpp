@@ -86,10 +86,12 @@ RunPlan plan_run(const Config& c, const CostModel& cost, const IterationPredicto
     const ChunkChoice& choice = search.choose(setup);
     if (first_with_K) plan.chunk_table = choice.table;
     plan.M = choice.M;
-    const IterationPrediction t = predict(iteration_setup(c, plan, false));
-    plan.iteration_s = t.iteration_s;
-    plan.bubble_fraction = t.bubble_fraction;
-    if (plan.cache_fill_from >= 0) plan.fill_iteration_s = predict(iteration_setup(c, plan, true)).iteration_s;
+    std::vector<IterationSetup> setups{iteration_setup(c, plan, false)};
+    if (plan.cache_fill_from >= 0) setups.push_back(iteration_setup(c, plan, true));
+    const std::vector<IterationPrediction> t = predict(setups);
+    plan.iteration_s = t[0].iteration_s;
+    plan.bubble_fraction = t[0].bubble_fraction;
+    if (plan.cache_fill_from >= 0) plan.fill_iteration_s = t[1].iteration_s;
     plan.max_device_memory_bytes = max_device_memory(ctx.spec, c.training, plan.partition, K, plan.M);
     plan.fits_memory = plan.max_device_memory_bytes <= c.cluster.device.memory_bytes;
     plan.iterations_per_epoch =

@@ -3,14 +3,21 @@
 // (CSV) and a run summary (JSON). Schema: traces/SCHEMA.md.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ep::trace {
 
 inline constexpr const char* kSchemaVersion = "elasticpipe.trace/1";
+
+// Event::category takes one of these; readers and writers reject others.
+inline constexpr std::array<std::string_view, 10> kEventCategories = {
+    "forward", "backward",  "frozen_forward", "cache_read", "cache_write",
+    "send",    "recv",      "allreduce",      "optimizer",  "transition"};
 
 // A track is one row of the timeline: a GPU (one thread per GPU of a node)
 // or a link (one thread per link), grouped by node (one process per node;
@@ -82,5 +89,40 @@ struct EpochMetrics {
   double accuracy = -1;
   friend bool operator==(const EpochMetrics&, const EpochMetrics&) = default;
 };
+
+// Whole-run results: one entry per mode (simulator) or one "train" entry
+// (executor). The baseline is the mode named "baseline".
+struct ModeSummary {
+  std::string mode;
+  double total_s = 0;             // time to finish all epochs
+  double samples_per_s = 0;       // training samples / total_s
+  double speedup = 0;             // baseline total_s / total_s; 0 without a baseline
+  double final_accuracy = -1;     // -1 = not measured
+  std::vector<double> epoch_s;    // one entry per epoch
+  friend bool operator==(const ModeSummary&, const ModeSummary&) = default;
+};
+
+struct RunSummary {
+  std::string source;  // sim|exec
+  std::string config;
+  std::vector<ModeSummary> modes;  // mode names unique
+  std::map<std::string, std::string> metadata;
+  friend bool operator==(const RunSummary&, const RunSummary&) = default;
+};
+
+// Writers validate their input and readers validate the file; both throw
+// ep::Error naming the file and the offending event, line or field.
+// Chrome trace-event JSON (Perfetto, chrome://tracing). Times are kept to
+// the nanosecond and must lie within [-1e6, 1e6] s.
+void write_chrome_trace(const Trace& trace, const std::string& path);
+Trace read_chrome_trace(const std::string& path);
+
+// Per-epoch metrics CSV: header = the EpochMetrics fields in order.
+void write_epoch_csv(const std::vector<EpochMetrics>& rows, const std::string& path);
+std::vector<EpochMetrics> read_epoch_csv(const std::string& path);
+
+// Run summary JSON.
+void write_summary_json(const RunSummary& summary, const std::string& path);
+RunSummary read_summary_json(const std::string& path);
 
 }  // namespace ep::trace

@@ -1,0 +1,450 @@
+#include "sim/driver.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "planner/memory.hpp"
+
+namespace ep::sim {
+
+namespace {
+
+struct ModeName {
+  Mode mode;
+  const char* name;
+};
+constexpr ModeName kModeNames[] = {{Mode::Baseline, "baseline"},
+                                   {Mode::Freeze, "freeze"},
+                                   {Mode::AutoPipe, "autopipe"},
+                                   {Mode::AutoDP, "autodp"},
+                                   {Mode::AutoCache, "autocache"}};
+
+}  // namespace
+
+std::string to_string(Mode m) {
+  for (const auto& e : kModeNames)
+    if (e.mode == m) return e.name;
+  return "?";
+}
+
+Mode parse_mode(const std::string& s) {
+  for (const auto& e : kModeNames)
+    if (s == e.name) return e.mode;
+  throw Error("--mode: expected all|baseline|freeze|autopipe|autodp|autocache, found '" + s + "'");
+}
+
+Config mode_config(const Config& c, Mode m) {
+  Config out = c;
+  auto& p = out.planner;
+  p.autopipe = m == Mode::AutoPipe || m == Mode::AutoDP || m == Mode::AutoCache;
+  p.autodp = m == Mode::AutoDP || m == Mode::AutoCache;
+  p.cache = m != Mode::AutoCache ? CachePolicyKind::Off
+            : c.planner.cache == CachePolicyKind::Off ? CachePolicyKind::Auto
+                                                      : c.planner.cache;
+  if (m == Mode::Baseline) {
+    p.freeze_policy = FreezePolicyKind::None;
+    p.replay_frozen.clear();
+    p.replay_grad_norms_file.clear();
+  }
+  return out;
+}
+
+double ModeRun::total_s() const {
+  double t = 0;
+  for (const auto& e : epochs) t += e.epoch_s;
+  return t;
+}
+
+namespace {
+
+// What one simulated iteration run gives the driver.
+struct Measured {
+  SimResult sim;
+  double fb_per_device_s = 0;  // F and B time of one device of one replica, per iteration
+};
+
+// Runs iterations of setups on SimGrid, memoised across plans and modes (a
+// setup with the same partition, K, M, layout and cache mode is the same
+// simulation); the misses of a batch run in parallel.
+class Runner {
+ public:
+  Runner(Simulator& sim, int jobs) : sim_(sim), jobs_(jobs) {}
+
+  std::vector<Measured> run(const PlanContext& ctx, const std::vector<IterationSetup>& setups, int iterations) {
+    std::vector<std::string> keys;
+    std::vector<SimRequest> misses;
+    std::vector<std::string> miss_keys;
+    for (const IterationSetup& s : setups) {
+      keys.push_back(signature(ctx.config, s, iterations));
+      if (!memo_.count(keys.back()) &&
+          std::find(miss_keys.begin(), miss_keys.end(), keys.back()) == miss_keys.end()) {
+        misses.push_back(request(ctx, s, iterations, -1));
+        miss_keys.push_back(keys.back());
+      }
+    }
+    const std::vector<SimResult> results = sim_.run_batch(misses, jobs_);
+    for (std::size_t i = 0; i < misses.size(); ++i)
+      memo_.emplace(miss_keys[i], Measured{results[i], fb_per_device(misses[i])});
+    std::vector<Measured> out;
+    for (const std::string& k : keys) out.push_back(memo_.at(k));
+    return out;
+  }
+
+  // One traced iteration (not memoised: the trace is the point).
+  void trace(const PlanContext& ctx, const IterationSetup& s, int plan_id, trace::Trace* into) {
+    (void)sim_.run(request(ctx, s, 1, plan_id), into);
+  }
+
+ private:
+  static SimRequest request(const PlanContext& ctx, const IterationSetup& s, int iterations, int plan_id) {
+    SimRequest req;
+    req.schedule = build_schedule(schedule_options(ctx, s));
+    req.costs = iteration_costs(ctx, s);
+    for (const auto& r : replica_layout(ctx.config, s.K).replica) {
+      req.replica_gpus.push_back(r.gpus);
+      req.replica_rank.push_back(r.rank);
+    }
+    req.cache_tier = s.cache_tier;
+    req.iterations = iterations;
+    req.plan_id = plan_id;
+    return req;
+  }
+
+  // F and B time of one device of one replica, per iteration.
+  static double fb_per_device(const SimRequest& req) {
+    double fb = 0;
+    for (const auto& device : req.schedule.devices)
+      for (const Action& a : device)
+        if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward) fb += req.costs.duration(a);
+    return fb / req.schedule.K;
+  }
+
+  static std::string signature(const Config& c, const IterationSetup& s, int iterations) {
+    std::ostringstream os;
+    os << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/' << static_cast<int>(s.cache_tier) << '/'
+       << s.cache_valid_layers << '/' << s.partition.frozen_end << '/' << iterations << ':';
+    for (int b : s.partition.bounds) os << b << ',';
+    for (const auto& r : replica_layout(c, s.K).replica) {
+      os << '|' << r.rank;
+      for (int g : r.gpus) os << ',' << g;
+    }
+    return os.str();
+  }
+
+  Simulator& sim_;
+  int jobs_;
+  std::map<std::string, Measured> memo_;
+};
+
+// Iteration period with free communication: what communication adds is
+// the measured period minus this.
+double period_without_comm(const PlanContext& ctx, const IterationSetup& s) {
+  const IterationCosts costs = iteration_costs(ctx, s);
+  const auto free_comm = [&](const Action& a) {
+    switch (a.kind) {
+      case ActionKind::SendAct:
+      case ActionKind::RecvAct:
+      case ActionKind::SendGrad:
+      case ActionKind::RecvGrad:
+      case ActionKind::AllReduce: return 0.0;
+      default: return costs.duration(a);
+    }
+  };
+  return simulate(build_schedule(schedule_options(ctx, s)), free_comm).makespan;
+}
+
+// The device of a sublayer: F_frozen sits on stage 0's device.
+int device_of(const Partition& p, int sublayer, int K) {
+  const int stage = p.stage_of(sublayer);
+  return stage < 0 ? 0 : stage % K;
+}
+
+// Weights and optimizer state of sublayers [first, last): what moves with them.
+double state_bytes(const PlanContext& ctx, SublayerRange active, SublayerRange frozen) {
+  const MemoryBreakdown m = stage_memory(ctx.spec, ctx.config.training, StageLoad{active, frozen, 1, 1});
+  return m.weights_bytes + m.optimizer_bytes;
+}
+
+// The overhead before a plan's first epoch: initialisation for the first
+// plan; later, moving weights to their new GPUs and onboarding woken
+// replicas (bytes over the simulated network), plus the configured costs.
+double transition_s(const PlanContext& ctx, const Plan* prev, const Plan& plan, Simulator& sim) {
+  const SimConfig& k = ctx.config.sim;
+  if (!prev) return k.context_creation_s + (plan.layout.replicas > 1 ? k.ddp_rebuild_s : 0.0) + k.pipeline_warmup_s;
+  const bool repartitioned = prev->partition.bounds != plan.partition.bounds || prev->K != plan.K;
+  const bool regrouped = prev->layout.active_ranks != plan.layout.active_ranks;
+  if (!repartitioned && !regrouped && prev->frozen_layers == plan.frozen_layers) return 0.0;
+
+  std::map<std::pair<int, int>, double> moves;  // (src gpu, dst gpu) -> bytes
+  const int n = ctx.spec.num_sublayers();
+  for (const auto& r : plan.layout.replica) {
+    const auto old = std::find_if(prev->layout.replica.begin(), prev->layout.replica.end(),
+                                  [&](const auto& q) { return q.rank == r.rank; });
+    if (old == prev->layout.replica.end()) continue;
+    for (int i = 0; i < n; ++i) {
+      const int src = old->gpus[device_of(prev->partition, i, prev->K)];
+      const int dst = r.gpus[device_of(plan.partition, i, plan.K)];
+      const bool active = i >= plan.partition.frozen_end;
+      if (src != dst)
+        moves[{src, dst}] += state_bytes(ctx, active ? SublayerRange{i, i + 1} : SublayerRange{},
+                                         active ? SublayerRange{} : SublayerRange{i, i + 1});
+    }
+  }
+  // A woken replica receives every stage's state from a live replica, on
+  // its own node when there is one.
+  for (int rank : plan.woken_ranks) {
+    const auto& r = *std::find_if(plan.layout.replica.begin(), plan.layout.replica.end(),
+                                  [&](const auto& q) { return q.rank == rank; });
+    const auto* source = &plan.layout.replica.front();
+    for (const auto& q : plan.layout.replica)
+      if (q.node == r.node && std::count(prev->layout.active_ranks.begin(), prev->layout.active_ranks.end(), q.rank)) {
+        source = &q;
+        break;
+      }
+    for (int s = 0; s < plan.partition.K(); ++s) {
+      const SublayerRange active{std::max(plan.partition.bounds[s], plan.partition.frozen_end),
+                                 plan.partition.bounds[s + 1]};
+      const SublayerRange frozen = s == 0 ? SublayerRange{0, plan.partition.frozen_end}
+                                          : SublayerRange{plan.partition.bounds[s],
+                                                          std::min(plan.partition.bounds[s + 1], plan.partition.frozen_end)};
+      const int d = s % plan.K;
+      moves[{source->gpus[d], r.gpus[d]}] += state_bytes(ctx, active, frozen);
+    }
+  }
+  std::vector<Simulator::Transfer> transfers;
+  for (const auto& [pair, bytes] : moves) transfers.push_back({pair.first, pair.second, bytes});
+  const double move_s = transfers.empty() ? 0.0 : sim.run_transfers(transfers);
+  return move_s + (plan.woken_ranks.empty() ? 0.0 : k.context_creation_s) + k.ddp_rebuild_s +
+         (repartitioned ? k.pipeline_warmup_s : 0.0);
+}
+
+// Steady-state periods: the last iteration of warm-up + measured ones,
+// once the measured ones repeat; more are simulated until they do.
+std::vector<std::pair<double, Measured>> steady_periods(Runner& runner, const PlanContext& ctx,
+                                                        const std::vector<IterationSetup>& setups) {
+  const SimConfig& k = ctx.config.sim;
+  const auto period = [&](const Measured& m, bool* repeats) {
+    const auto& end = m.sim.iteration_end_s;
+    std::vector<double> d;
+    for (std::size_t i = end.size() - k.measure_iterations; i < end.size(); ++i) d.push_back(end[i] - (i ? end[i - 1] : 0.0));
+    const auto [lo, hi] = std::minmax_element(d.begin(), d.end());
+    *repeats = *hi - *lo <= 1e-6 * *hi;
+    return d.back();
+  };
+  const int n0 = k.warmup_iterations + k.measure_iterations;
+  const std::vector<Measured> first = runner.run(ctx, setups, n0);
+  std::vector<std::pair<double, Measured>> out;
+  for (std::size_t i = 0; i < setups.size(); ++i) {
+    Measured m = first[i];
+    bool repeats = false;
+    double p = period(m, &repeats);
+    for (int n = 2 * n0; !repeats && n <= 64; n *= 2) {
+      m = runner.run(ctx, {setups[i]}, n).front();
+      p = period(m, &repeats);
+    }
+    out.emplace_back(p, m);
+  }
+  return out;
+}
+
+trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, int epoch, bool fill,
+                              double epoch_s, double transition, std::int64_t samples) {
+  trace::EpochMetrics e;
+  e.source = "sim";
+  e.mode = to_string(mode);
+  e.epoch = epoch;
+  e.plan_id = p.id;
+  e.frozen_layers = p.frozen_layers;
+  e.K = p.K;
+  e.M = p.M;
+  e.replicas = p.layout.replicas;
+  e.cache = p.cache.on;
+  e.iteration_s = fill ? ps.fill_iteration_s : ps.iteration_s;
+  e.epoch_s = epoch_s + transition;
+  e.samples_per_s = static_cast<double>(samples) / epoch_s;
+  e.bubble_fraction = ps.bubble_fraction;
+  e.exposed_comm_s = ps.exposed_comm_s;
+  e.comm_s = ps.steady.allreduce_s;
+  e.compute_s = ps.steady.compute_s;
+  e.cache_hit_ratio = p.cache.on && !fill ? 1.0 : 0.0;
+  e.transition_s = transition;
+  return e;
+}
+
+}  // namespace
+
+RunResult simulate_training(const Config& config, const RunOptions& opt, Simulator& sim) {
+  RunResult out;
+  out.config = config.source;
+  const AnalyticCostModel cost(config.cluster, config.training);
+  Runner runner(sim, opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
+  const double steps = static_cast<double>(opt.modes.size());
+  for (std::size_t mi = 0; mi < opt.modes.size(); ++mi) {
+    const Mode mode = opt.modes[mi];
+    const Config mc = mode_config(config, mode);
+    const PlanContext ctx(mc, cost);
+    // SimGrid answers the planner's profiling step: one iteration per
+    // candidate M (a synchronous iteration starts from idle devices).
+    const IterationPredictor predict = [&](const std::vector<IterationSetup>& setups) {
+      std::vector<IterationPrediction> out;
+      for (const Measured& m : runner.run(ctx, setups, 1)) {
+        const double t = m.sim.iteration_end_s.front();
+        out.push_back({t, 1.0 - m.fb_per_device_s / t});
+      }
+      return out;
+    };
+    ModeRun run;
+    run.mode = mode;
+    run.plan = plan_run(mc, cost, predict);
+    const bool traced = mi + 1 == opt.modes.size() && mc.sim.trace;
+    double clock = 0;  // start of the plan on the run's timeline
+    std::optional<IterationSetup> last_traced;  // consecutive identical plans are traced once
+    // Every plan's steady state (and cache-filling epoch) at once.
+    std::vector<IterationSetup> setups;
+    for (const Plan& p : run.plan.plans) {
+      setups.push_back(iteration_setup(mc, p, false));
+      setups.push_back(iteration_setup(mc, p, true));  // == steady when nothing fills
+    }
+    const auto periods = steady_periods(runner, ctx, setups);
+    for (std::size_t pi = 0; pi < run.plan.plans.size(); ++pi) {
+      const Plan& p = run.plan.plans[pi];
+      PlanSim ps;
+      ps.plan_id = p.id;
+      const IterationSetup steady = iteration_setup(mc, p, false);
+      const auto& [period, measured] = periods[2 * pi];
+      ps.iteration_s = period;
+      ps.steady = measured.sim;
+      ps.bubble_fraction = 1.0 - measured.fb_per_device_s / ps.iteration_s;
+      ps.exposed_comm_s = std::max(0.0, ps.iteration_s - period_without_comm(ctx, steady));
+      if (p.cache_fill_from >= 0) ps.fill_iteration_s = periods[2 * pi + 1].first;
+      ps.transition_s = transition_s(ctx, pi ? &run.plan.plans[pi - 1] : nullptr, p, sim);
+
+      if (traced) {
+        const bool same = last_traced && last_traced->partition == steady.partition &&
+                          last_traced->M == steady.M && last_traced->cache_on == steady.cache_on &&
+                          last_traced->replicas == steady.replicas;
+        if (!same) {
+          trace::Trace one;
+          runner.trace(ctx, steady, p.id, &one);
+          for (const auto& e : one.events) {
+            trace::Event shifted = e;
+            shifted.track = out.trace.track(one.tracks[e.track]);
+            shifted.start_s += clock + ps.transition_s;
+            shifted.end_s += clock + ps.transition_s;
+            out.trace.events.push_back(std::move(shifted));
+          }
+          for (const auto& r : p.layout.replica)
+            for (int gpu : r.gpus) {
+              trace::Event t;
+              t.track = out.trace.track({trace::TrackKind::Gpu, gpu / mc.cluster.gpus_per_node,
+                                         gpu % mc.cluster.gpus_per_node, "gpu" + std::to_string(gpu % mc.cluster.gpus_per_node)});
+              t.name = pi == 0 ? "initialisation K=" + std::to_string(p.K)
+                               : "transition K " + std::to_string(run.plan.plans[pi - 1].K) + "->" + std::to_string(p.K);
+              t.category = "transition";
+              t.start_s = clock;
+              t.end_s = clock + ps.transition_s;
+              t.replica = r.rank;
+              t.plan_id = p.id;
+              out.trace.events.push_back(std::move(t));
+            }
+          last_traced = steady;
+        }
+      }
+
+      for (int e = p.first_epoch; e < p.end_epoch; ++e) {
+        const bool fill = e == p.first_epoch && p.cache_fill_from >= 0;
+        double epoch_s = p.iterations_per_epoch * (fill ? ps.fill_iteration_s : ps.iteration_s);
+        if (opt.exact) {
+          const auto n = static_cast<int>(p.iterations_per_epoch);
+          epoch_s = runner.run(ctx, {iteration_setup(mc, p, fill)}, n).front().sim.iteration_end_s.back();
+        }
+        const double transition = e == p.first_epoch ? ps.transition_s : 0.0;
+        run.epochs.push_back(epoch_row(mode, p, ps, e, fill, epoch_s, transition, mc.data.num_train_samples));
+        clock += epoch_s + transition;
+      }
+      run.plans.push_back(ps);
+      if (opt.progress) opt.progress((mi + (pi + 1.0) / run.plan.plans.size()) / steps);
+    }
+    for (const Plan& p : run.plan.plans)
+      for (const ChunkCandidate& c : p.chunk_table)
+        out.chunks.push_back({mode, p.K, c.M, p.layout.replicas, c.iteration_s,
+                              p.layout.replicas * static_cast<double>(mc.training.batch_size) / c.iteration_s,
+                              c.feasible, c.M == p.M});
+    out.modes.push_back(std::move(run));
+  }
+
+  out.trace.source = "sim";
+  out.trace.config = config.source;
+  out.trace.mode = opt.modes.empty() ? "" : to_string(opt.modes.back());
+  out.trace.metadata = {{"network_model", "SimGrid CM02, crosstraffic off"}, {"cost_model", cost.name()}};
+  out.summary.source = "sim";
+  out.summary.config = config.source;
+  out.summary.metadata = out.trace.metadata;
+  const auto baseline = std::find_if(out.modes.begin(), out.modes.end(),
+                                     [](const ModeRun& r) { return r.mode == Mode::Baseline; });
+  for (const ModeRun& r : out.modes) {
+    trace::ModeSummary s;
+    s.mode = to_string(r.mode);
+    s.total_s = r.total_s();
+    for (const auto& e : r.epochs) s.epoch_s.push_back(e.epoch_s);
+    s.samples_per_s = s.epoch_s.size() * static_cast<double>(config.data.num_train_samples) / s.total_s;
+    s.speedup = baseline != out.modes.end() ? baseline->total_s() / s.total_s : 0.0;
+    out.summary.modes.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::string format_result(const RunResult& r) {
+  std::ostringstream os;
+  char line[256];
+  os << "simulated training of " << r.config << "\n"
+     << "  SimGrid, CM02 network model; analytic cost model; transitions included\n\n";
+  std::snprintf(line, sizeof line, "  %-10s %12s %10s %12s %9s\n", "mode", "time (s)", "time (h)", "samples/s", "speedup");
+  os << line;
+  for (const auto& s : r.summary.modes) {
+    std::snprintf(line, sizeof line, "  %-10s %12.1f %10.3f %12.1f %8.2fx\n", s.mode.c_str(), s.total_s,
+                  s.total_s / 3600, s.samples_per_s, s.speedup > 0 ? s.speedup : 1.0);
+    os << line;
+  }
+  const ModeRun& last = r.modes.back();
+  os << "\n" << to_string(last.mode) << ", per epoch:\n";
+  std::snprintf(line, sizeof line, "  %5s %7s %3s %8s %4s %-5s %11s %9s %7s %10s %11s\n", "epoch", "frozen", "K",
+                "replicas", "M", "cache", "samples/s", "iter (s)", "bubble", "epoch (s)", "transit (s)");
+  os << line;
+  for (const auto& e : last.epochs) {
+    std::snprintf(line, sizeof line, "  %5d %7d %3d %8d %4d %-5s %11.1f %9.4f %7.3f %10.1f %11.2f\n", e.epoch,
+                  e.frozen_layers, e.K, e.replicas, e.M, !e.cache ? "off" : e.cache_hit_ratio > 0 ? "read" : "fill",
+                  e.samples_per_s, e.iteration_s, e.bubble_fraction, e.epoch_s, e.transition_s);
+    os << line;
+  }
+  return os.str();
+}
+
+void write_outputs(const RunResult& r, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path d(dir);
+  trace::write_summary_json(r.summary, (d / "summary.json").string());
+  std::vector<trace::EpochMetrics> rows;
+  for (const auto& m : r.modes) rows.insert(rows.end(), m.epochs.begin(), m.epochs.end());
+  trace::write_epoch_csv(rows, (d / "epochs.csv").string());
+  std::ofstream chunks(d / "chunks.csv");
+  if (!chunks) throw Error((d / "chunks.csv").string() + ": cannot write");
+  chunks << "mode,K,M,replicas,iteration_s,samples_per_s,fits_memory,chosen\n";
+  char line[256];
+  for (const auto& c : r.chunks) {
+    std::snprintf(line, sizeof line, "%s,%d,%d,%d,%.17g,%.17g,%d,%d\n", to_string(c.mode).c_str(), c.K, c.M,
+                  c.replicas, c.iteration_s, c.samples_per_s, c.fits_memory ? 1 : 0, c.chosen ? 1 : 0);
+    chunks << line;
+  }
+  if (!r.trace.events.empty()) trace::write_chrome_trace(r.trace, (d / "trace.json").string());
+}
+
+}  // namespace ep::sim

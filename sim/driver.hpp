@@ -1,0 +1,88 @@
+// The whole-training simulation: for each ablation mode, the planner's run
+// plan (its chunk search answered by SimGrid), every plan's steady-state
+// iteration simulated and scaled to the epoch, transitions charged where the
+// plan changes. The driver decides nothing: plans come from the planner,
+// times from SimGrid.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planner/run_plan.hpp"
+#include "sim/simulator.hpp"
+#include "traces/trace.hpp"
+
+namespace ep::sim {
+
+// The speedup breakdown of SPEC §7, each mode adding one piece.
+enum class Mode { Baseline, Freeze, AutoPipe, AutoDP, AutoCache };
+inline constexpr Mode kAllModes[] = {Mode::Baseline, Mode::Freeze, Mode::AutoPipe, Mode::AutoDP,
+                                     Mode::AutoCache};
+[[nodiscard]] std::string to_string(Mode);
+[[nodiscard]] Mode parse_mode(const std::string&);  // throws ep::Error
+
+// The config a mode runs: baseline = no freezing, K = K0 throughout;
+// freeze = freezing only (frozen layers lose their backward, nothing moves);
+// autopipe = + repartition and compression; autodp = + replicas on the freed
+// GPUs; autocache = + the activation cache (the config's policy, "auto"
+// when the config says "off"). The cache is off in every mode but the last.
+[[nodiscard]] Config mode_config(const Config&, Mode);
+
+// One plan as simulated.
+struct PlanSim {
+  int plan_id = 0;
+  double iteration_s = 0;       // steady-state period
+  double fill_iteration_s = 0;  // the cache-filling epoch's period, when there is one
+  double transition_s = 0;      // charged before the plan's first epoch
+  double bubble_fraction = 0;
+  double exposed_comm_s = 0;    // period minus the period with free communication
+  SimResult steady;             // per-iteration breakdown of the steady state
+};
+
+struct ModeRun {
+  Mode mode = Mode::Baseline;
+  RunPlan plan;
+  std::vector<PlanSim> plans;
+  std::vector<trace::EpochMetrics> epochs;
+  [[nodiscard]] double total_s() const;
+};
+
+// The simulator's answer to the paper's profiling step: throughput vs M for
+// each K a mode meets.
+struct ChunkRow {
+  Mode mode = Mode::Baseline;
+  int K = 0;
+  int M = 0;
+  int replicas = 0;
+  double iteration_s = 0;
+  double samples_per_s = 0;
+  bool fits_memory = true;
+  bool chosen = false;
+};
+
+struct RunResult {
+  std::string config;
+  std::vector<ModeRun> modes;
+  std::vector<ChunkRow> chunks;
+  trace::Trace trace;  // one iteration per distinct plan of the last mode, on one timeline
+  trace::RunSummary summary;
+};
+
+struct RunOptions {
+  std::vector<Mode> modes{std::begin(kAllModes), std::end(kAllModes)};
+  bool exact = false;  // simulate every iteration instead of scaling the steady state
+  int jobs = 0;        // simulations run at once; 0: one per core
+  // Called as work completes (fraction in [0, 1]); may be empty.
+  std::function<void(double fraction)> progress;
+};
+
+[[nodiscard]] RunResult simulate_training(const Config&, const RunOptions&, Simulator&);
+
+// The CLI's summary: time per mode and speedup, then per epoch of the last
+// mode: frozen layers, K, replicas, M, throughput.
+[[nodiscard]] std::string format_result(const RunResult&);
+// summary.json, epochs.csv, chunks.csv and (when traced) trace.json in `dir`.
+void write_outputs(const RunResult&, const std::string& dir);
+
+}  // namespace ep::sim

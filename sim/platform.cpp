@@ -1,0 +1,113 @@
+#include "sim/platform.hpp"
+
+#include <cmath>
+#include <string>
+
+#include <simgrid/s4u.hpp>
+#include <xbt/log.h>
+
+#include "planner/error.hpp"
+
+namespace ep::sim {
+namespace s4u = simgrid::s4u;
+
+namespace {
+
+void require_rate(double v, const std::string& what) {
+  if (!(v > 0) || !std::isfinite(v))
+    throw Error("simulator platform: " + what + " must be positive and finite, found " + std::to_string(v));
+}
+
+void require_latency(double v, const std::string& what) {
+  if (!(v >= 0) || !std::isfinite(v))
+    throw Error("simulator platform: " + what + " must be >= 0 and finite, found " + std::to_string(v));
+}
+
+// Calibration, all of it. The platform's links carry the config's numbers
+// unchanged, and the network model must not rescale them:
+// - CM02 has no correction factors (latency and bandwidth factors 1); the
+//   default LV08 multiplies every latency by 13.01 (TCP slow start) and
+//   bandwidth by 0.97, which would make a 5 µs PCIe hop cost 65 µs.
+// - crosstraffic off: with it on, every flow also loads the reverse
+//   route with 5% of its rate (TCP acks), which GPU interconnects do not have.
+// - TCP-gamma 0: no window bound (gamma / 2·latency) on a flow's rate.
+// CM02 still shares a link between flows in inverse proportion to their
+// route latency (TCP's RTT unfairness): a cross-node flow gets less of a
+// shared PCIe link than an intra-node one. Equal-latency flows (the
+// analytic anchors) share equally.
+void calibrate() {
+  xbt_log_control_set("xbt_cfg.thresh:warning");  // no "Configuration change" lines
+  s4u::Engine::set_config("network/model:CM02");
+  s4u::Engine::set_config("network/crosstraffic:0");
+  s4u::Engine::set_config("network/TCP-gamma:0");
+}
+
+}  // namespace
+
+void check_cluster(const ClusterSpec& c) {
+  if (c.nodes < 1 || c.gpus_per_node < 1)
+    throw Error("simulator platform: needs at least 1 node and 1 GPU per node, found " +
+                std::to_string(c.nodes) + " x " + std::to_string(c.gpus_per_node));
+  require_rate(c.device.peak_flops_per_s * c.device.efficiency, "device.peak_flops_per_s * efficiency");
+  require_rate(c.intra_node.bandwidth_bytes_per_s, "intra_node.bandwidth_bytes_per_s");
+  require_rate(c.inter_node.bandwidth_bytes_per_s, "inter_node.bandwidth_bytes_per_s");
+  require_rate(c.host.memory_bandwidth_bytes_per_s, "host.memory_bandwidth_bytes_per_s");
+  require_rate(c.host.disk_bandwidth_bytes_per_s, "host.disk_bandwidth_bytes_per_s");
+  require_latency(c.intra_node.latency_s, "intra_node.latency_s");
+  require_latency(c.inter_node.latency_s, "inter_node.latency_s");
+}
+
+Platform build_platform(const ClusterSpec& c) {
+  check_cluster(c);
+  calibrate();
+
+  Platform p;
+  p.nodes = c.nodes;
+  p.gpus_per_node = c.gpus_per_node;
+  p.gpu_speed_flops = c.device.peak_flops_per_s * c.device.efficiency;
+  const int I = c.gpus_per_node;
+  const auto up = s4u::LinkInRoute::Direction::UP;
+  // One split-duplex link, its two directions registered as trace tracks.
+  const auto duplex = [&](s4u::NetZone* zone, const std::string& name, double bw, double latency,
+                          int track_node, int track_index, const std::string& track_name) {
+    s4u::SplitDuplexLink* l = zone->create_split_duplex_link(name, bw);
+    l->set_latency(latency)->seal();
+    p.link_tracks[l->get_link_up()] = {trace::TrackKind::Link, track_node, track_index, track_name + ".up"};
+    p.link_tracks[l->get_link_down()] = {trace::TrackKind::Link, track_node, track_index + 1, track_name + ".down"};
+    return l;
+  };
+
+  auto* root = s4u::create_star_zone("cluster");
+  for (int n = 0; n < c.nodes; ++n) {
+    const std::string node = "n" + std::to_string(n);
+    auto* zone = s4u::create_star_zone("node" + std::to_string(n));
+    zone->set_parent(root);
+    auto* gateway = zone->create_router(node + ".sw");  // routers need no route of their own
+    for (int g = 0; g < I; ++g) {
+      auto* gpu = zone->create_host(node + ".gpu" + std::to_string(g), p.gpu_speed_flops);
+      const std::string pcie = "pcie" + std::to_string(g);
+      zone->add_route(gpu->get_netpoint(), nullptr, nullptr, nullptr,
+                      {{duplex(zone, node + "." + pcie, c.intra_node.bandwidth_bytes_per_s,
+                               c.intra_node.latency_s / 2, n, 2 * g, pcie), up}},
+                      true);
+      p.gpus.push_back(gpu);
+    }
+    auto* host = zone->create_host(node + ".host", 1e9);  // runs nothing; speed is irrelevant
+    zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
+                    {{duplex(zone, node + ".mem", c.host.memory_bandwidth_bytes_per_s, 0, n, 2 * I, "host"), up}},
+                    true);
+    p.disks.push_back(host->create_disk(node + ".disk", c.host.disk_bandwidth_bytes_per_s,
+                                        c.host.disk_bandwidth_bytes_per_s)->seal());
+    p.hosts.push_back(host);
+    zone->seal();
+
+    const std::string ib = "ib" + std::to_string(n);
+    root->add_route(zone->get_netpoint(), nullptr, gateway, nullptr,
+                    {{duplex(root, ib, c.inter_node.bandwidth_bytes_per_s, c.inter_node.latency_s / 2, -1, 2 * n, ib), up}},
+                    true);
+  }
+  root->seal();
+  return p;
+}
+
+}  // namespace ep::sim

@@ -1,0 +1,58 @@
+// The simulated cluster: the only code that touches SimGrid's zone API.
+//
+// Topology (every link split-duplex: one SimGrid link per direction, so
+// traffic one way never slows traffic the other way):
+//
+//   root star zone "cluster" ─┬─ nic<n> ── node zone "node<n>" (star, gateway router n<n>.sw)
+//                             │               ├─ pcie<g> ── GPU host  n<n>.gpu<g>
+//                             │               └─ mem     ── CPU host  n<n>.host (+ disk n<n>.disk)
+//
+// Latency split, so that the platform reproduces the cost model's formulas:
+//   pcie<g>: intra_node bandwidth, intra_node.latency / 2
+//   nic<n>:  inter_node bandwidth, inter_node.latency / 2
+//   mem:     host memory bandwidth, latency 0
+// hence, for a transfer of S bytes alone on its route,
+//   GPU → GPU, same node:   intra.latency + S / intra.bw                      (PCIe up, PCIe down)
+//   GPU → GPU, other node:  intra.latency + inter.latency
+//                           + S / min(intra.bw, inter.bw)                     (PCIe up, NIC, NIC, PCIe down)
+//   host ↔ GPU (cache IO):  intra.latency / 2 + S / min(mem.bw, intra.bw)     (mem, PCIe)
+// The analytic cost model charges a cross-node hop inter.latency + S/inter.bw
+// only; the simulator also pays the PCIe hops at both ends.
+//
+// Star zones hold one route per element (up/down link lists), so the
+// platform is O(nodes · GPUs): 32 nodes × 8 GPUs build in milliseconds.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include <simgrid/forward.h>
+
+#include "planner/config.hpp"
+#include "traces/trace.hpp"
+
+namespace ep::sim {
+
+struct Platform {
+  int nodes = 0;
+  int gpus_per_node = 0;
+  double gpu_speed_flops = 0;               // peak_flops_per_s · efficiency
+  std::vector<simgrid::s4u::Host*> gpus;    // global GPU id = node · gpus_per_node + gpu
+  std::vector<simgrid::s4u::Host*> hosts;   // per node: CPU and memory, holds the activation cache
+  std::vector<simgrid::s4u::Disk*> disks;   // per node: the cache's spill tier
+  // Every one-directional link and the trace track its traffic goes to:
+  // Track{Link, node, 2g / 2g+1, "pcie<g>.up/down"}, Track{Link, node, 2I / 2I+1,
+  // "host.up/down"} (up = leaving the host) and Track{Link, -1, 2n / 2n+1, "ib<n>.up/down"}.
+  std::unordered_map<const simgrid::s4u::Link*, trace::Track> link_tracks;
+};
+
+// Throws ep::Error for a cluster the platform cannot model: no node or GPU,
+// a bandwidth or speed that is not positive and finite, a negative latency.
+void check_cluster(const ClusterSpec&);
+
+// Sets the network model (the one place calibration lives) and builds the
+// zones. Needs a live s4u::Engine that has not built a platform yet; call
+// once per process. Runs check_cluster first.
+[[nodiscard]] Platform build_platform(const ClusterSpec&);
+
+}  // namespace ep::sim

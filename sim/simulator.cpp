@@ -1,0 +1,629 @@
+#include "sim/simulator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <unordered_map>
+#include <utility>
+
+#include <simgrid/s4u.hpp>
+
+#include "planner/error.hpp"
+#include "sim/isolate.hpp"
+#include "sim/platform.hpp"
+
+namespace ep::sim {
+namespace s4u = simgrid::s4u;
+
+namespace {
+
+bool g_engine_created = false;  // SimGrid: one Engine per process, ever
+
+double now() { return s4u::Engine::get_clock(); }
+
+// The one place that waits on a set of comms: later SimGrid releases
+// replace Comm::wait_all with ActivitySet.
+void wait_all(const std::vector<s4u::CommPtr>& comms) { s4u::Comm::wait_all(comms); }
+
+bool is_recv(ActionKind k) { return k == ActionKind::RecvAct || k == ActionKind::RecvGrad; }
+bool is_compute(ActionKind k) {
+  return k == ActionKind::Forward || k == ActionKind::Backward || k == ActionKind::FrozenForward ||
+         k == ActionKind::OptimizerStep;
+}
+
+const char* category(ActionKind k) {
+  switch (k) {
+    case ActionKind::Forward: return "forward";
+    case ActionKind::Backward: return "backward";
+    case ActionKind::SendAct:
+    case ActionKind::SendGrad: return "send";
+    case ActionKind::RecvAct:
+    case ActionKind::RecvGrad: return "recv";
+    case ActionKind::AllReduce: return "allreduce";
+    case ActionKind::OptimizerStep: return "optimizer";
+    case ActionKind::FrozenForward: return "frozen_forward";
+    case ActionKind::CacheRead: return "cache_read";
+    case ActionKind::CacheWrite: return "cache_write";
+  }
+  return "";
+}
+
+// Simulated sizes are whole bytes; below half a byte a transfer is free.
+std::uint64_t whole_bytes(double b) { return static_cast<std::uint64_t>(std::llround(b)); }
+
+double checked(double v, const char* what, const Action& a) {
+  if (!(v >= 0) || !std::isfinite(v))
+    throw Error(std::string("simulator: ") + what + " of " + to_string(a) + " is " + std::to_string(v) +
+                ", expected a finite value >= 0");
+  return v;
+}
+
+// ---------------------------------------------------------------- request
+
+// One action of a device's list with what executing it needs, precomputed
+// once per run so the actors do no lookups.
+struct Step {
+  Action a;
+  double seconds = 0;       // F, B, FZ, OPT
+  std::uint64_t bytes = 0;  // transfers, AR, CR, CW
+  int slot = -1;            // send/recv: rendezvous slot of the tensor (direction, receiving stage, micro-batch)
+  int peer = -1;            // recv: the sending device
+  bool ends_stage_ar = false;  // AR: the last of its stage's buckets in this list
+};
+
+// A validated request, built in the parent so that errors surface there.
+struct Prepared {
+  int R = 0, K = 0, S = 0, M = 0, iterations = 1, slots = 0;
+  std::vector<std::vector<Step>> lists;  // per device
+  std::vector<std::vector<int>> lane;    // per device: indices of its all-reduces in `lists`
+  std::vector<int> ranks;                // per replica
+  std::vector<int> ring_pos;             // per replica: position in rank order
+  std::vector<int> at_pos;               // ring position -> replica
+};
+
+Prepared prepare(const SimRequest& q, int total_gpus) {
+  const Schedule& s = q.schedule;
+  Prepared p;
+  p.R = static_cast<int>(q.replica_gpus.size());
+  p.K = s.K;
+  p.iterations = q.iterations;
+  if (q.iterations < 1) throw Error("simulator: iterations must be >= 1, found " + std::to_string(q.iterations));
+  if (!q.costs.duration || !q.costs.bytes) throw Error("simulator: the request's IterationCosts lacks duration or bytes");
+  if (p.R == 0) throw Error("simulator: no replica (replica_gpus is empty)");
+  std::vector<std::pair<int, int>> owner(total_gpus, {-1, -1});
+  for (int r = 0; r < p.R; ++r) {
+    const auto& gpus = q.replica_gpus[r];
+    if (static_cast<int>(gpus.size()) != s.K)
+      throw Error("simulator: the schedule has " + std::to_string(s.K) + " devices but replica " + std::to_string(r) +
+                  " maps " + std::to_string(gpus.size()) + " GPUs (replica_gpus[" + std::to_string(r) +
+                  "]); every replica needs exactly one GPU per device");
+    for (int d = 0; d < s.K; ++d) {
+      const int g = gpus[d];
+      if (g < 0 || g >= total_gpus)
+        throw Error("simulator: replica " + std::to_string(r) + " maps device " + std::to_string(d) + " to GPU " +
+                    std::to_string(g) + ", outside the cluster's GPUs 0.." + std::to_string(total_gpus - 1));
+      if (owner[g].first >= 0)
+        throw Error("simulator: GPU " + std::to_string(g) + " is mapped twice: replica " +
+                    std::to_string(owner[g].first) + " device " + std::to_string(owner[g].second) +
+                    " and replica " + std::to_string(r) + " device " + std::to_string(d));
+      owner[g] = {r, d};
+    }
+  }
+  p.ranks = q.replica_rank;
+  if (p.ranks.empty()) {
+    p.ranks.resize(p.R);
+    std::iota(p.ranks.begin(), p.ranks.end(), 0);
+  }
+  if (static_cast<int>(p.ranks.size()) != p.R)
+    throw Error("simulator: " + std::to_string(p.ranks.size()) + " replica ranks for " + std::to_string(p.R) +
+                " replicas");
+  p.at_pos.resize(p.R);
+  std::iota(p.at_pos.begin(), p.at_pos.end(), 0);
+  std::sort(p.at_pos.begin(), p.at_pos.end(), [&](int a, int b) { return p.ranks[a] < p.ranks[b]; });
+  p.ring_pos.resize(p.R);
+  for (int i = 0; i < p.R; ++i) {
+    p.ring_pos[p.at_pos[i]] = i;
+    if (i > 0 && p.ranks[p.at_pos[i]] == p.ranks[p.at_pos[i - 1]])
+      throw Error("simulator: two replicas have rank " + std::to_string(p.ranks[p.at_pos[i]]));
+  }
+  try {
+    check_schedule(s);  // also guarantees every stage and micro-batch below is in range
+  } catch (const Error& e) {
+    throw e.with_context("simulator: invalid schedule");
+  }
+
+  p.S = s.num_stages();
+  p.M = s.M;
+  p.slots = 2 * p.S * p.M;
+  const auto slot = [&](int dir, int recv_stage, int mb) { return (dir * p.S + recv_stage) * p.M + mb; };
+  p.lists.resize(p.K);
+  p.lane.resize(p.K);
+  for (int d = 0; d < p.K; ++d) {
+    std::vector<int> last_ar(p.S, -1);
+    for (const Action& a : s.devices[d]) {
+      Step st{a};
+      const int i = static_cast<int>(p.lists[d].size());
+      if (is_compute(a.kind)) {
+        st.seconds = checked(q.costs.duration(a), "duration", a);
+      } else {
+        st.bytes = whole_bytes(checked(q.costs.bytes(a), "bytes", a));
+      }
+      switch (a.kind) {
+        case ActionKind::SendAct: st.slot = slot(0, a.stage + 1, a.microbatch); break;
+        case ActionKind::SendGrad: st.slot = slot(1, a.stage - 1, a.microbatch); break;
+        case ActionKind::RecvAct:
+          st.slot = slot(0, a.stage, a.microbatch);
+          st.peer = s.device_of(a.stage - 1);
+          break;
+        case ActionKind::RecvGrad:
+          st.slot = slot(1, a.stage, a.microbatch);
+          st.peer = s.device_of(a.stage + 1);
+          break;
+        case ActionKind::AllReduce:
+          p.lane[d].push_back(i);
+          last_ar[a.stage] = i;
+          break;
+        default: break;
+      }
+      p.lists[d].push_back(st);
+    }
+    for (int i : last_ar)
+      if (i >= 0) p.lists[d][i].ends_stage_ar = true;
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------- trace
+
+// Trace recording inside the simulation process; no-op without a trace.
+class Recorder {
+ public:
+  Recorder(trace::Trace* t, const Platform& p, std::int64_t first_flow) : t_(t), p_(p), next_flow_(first_flow) {}
+  explicit operator bool() const { return t_ != nullptr; }
+  [[nodiscard]] std::int64_t next_flow() const { return next_flow_; }
+  std::int64_t new_flow() { return next_flow_++; }
+
+  int gpu_track(int gpu) {
+    const int I = p_.gpus_per_node;
+    return t_->track({trace::TrackKind::Gpu, gpu / I, gpu % I, "gpu" + std::to_string(gpu % I)});
+  }
+  int add(trace::Event e) {
+    t_->events.push_back(std::move(e));
+    return static_cast<int>(t_->events.size()) - 1;
+  }
+  trace::Event& at(int i) { return t_->events[i]; }
+
+  // A copy of `e` on the track of every link of the route src -> dst.
+  void on_links(const s4u::Host* src, const s4u::Host* dst, const trace::Event& e) {
+    auto [it, fresh] = routes_.try_emplace({src, dst});
+    if (fresh) {
+      std::vector<s4u::Link*> links;
+      double latency = 0;
+      src->route_to(dst, links, &latency);
+      for (const s4u::Link* l : links) {
+        auto [lt, new_link] = link_track_.try_emplace(l, -1);
+        if (new_link) lt->second = t_->track(p_.link_tracks.at(l));
+        it->second.push_back(lt->second);
+      }
+    }
+    for (const int track : it->second) {
+      trace::Event c = e;
+      c.track = track;
+      c.flow_in = c.flow_out = 0;
+      t_->events.push_back(std::move(c));
+    }
+  }
+
+ private:
+  trace::Trace* t_;
+  const Platform& p_;
+  std::int64_t next_flow_;
+  std::map<std::pair<const s4u::Host*, const s4u::Host*>, std::vector<int>> routes_;
+  std::unordered_map<const s4u::Link*, int> link_track_;
+};
+
+trace::Event action_event(int track, const Action& a, double start, double end, int rank, int plan_id, int it,
+                          std::int64_t bytes) {
+  trace::Event e;
+  e.track = track;
+  e.name = to_string(a);
+  e.category = category(a.kind);
+  e.start_s = start;
+  e.end_s = end;
+  e.stage = a.stage;
+  e.microbatch = a.microbatch;
+  e.bucket = a.bucket;
+  e.replica = rank;
+  e.plan_id = plan_id;
+  e.iteration = it;
+  e.bytes = bytes;
+  return e;
+}
+
+// What the child appended to the trace, sent back to the parent.
+void put_trace_tail(ByteWriter& w, const trace::Trace& t, std::size_t tracks0, std::size_t events0) {
+  w.put(t.tracks.size() - tracks0);
+  for (std::size_t i = tracks0; i < t.tracks.size(); ++i) {
+    const auto& k = t.tracks[i];
+    w.put_all(k.kind, k.node, k.index, k.name);
+  }
+  w.put(t.events.size() - events0);
+  for (std::size_t i = events0; i < t.events.size(); ++i) {
+    const auto& e = t.events[i];
+    w.put_all(e.track, e.name, e.category, e.start_s, e.end_s, e.stage, e.microbatch, e.bucket, e.replica,
+              e.plan_id, e.iteration, e.bytes, e.flow_out, e.flow_in);
+  }
+}
+
+void get_trace_tail(ByteReader& r, trace::Trace& t) {
+  for (auto n = r.get<std::size_t>(); n > 0; --n) {
+    trace::Track k;
+    r.get_into(k.kind, k.node, k.index, k.name);
+    t.tracks.push_back(std::move(k));
+  }
+  for (auto n = r.get<std::size_t>(); n > 0; --n) {
+    trace::Event e;
+    r.get_into(e.track, e.name, e.category, e.start_s, e.end_s, e.stage, e.microbatch, e.bucket, e.replica,
+               e.plan_id, e.iteration, e.bytes, e.flow_out, e.flow_in);
+    t.events.push_back(std::move(e));
+  }
+}
+
+// ---------------------------------------------------------------- run
+
+struct Worker {  // one (replica, device)
+  int r = 0, d = 0, gpu = 0, track = -1;
+  s4u::Host* host = nullptr;
+  s4u::SemaphorePtr issued;                   // compute -> lane: one release per all-reduce reached
+  std::vector<s4u::SemaphorePtr> stage_done;  // per stage, lane -> OPT; null when no all-reduce here
+  std::vector<double> end, lane_end;          // per iteration
+  double compute = 0, allreduce = 0, p2p = 0, cache_io = 0;
+  bool done = false, lane_done = true;
+};
+
+struct Run {
+  Run(const Platform& pl, const SimRequest& rq, const Prepared& pp, Recorder& rc)
+      : P(pl), q(rq), p(pp), rec(rc) {}
+  const Platform& P;
+  const SimRequest& q;
+  const Prepared& p;
+  Recorder& rec;
+  std::vector<Worker> workers;            // r * K + d
+  std::vector<s4u::SemaphorePtr> posted;  // r * slots + slot: one release per SEND posted
+  std::vector<int> send_event;            // trace: ((r * slots + slot) * iterations + it) -> SEND's event
+  std::vector<s4u::Mailbox*> ring;        // d * R + ring position: that rank's incoming ring chunks
+
+  Worker& worker(int r, int d) { return workers[r * p.K + d]; }
+};
+
+void compute(const Run& run, double seconds) {
+  if (seconds > 0) s4u::this_actor::execute(seconds * run.P.gpu_speed_flops);
+}
+
+void device_actor(Run& run, Worker& w) {
+  const auto& list = run.p.lists[w.d];
+  const int node = w.gpu / run.P.gpus_per_node;
+  const bool disk = run.q.cache_tier == CacheTier::Disk;
+  const int rank = run.p.ranks[w.r];
+  for (int it = 0; it < run.p.iterations; ++it) {
+    for (const Step& st : list) {
+      const Action& a = st.a;
+      double start = now();
+      switch (a.kind) {
+        case ActionKind::OptimizerStep:
+          if (const auto& done = w.stage_done[a.stage]) done->acquire();
+          start = now();
+          [[fallthrough]];
+        case ActionKind::Forward:
+        case ActionKind::Backward:
+        case ActionKind::FrozenForward:
+          compute(run, st.seconds);
+          w.compute += st.seconds;
+          break;
+        case ActionKind::SendAct:
+        case ActionKind::SendGrad: {
+          const int slot = w.r * run.p.slots + st.slot;
+          if (run.rec) {
+            auto e = action_event(w.track, a, start, start, rank, run.q.plan_id, it, static_cast<std::int64_t>(st.bytes));
+            e.flow_out = run.rec.new_flow();
+            run.send_event[slot * run.p.iterations + it] = run.rec.add(std::move(e));
+          }
+          run.posted[slot]->release();
+          continue;  // traced above; its end is set by the RECV
+        }
+        case ActionKind::RecvAct:
+        case ActionKind::RecvGrad: {
+          const int slot = w.r * run.p.slots + st.slot;
+          run.posted[slot]->acquire();
+          start = now();  // the rendezvous: the span is the transfer, the wait before it is idle
+          s4u::Host* src = run.worker(w.r, st.peer).host;
+          if (st.bytes > 0) s4u::Comm::sendto(src, w.host, st.bytes);
+          w.p2p += now() - start;
+          if (run.rec) {
+            trace::Event& send = run.rec.at(run.send_event[slot * run.p.iterations + it]);
+            send.end_s = now();
+            auto e = action_event(w.track, a, start, now(), rank, run.q.plan_id, it, static_cast<std::int64_t>(st.bytes));
+            e.flow_in = send.flow_out;
+            if (st.bytes > 0) run.rec.on_links(src, w.host, e);
+            run.rec.add(std::move(e));
+          }
+          continue;
+        }
+        case ActionKind::AllReduce:
+          w.issued->release();
+          continue;  // the lane runs and traces it
+        case ActionKind::CacheRead:
+        case ActionKind::CacheWrite: {
+          const bool read = a.kind == ActionKind::CacheRead;
+          if (st.bytes > 0) {
+            s4u::Host* from = read ? run.P.hosts[node] : w.host;
+            s4u::Host* to = read ? w.host : run.P.hosts[node];
+            if (read && disk) run.P.disks[node]->read(st.bytes);
+            const double xfer = now();
+            s4u::Comm::sendto(from, to, st.bytes);
+            if (run.rec)
+              run.rec.on_links(from, to, action_event(-1, a, xfer, now(), rank, run.q.plan_id, it,
+                                                      static_cast<std::int64_t>(st.bytes)));
+            if (!read && disk) run.P.disks[node]->write(st.bytes);
+          }
+          w.cache_io += now() - start;
+          break;
+        }
+      }
+      if (run.rec) {
+        const bool moves = a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite;
+        run.rec.add(action_event(w.track, a, start, now(), rank, run.q.plan_id, it,
+                                 moves ? static_cast<std::int64_t>(st.bytes) : -1));
+      }
+    }
+    w.end[it] = now();
+  }
+  w.done = true;
+}
+
+// The device's collective lane: its all-reduces in list order, each a ring
+// over the replicas' same device (all replicas run the same schedule, so
+// the device hosts the same stages everywhere), in rank order.
+void lane_actor(Run& run, Worker& w) {
+  static int token;  // mailboxes refuse a null payload; the chunk's data is not simulated
+  const int n = run.p.R;
+  const int pos = run.p.ring_pos[w.r];
+  s4u::Mailbox* to_next = run.ring[w.d * n + (pos + 1) % n];
+  s4u::Mailbox* mine = run.ring[w.d * n + pos];
+  s4u::Host* prev = run.worker(run.p.at_pos[(pos + n - 1) % n], w.d).host;
+  const auto& list = run.p.lists[w.d];
+  const int rank = run.p.ranks[w.r];
+  for (int it = 0; it < run.p.iterations; ++it) {
+    for (const int i : run.p.lane[w.d]) {
+      const Step& st = list[i];
+      w.issued->acquire();
+      const double start = now();
+      const std::uint64_t chunk = n > 1 ? whole_bytes(static_cast<double>(st.bytes) / n) : 0;
+      for (int step = 0; chunk > 0 && step < 2 * (n - 1); ++step) {
+        const s4u::CommPtr out = to_next->put_async(&token, chunk);
+        int* payload = nullptr;
+        const s4u::CommPtr in = mine->get_async(&payload);
+        in->wait();
+        if (run.rec) {
+          auto e = action_event(-1, st.a, in->get_start_time(), now(), rank, run.q.plan_id, it,
+                                static_cast<std::int64_t>(chunk));
+          e.name += " step " + std::to_string(step);
+          run.rec.on_links(prev, w.host, e);
+        }
+        out->wait();
+      }
+      w.allreduce += now() - start;
+      if (run.rec)
+        run.rec.add(action_event(w.track, st.a, start, now(), rank, run.q.plan_id, it,
+                                 static_cast<std::int64_t>(st.bytes)));
+      if (st.ends_stage_ar) w.stage_done[st.a.stage]->release();
+    }
+    w.lane_end[it] = now();
+  }
+  w.lane_done = true;
+}
+
+SimResult simulate_request(const Platform& P, const SimRequest& q, const Prepared& p, Recorder& rec) {
+  Run run(P, q, p, rec);
+  run.workers.resize(static_cast<std::size_t>(p.R) * p.K);
+  run.posted.resize(static_cast<std::size_t>(p.R) * p.slots);
+  if (rec) run.send_event.assign(run.posted.size() * p.iterations, -1);
+  for (int r = 0; r < p.R; ++r) {
+    for (int d = 0; d < p.K; ++d) {
+      Worker& w = run.worker(r, d);
+      w.r = r;
+      w.d = d;
+      w.gpu = q.replica_gpus[r][d];
+      w.host = P.gpus[w.gpu];
+      if (rec) w.track = rec.gpu_track(w.gpu);
+      w.end.assign(p.iterations, 0);
+      w.lane_end.assign(p.iterations, 0);
+      w.stage_done.resize(p.S);
+      for (const Step& st : p.lists[d]) {
+        if (is_recv(st.a.kind)) run.posted[r * p.slots + st.slot] = s4u::Semaphore::create(0);
+        if (st.ends_stage_ar) w.stage_done[st.a.stage] = s4u::Semaphore::create(0);
+      }
+    }
+  }
+  for (int d = 0; d < p.K; ++d)
+    for (int pos = 0; pos < p.R; ++pos)
+      run.ring.push_back(s4u::Mailbox::by_name("ring" + std::to_string(d) + "." + std::to_string(pos)));
+  for (Worker& w : run.workers) {
+    const std::string name = "r" + std::to_string(w.r) + ".d" + std::to_string(w.d);
+    s4u::Actor::create(name, w.host, [&run, &w] { device_actor(run, w); });
+    if (!p.lane[w.d].empty()) {
+      w.issued = s4u::Semaphore::create(0);
+      w.lane_done = false;
+      s4u::Actor::create(name + ".lane", w.host, [&run, &w] { lane_actor(run, w); });
+    }
+  }
+  s4u::Engine::get_instance()->run();
+
+  SimResult res;
+  res.iteration_end_s.assign(p.iterations, 0);
+  double stage0_cache = 0;
+  for (const Worker& w : run.workers) {
+    if (!w.done || !w.lane_done)
+      throw Error("simulator: replica " + std::to_string(w.r) + " device " + std::to_string(w.d) +
+                  " did not finish (deadlock in the simulated run)");
+    for (int it = 0; it < p.iterations; ++it)
+      res.iteration_end_s[it] = std::max({res.iteration_end_s[it], w.end[it], w.lane_end[it]});
+    res.compute_s += w.compute;
+    res.allreduce_s += w.allreduce;
+    res.p2p_s += w.p2p;
+    if (w.d == q.schedule.device_of(0)) stage0_cache += w.cache_io;
+  }
+  const double device_iterations = static_cast<double>(p.R) * p.K * p.iterations;
+  res.compute_s /= device_iterations;
+  res.allreduce_s /= device_iterations;
+  res.p2p_s /= device_iterations;
+  res.cache_io_s = stage0_cache / (static_cast<double>(p.R) * p.iterations);
+  return res;
+}
+
+double simulate_transfers(const Platform& P, const std::vector<Simulator::Transfer>& transfers, Recorder& rec,
+                          const std::string& label) {
+  double last = 0;
+  s4u::Actor::create("transfers", P.hosts[0], [&] {
+    std::vector<s4u::CommPtr> comms;
+    std::vector<const Simulator::Transfer*> started;
+    for (const auto& t : transfers) {
+      const std::uint64_t bytes = whole_bytes(t.bytes);
+      if (bytes == 0 || t.src_gpu == t.dst_gpu) continue;
+      comms.push_back(s4u::Comm::sendto_async(P.gpus[t.src_gpu], P.gpus[t.dst_gpu], bytes));
+      started.push_back(&t);
+    }
+    wait_all(comms);
+    for (std::size_t i = 0; i < comms.size(); ++i) {
+      const double end = comms[i]->get_finish_time();
+      last = std::max(last, end);
+      if (!rec) continue;
+      const Simulator::Transfer& t = *started[i];
+      trace::Event e;
+      e.track = rec.gpu_track(t.dst_gpu);
+      e.name = label.empty() ? "transfer" : label;
+      e.category = "transition";
+      e.start_s = 0;
+      e.end_s = end;
+      e.bytes = static_cast<std::int64_t>(whole_bytes(t.bytes));
+      rec.on_links(P.gpus[t.src_gpu], P.gpus[t.dst_gpu], e);
+      rec.add(std::move(e));
+    }
+  });
+  s4u::Engine::get_instance()->run();
+  return last;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Simulator
+
+struct Simulator::Impl {
+  ClusterSpec cluster;
+  std::unique_ptr<s4u::Engine> engine;
+  Platform platform;
+  std::int64_t next_flow = 1;  // flow ids stay unique across runs
+
+  // Runs `simulate(recorder, writer)` in a child process (isolate.hpp) and
+  // returns what it wrote, followed by the flow counter and the trace's new
+  // tracks and events, which `finish` takes in.
+  template <class F>
+  std::string in_child(trace::Trace* trace, F&& simulate) {
+    const std::size_t tracks0 = trace ? trace->tracks.size() : 0;
+    const std::size_t events0 = trace ? trace->events.size() : 0;
+    return run_in_child([&](ByteWriter& w) {
+      Recorder rec(trace, platform, next_flow);
+      simulate(rec, w);
+      w.put(rec.next_flow());
+      if (trace) put_trace_tail(w, *trace, tracks0, events0);
+    });
+  }
+  void finish(ByteReader& r, trace::Trace* trace) {
+    next_flow = r.get<std::int64_t>();
+    if (trace) get_trace_tail(r, *trace);
+  }
+};
+
+Simulator::Simulator(const ClusterSpec& cluster) {
+  check_cluster(cluster);  // before the engine: a bad spec must not use up the process's one engine
+  if (g_engine_created)
+    throw Error("simulator: a Simulator was already created in this process; SimGrid allows one engine per "
+                "process, so reuse that Simulator (or run each platform in its own process)");
+  g_engine_created = true;
+  impl_ = std::make_unique<Impl>();
+  impl_->cluster = cluster;
+  impl_->engine = std::make_unique<s4u::Engine>("elasticpipe-sim");
+  impl_->platform = build_platform(cluster);
+}
+
+Simulator::~Simulator() = default;
+
+const ClusterSpec& Simulator::cluster() const { return impl_->cluster; }
+
+namespace {
+
+void put_result(ByteWriter& w, const SimResult& res) {
+  w.put(res.iteration_end_s.size());
+  for (const double t : res.iteration_end_s) w.put(t);
+  w.put_all(res.compute_s, res.allreduce_s, res.p2p_s, res.cache_io_s);
+}
+
+SimResult get_result(ByteReader& r) {
+  SimResult res;
+  res.iteration_end_s.resize(r.get<std::size_t>());
+  for (double& t : res.iteration_end_s) t = r.get<double>();
+  r.get_into(res.compute_s, res.allreduce_s, res.p2p_s, res.cache_io_s);
+  return res;
+}
+
+}  // namespace
+
+SimResult Simulator::run(const SimRequest& q, trace::Trace* trace) {
+  const Prepared p = prepare(q, static_cast<int>(impl_->platform.gpus.size()));
+  const std::string bytes = impl_->in_child(trace, [&](Recorder& rec, ByteWriter& w) {
+    put_result(w, simulate_request(impl_->platform, q, p, rec));
+  });
+  ByteReader r(bytes);
+  SimResult res = get_result(r);
+  impl_->finish(r, trace);
+  return res;
+}
+
+std::vector<SimResult> Simulator::run_batch(const std::vector<SimRequest>& requests, int jobs) {
+  std::vector<Prepared> prepared;
+  for (const SimRequest& q : requests) prepared.push_back(prepare(q, static_cast<int>(impl_->platform.gpus.size())));
+  std::vector<std::function<void(ByteWriter&)>> bodies;
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    bodies.push_back([this, &requests, &prepared, i](ByteWriter& w) {
+      Recorder rec(nullptr, impl_->platform, impl_->next_flow);
+      put_result(w, simulate_request(impl_->platform, requests[i], prepared[i], rec));
+    });
+  std::vector<SimResult> results;
+  for (const std::string& bytes : run_in_children(bodies, jobs)) {
+    ByteReader r(bytes);
+    results.push_back(get_result(r));
+  }
+  return results;
+}
+
+double Simulator::run_transfers(const std::vector<Transfer>& transfers, trace::Trace* trace,
+                                const std::string& label) {
+  const int total = static_cast<int>(impl_->platform.gpus.size());
+  for (const Transfer& t : transfers) {
+    if (t.src_gpu < 0 || t.src_gpu >= total || t.dst_gpu < 0 || t.dst_gpu >= total)
+      throw Error("simulator: transfer GPU " + std::to_string(t.src_gpu) + " -> " + std::to_string(t.dst_gpu) +
+                  " outside the cluster's GPUs 0.." + std::to_string(total - 1));
+    if (!(t.bytes >= 0) || !std::isfinite(t.bytes))
+      throw Error("simulator: transfer of " + std::to_string(t.bytes) + " bytes");
+  }
+  const std::string bytes = impl_->in_child(trace, [&](Recorder& rec, ByteWriter& w) {
+    w.put(simulate_transfers(impl_->platform, transfers, rec, label));
+  });
+  ByteReader r(bytes);
+  const auto seconds = r.get<double>();
+  impl_->finish(r, trace);
+  return seconds;
+}
+
+}  // namespace ep::sim

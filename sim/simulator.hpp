@@ -1,0 +1,110 @@
+// The SimGrid back end: runs the planner's lowered schedules on a simulated
+// cluster (sim/platform.hpp) and reports what they cost. Compute durations
+// come from the planner's CostModel (IterationCosts::duration); transfers,
+// all-reduces and cache IO move IterationCosts::bytes over the simulated
+// network and disks, so contention and topology are SimGrid's.
+//
+// Semantics of one run (the planner's `simulate`, schedule.hpp):
+// - one actor per (replica, device) runs the device's list in order, every
+//   replica the same schedule; iteration i+1 starts on a device when it has
+//   finished iteration i;
+// - F, B, FZ, OPT: the action's duration of compute on the GPU host;
+// - SEND: asynchronous (posting it takes no time); RECV: waits for its SEND
+//   to be posted, then the transfer runs GPU to GPU and the receiver waits
+//   for it (a rendezvous, as NCCL p2p). As in the planner's Timeline, the
+//   RECV's span (and p2p_s) is the transfer, from the rendezvous on; the
+//   wait for the sender before it is idle time. A SEND's span runs from
+//   its posting to the end of its transfer;
+// - AR(s, b): issued to the device's collective lane (a second actor),
+//   which serialises the device's all-reduces in list order while compute
+//   goes on; each is a ring all-reduce over the replicas' devices hosting
+//   stage s in replica-rank order: 2(n-1) steps, each sending bytes/n to the
+//   next rank while receiving from the previous one (n = 1: nothing);
+// - OPT(s) waits for this iteration's all-reduces of stage s on the device;
+// - CR: (disk tier: disk read on the node's host, then) host -> GPU;
+//   CW: GPU -> host (then, disk tier: disk write);
+// - zero-byte transfers, all-reduces and cache IO take no time (no latency);
+//   a zero-byte RECV still waits for its SEND.
+// Every run happens in a forked child starting at simulated time 0
+// (sim/isolate.hpp), so the same request always gives the same doubles and
+// trace times are relative to the run's start: each run starts at 0.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "planner/autopipe.hpp"
+#include "planner/config.hpp"
+#include "planner/cost_model.hpp"
+#include "planner/schedule.hpp"
+#include "traces/trace.hpp"
+
+namespace ep::sim {
+
+struct SimRequest {
+  Schedule schedule;                           // lowered; every replica runs the same one
+  IterationCosts costs;                        // duration: F, B, FZ, OPT; bytes: transfers, AR buckets, cache IO
+  std::vector<std::vector<int>> replica_gpus;  // per replica: schedule device d -> global GPU id (node * I + gpu)
+  std::vector<int> replica_rank;               // per replica: its global rank; empty = 0, 1, ...
+  CacheTier cache_tier = CacheTier::HostMemory;
+  int iterations = 1;                          // back to back
+  int plan_id = -1;                            // copied into trace events
+};
+
+struct SimResult {
+  std::vector<double> iteration_end_s;  // per iteration: when its last device (any replica) finished it
+  double compute_s = 0;    // per device per iteration, mean over devices: F, B, FZ, OPT
+  double allreduce_s = 0;  // per device per iteration, mean: its all-reduce spans (serialised, so their union)
+  double p2p_s = 0;        // per device per iteration, mean: time in receives (their transfers)
+  double cache_io_s = 0;   // per iteration on stage-0 devices, mean: cache reads and writes
+
+  // The last iteration's end over the number of iterations.
+  [[nodiscard]] double mean_iteration_s() const {
+    return iteration_end_s.empty() ? 0 : iteration_end_s.back() / static_cast<double>(iteration_end_s.size());
+  }
+};
+
+class Simulator {
+ public:
+  // Builds the SimGrid engine and platform. SimGrid allows one engine per
+  // process, so a second Simulator in a process throws ep::Error.
+  explicit Simulator(const ClusterSpec&);
+  ~Simulator();
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  // Throws ep::Error for an invalid request (schedule, GPU map, ranks,
+  // costs) before anything runs. With a trace: one event per executed
+  // action per replica and iteration on its GPU's track (Track{Gpu, node,
+  // gpu, "gpu<g>"}; all-reduces at their lane times), SEND.flow_out ==
+  // RECV.flow_in, and one event per link a transfer or ring step crosses
+  // on that link's track (platform.hpp names them). Event::iteration is the
+  // iteration index within this run.
+  SimResult run(const SimRequest&, trace::Trace* trace = nullptr);
+  // Untraced runs, up to `jobs` at once (each in its own process); results
+  // in request order, each the same as run() would give.
+  std::vector<SimResult> run_batch(const std::vector<SimRequest>&, int jobs);
+
+  // Transfers started together (moving weights, onboarding a replica);
+  // returns when the last ends, in seconds. Transfers of zero bytes or to
+  // the same GPU are free. Traced as one "transition" span per transfer on
+  // the destination GPU's track, named `label` ("transfer" when empty),
+  // plus its link events.
+  struct Transfer {
+    int src_gpu = 0;
+    int dst_gpu = 0;
+    double bytes = 0;
+  };
+  double run_transfers(const std::vector<Transfer>&, trace::Trace* trace = nullptr,
+                       const std::string& label = "");
+
+  [[nodiscard]] const ClusterSpec& cluster() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ep::sim

@@ -1,0 +1,132 @@
+// The platform's network against the cost model's formulas.
+//
+// Each TEST_CASE constructs at most one Simulator: SimGrid allows one
+// engine per process, and ctest runs every TEST_CASE in its own process
+// (catch_discover_tests). So no SECTIONs around a Simulator (Catch re-runs
+// the test case body once per section), and run the binary by hand one
+// test case at a time.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "planner/error.hpp"
+#include "sim/platform.hpp"
+#include "support.hpp"
+
+using namespace ep;
+using ep::sim::Simulator;
+
+namespace {
+constexpr LinkSpec kPcie{10e9, 5e-6};
+constexpr LinkSpec kIb{5e9, 3e-6};
+}  // namespace
+
+TEST_CASE("a point-to-point transfer costs latency + bytes / bandwidth", "[sim][network]") {
+  Simulator sim(test::cluster(2, 2, kPcie, kIb));
+  const double S = 64e6;
+  // Inside a node: PCIe up, PCIe down.
+  CHECK(sim.run_transfers({{0, 1, S}}) == Approx(kPcie.latency_s + S / kPcie.bandwidth_bytes_per_s).epsilon(1e-9));
+  // Across nodes: PCIe, NIC, NIC, PCIe; both latencies, the slower bandwidth.
+  CHECK(sim.run_transfers({{0, 3, S}}) ==
+        Approx(kPcie.latency_s + kIb.latency_s + S / kIb.bandwidth_bytes_per_s).epsilon(1e-9));
+  {  // Traced: one span on the destination GPU, one per link of the route.
+    trace::Trace tr;
+    const double t = sim.run_transfers({{0, 3, S}}, &tr, "move weights");
+    std::vector<std::string> tracks;
+    for (const auto& e : tr.events) {
+      CHECK(e.end_s == t);
+      CHECK(e.bytes == static_cast<std::int64_t>(S));
+      const auto& k = tr.tracks.at(e.track);
+      tracks.push_back(std::to_string(k.node) + ":" + k.name);
+      CHECK(e.name == "move weights");
+      CHECK(e.category == "transition");
+    }
+    CHECK(tracks == std::vector<std::string>{"0:pcie0.up", "-1:ib0.up", "-1:ib1.down", "1:pcie1.down", "1:gpu1"});
+  }
+  // Zero bytes or the same GPU: free.
+  CHECK(sim.run_transfers({{0, 1, 0}, {2, 2, S}}) == 0);
+  {  // A pipeline hop in a schedule: the receiver waits for the transfer.
+    ScheduleOptions o;
+    o.K = 2;
+    auto q = test::request(build_schedule(o), test::costs(unit_cost(0, 0, 1), S));
+    const auto r = sim.run(q);
+    const double hop = kPcie.latency_s + S / kPcie.bandwidth_bytes_per_s;
+    CHECK(r.iteration_end_s.at(0) == Approx(2 * hop).epsilon(1e-9));  // activation, then gradient
+    CHECK(r.p2p_s == Approx(hop).epsilon(1e-9));  // one receive per device; waiting for the sender is idle
+  }
+}
+
+TEST_CASE("transfers sharing a link share its bandwidth", "[sim][network]") {
+  Simulator sim(test::cluster(1, 4, kPcie));
+  const double S = 100e6;
+  const double alone = sim.run_transfers({{0, 1, S}});
+  CHECK(sim.run_transfers({{0, 1, S}, {0, 2, S}}) / alone == Approx(2).epsilon(0.01));  // GPU 0's uplink
+  CHECK(sim.run_transfers({{0, 2, S}, {1, 2, S}}) / alone == Approx(2).epsilon(0.01));  // GPU 2's downlink
+  CHECK(sim.run_transfers({{0, 1, S}, {1, 0, S}}) == Approx(alone).epsilon(1e-9));      // split duplex
+  CHECK(sim.run_transfers({{0, 1, S}, {2, 3, S}}) == Approx(alone).epsilon(1e-9));      // disjoint routes
+}
+
+TEST_CASE("a ring all-reduce costs 2(n-1)/n S/B + 2(n-1) latency", "[sim][network]") {
+  Simulator sim(test::cluster(1, 8, kPcie));
+  const double S = 80e6;  // divisible by every n: chunks are whole bytes
+  for (const int n : {2, 4, 8}) {
+    CAPTURE(n);
+    ScheduleOptions o;  // one stage, one bucket, per replica
+    o.buckets_per_stage = {1};
+    o.optimizer_step = true;
+    std::vector<int> first(n);
+    std::iota(first.begin(), first.end(), 0);
+    const auto r = sim.run(test::request(build_schedule(o), test::costs(unit_cost(0, 0, 1), 0, S), first));
+    const double expected = 2.0 * (n - 1) / n * S / kPcie.bandwidth_bytes_per_s + 2.0 * (n - 1) * kPcie.latency_s;
+    CHECK(r.iteration_end_s.at(0) == Approx(expected).epsilon(0.01));
+    CHECK(r.allreduce_s == Approx(expected).epsilon(0.01));
+  }
+}
+
+TEST_CASE("the platform scales to 32 nodes x 8 GPUs", "[sim][network]") {
+  Simulator sim(test::cluster(32, 8, kPcie, kIb));
+  const double S = 1e6;
+  CHECK(sim.run_transfers({{0, 31 * 8 + 7, S}}) ==
+        Approx(kPcie.latency_s + kIb.latency_s + S / kIb.bandwidth_bytes_per_s).epsilon(1e-9));
+  CHECK(sim.run_transfers({{31 * 8, 31 * 8 + 1, S}}) ==
+        Approx(kPcie.latency_s + S / kPcie.bandwidth_bytes_per_s).epsilon(1e-9));
+}
+
+TEST_CASE("a bad cluster or a second Simulator is an ep::Error", "[sim][errors]") {
+  CHECK_THROWS_WITH(Simulator(test::cluster(1, 2, {0, 1e-6})),
+                    Catch::Contains("intra_node.bandwidth_bytes_per_s must be positive"));
+  CHECK_THROWS_WITH(Simulator(test::cluster(1, 2, kPcie, {1e9, -1})),
+                    Catch::Contains("inter_node.latency_s must be >= 0"));
+  // A rejected spec does not use up the process's one engine.
+  Simulator first(test::cluster(1, 2, kPcie));
+  CHECK_THROWS_AS(Simulator(test::cluster(1, 2, kPcie)), Error);
+  CHECK_THROWS_WITH(Simulator(test::cluster(1, 2, kPcie)), Catch::Contains("one engine per process"));
+}
+
+TEST_CASE("cache IO crosses the host's memory link and the GPU's PCIe link, after or before the disk",
+          "[sim][network][cache]") {
+  Simulator sim(test::cluster(1, 2, kPcie));  // host memory 10 GB/s, disk 1 GB/s
+  const ClusterSpec& c = sim.cluster();
+  const double S = 50e6;
+  const double link = kPcie.latency_s / 2 + S / std::min(c.host.memory_bandwidth_bytes_per_s, kPcie.bandwidth_bytes_per_s);
+  const double disk = S / c.host.disk_bandwidth_bytes_per_s;
+  for (const auto input : {FrozenInput::CacheRead, FrozenInput::ForwardAndCacheWrite, FrozenInput::Advance}) {
+    for (const auto tier : {CacheTier::HostMemory, CacheTier::Disk}) {
+      CAPTURE(static_cast<int>(input), static_cast<int>(tier));
+      ScheduleOptions o;
+      o.frozen_input = input;
+      IterationCosts costs;
+      costs.duration = unit_cost(0, 0, 1);
+      costs.bytes = [&](const Action& a) {
+        return a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite ? S : 0.0;
+      };
+      auto q = test::request(build_schedule(o), costs, {1});
+      q.cache_tier = tier;
+      const int ios = input == FrozenInput::Advance ? 2 : 1;
+      const double expected = ios * (link + (tier == CacheTier::Disk ? disk : 0));
+      const auto r = sim.run(q);
+      CHECK(r.iteration_end_s.at(0) == Approx(expected).epsilon(1e-9));
+      CHECK(r.cache_io_s == Approx(expected).epsilon(1e-9));
+    }
+  }
+}

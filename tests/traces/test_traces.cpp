@@ -1,0 +1,636 @@
+// Trace I/O: round trips over random traces, metrics and summaries; the
+// Chrome JSON's structure as Perfetto reads it; malformed files.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/error.hpp"
+#include "traces/trace.hpp"
+
+using namespace ep::trace;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// A fresh folder per test case (ctest runs cases in parallel processes).
+class TempDir {
+ public:
+  TempDir()
+      : path_(std::filesystem::temp_directory_path() /
+              ("ep_trace_tests_" + std::to_string(::getpid()) + "_" + std::to_string(count_++))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static inline int count_ = 0;
+  std::filesystem::path path_;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// The message of the ep::Error that f throws; fails the test when f throws none.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ep::Error& e) {
+    return e.what();
+  }
+  FAIL("expected an ep::Error");
+  return {};
+}
+
+void require_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  const std::string msg = error_of(f);
+  INFO(msg);
+  for (const auto& p : parts) CHECK_THAT(msg, Catch::Contains(p));
+}
+
+// Names that stress escaping: quotes, backslashes, control characters, UTF-8.
+const std::vector<std::string> kNames = {"2F0", "1SEND_F3>2", "0AR1", "transition K 8->4", "say \"hi\"\\",
+                                         "tab\there\nnewline", "K 8\xE2\x86\x92" "4 \xC3\xBC", ""};
+
+Trace random_trace(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  Trace t;
+  t.source = chance(0.5) ? "sim" : "exec";
+  t.config = "configs/paper/vit_imagenet.toml";
+  t.mode = kNames[uniform(0, static_cast<int>(kNames.size()) - 1)];
+  for (int i = 0, n = uniform(0, 4); i < n; ++i) t.metadata["key" + std::to_string(i)] = kNames[uniform(0, 7)];
+
+  // Tracks in a random order, so tid order and sort order differ.
+  std::vector<Track> tracks;
+  const int nodes = uniform(1, 3), gpus = uniform(1, 4);
+  for (int n = 0; n < nodes; ++n) {
+    for (int g = 0; g < gpus; ++g) tracks.push_back({TrackKind::Gpu, n, g, "gpu" + std::to_string(g)});
+    tracks.push_back({TrackKind::Link, n, 0, "pcie" + std::to_string(n) + ".up"});
+  }
+  if (nodes > 1) tracks.push_back({TrackKind::Link, -1, 0, "ib0.down"});
+  std::shuffle(tracks.begin(), tracks.end(), rng);
+  for (const Track& tr : tracks) t.track(tr);
+
+  const int n_events = uniform(0, 400);
+  std::exponential_distribution<double> dur(10.0);
+  for (int i = 0; i < n_events; ++i) {
+    Event e;
+    e.track = uniform(0, static_cast<int>(t.tracks.size()) - 1);
+    e.name = kNames[uniform(0, static_cast<int>(kNames.size()) - 1)];
+    e.category = std::string(kEventCategories[uniform(0, static_cast<int>(kEventCategories.size()) - 1)]);
+    e.start_s = std::uniform_real_distribution<double>(0, 30000)(rng);
+    e.end_s = chance(0.1) ? e.start_s : e.start_s + dur(rng);
+    for (int* f : {&e.stage, &e.microbatch, &e.bucket, &e.replica, &e.plan_id, &e.iteration})
+      *f = chance(0.5) ? -1 : uniform(0, 2000);
+    e.bytes = chance(0.5) ? -1 : std::uniform_int_distribution<std::int64_t>(0, std::int64_t{1} << 45)(rng);
+    t.events.push_back(e);
+  }
+  // Flows: each event starts and ends at most one; an event may do both.
+  std::int64_t next_id = uniform(1, 1000);
+  for (auto& e : t.events) {
+    Event& to = t.events[uniform(0, n_events - 1)];
+    if (e.flow_out == 0 && to.flow_in == 0 && chance(0.4)) e.flow_out = to.flow_in = next_id++;
+  }
+  return t;
+}
+
+void require_same(const Trace& a, const Trace& b) {
+  REQUIRE(a.source == b.source);
+  REQUIRE(a.config == b.config);
+  REQUIRE(a.mode == b.mode);
+  REQUIRE(a.metadata == b.metadata);
+  REQUIRE(a.tracks == b.tracks);
+  REQUIRE(a.events.size() == b.events.size());
+  for (std::size_t i = 0; i < a.events.size(); ++i) {
+    const Event &x = a.events[i], &y = b.events[i];
+    INFO("event " << i);
+    CHECK(x.track == y.track);
+    CHECK(x.name == y.name);
+    CHECK(x.category == y.category);
+    CHECK(std::abs(x.start_s - y.start_s) <= 1e-9);
+    CHECK(std::abs(x.end_s - y.end_s) <= 1e-9);
+    CHECK(std::tie(x.stage, x.microbatch, x.bucket, x.replica, x.plan_id, x.iteration, x.bytes, x.flow_out,
+                   x.flow_in) == std::tie(y.stage, y.microbatch, y.bucket, y.replica, y.plan_id, y.iteration,
+                                          y.bytes, y.flow_out, y.flow_in));
+  }
+}
+
+// Two GPUs of node 0 and a network link; a send on gpu0 flows to a recv on gpu1.
+Trace small_trace() {
+  Trace t;
+  t.source = "sim";
+  t.config = "configs/small/tiny_bert_synthetic.toml";
+  t.mode = "autopipe";
+  const int g0 = t.track({TrackKind::Gpu, 0, 0, "gpu0"}), g1 = t.track({TrackKind::Gpu, 0, 1, "gpu1"});
+  const int ib = t.track({TrackKind::Link, -1, 0, "ib0.down"});
+  Event f{.track = g0, .name = "0F0", .category = "forward", .start_s = 0, .end_s = 0.25, .stage = 0, .microbatch = 0};
+  Event send{.track = g0, .name = "0SEND_F0>1", .category = "send", .start_s = 0.25, .end_s = 0.5, .bytes = 4096,
+             .flow_out = 1};
+  Event recv{.track = g1, .name = "1RECV_F0<0", .category = "recv", .start_s = 0.25, .end_s = 0.5, .bytes = 4096,
+             .flow_in = 1};
+  Event ar{.track = ib, .name = "0AR1", .category = "allreduce", .start_s = 1, .end_s = 1.5, .bucket = 1};
+  t.events = {f, send, recv, ar};
+  return t;
+}
+
+// Write small_trace(), edit its JSON, and write that to a new file.
+std::string edited_trace(const TempDir& dir, const std::function<void(json&)>& edit) {
+  const std::string good = dir.file("good.json"), bad = dir.file("bad.json");
+  write_chrome_trace(small_trace(), good);
+  json doc = json::parse(slurp(good));
+  edit(doc);
+  spit(bad, doc.dump());
+  return bad;
+}
+
+// Index in traceEvents of the first event with this ph (and name, when given).
+std::size_t find_event(const json& doc, const std::string& ph, const std::string& name = "") {
+  const json& evs = doc["traceEvents"];
+  for (std::size_t i = 0; i < evs.size(); ++i)
+    if (evs[i]["ph"] == ph && (name.empty() || evs[i]["name"] == name)) return i;
+  FAIL("no event with ph " << ph);
+  return 0;
+}
+
+// Random damage to a good file: a leaf replaced by another type or value, a
+// key removed, or the text cut short. Reading must then give a result or an
+// ep::Error, never another exception or a crash.
+template <class Read>
+void survives_damage(const std::string& good, const std::string& bad, Read read, bool is_json) {
+  std::mt19937_64 rng(11);
+  const std::string text = slurp(good);
+  const json original = is_json ? json::parse(text) : json();
+  const json flat = original.flatten();
+  const std::vector<json> values = {nullptr, "x", -1, 0, 1.5, -2.5e300, true, json::object(), json::array()};
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string damaged = text.substr(0, std::uniform_int_distribution<std::size_t>(0, text.size())(rng));
+    if (is_json && trial % 3 != 0) {
+      json doc = original;
+      const json::json_pointer leaf(
+          std::next(flat.begin(), std::uniform_int_distribution<long>(0, static_cast<long>(flat.size()) - 1)(rng)).key());
+      json& parent = doc[leaf.parent_pointer()];
+      if (trial % 3 == 2)
+        doc[leaf] = values[std::uniform_int_distribution<std::size_t>(0, values.size() - 1)(rng)];
+      else if (parent.is_object())
+        parent.erase(leaf.back());
+      else
+        parent.erase(std::stoul(leaf.back()));
+      damaged = doc.dump();
+    } else if (!is_json && trial % 2 == 0) {
+      damaged = text;
+      damaged[std::uniform_int_distribution<std::size_t>(0, text.size() - 1)(rng)] = ",x9-.\n"[trial % 6];
+    }
+    spit(bad, damaged);
+    try {
+      read(bad);
+    } catch (const ep::Error&) {
+    }
+  }
+}
+
+std::vector<EpochMetrics> random_rows(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> i(-1, 5000);
+  std::uniform_real_distribution<double> d(-1, 1);
+  std::vector<EpochMetrics> rows;
+  for (int r = 0; r < 30; ++r) {
+    EpochMetrics m;
+    m.source = r % 2 ? "sim" : "exec";
+    m.mode = r % 3 ? "autocache" : "";
+    m.epoch = i(rng), m.plan_id = i(rng), m.frozen_layers = i(rng), m.K = i(rng), m.M = i(rng);
+    m.replicas = i(rng);
+    m.cache = r % 2;
+    for (double* x : {&m.epoch_s, &m.iteration_s, &m.samples_per_s, &m.bubble_fraction, &m.exposed_comm_s,
+                      &m.comm_s, &m.compute_s, &m.cache_hit_ratio, &m.transition_s, &m.loss, &m.accuracy})
+      *x = d(rng) * std::pow(10.0, i(rng) % 40 - 20);
+    rows.push_back(m);
+  }
+  rows[0].loss = -1;
+  rows[1].epoch_s = 5e-324;  // the smallest subnormal
+  rows[2].epoch_s = 1.7976931348623157e308;
+  return rows;
+}
+
+RunSummary sample_summary() {
+  RunSummary s;
+  s.source = "sim";
+  s.config = "configs/paper/vit_imagenet.toml";
+  s.metadata = {{"network", "simgrid cm02"}, {"note", "say \"hi\""}};
+  s.modes = {{"baseline", 30742.125, 416.9, 1.0, -1, {3074.1, 3074.2, 0.1 + 0.2}},
+             {"autocache", 8337.0000000000018, 1537.2, 30742.125 / 8337.0000000000018, 0.8115, {1e-7, 2.5e300}},
+             {"freeze", 0, 0, 0, -1, {}}};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("chrome trace: write -> read gives the trace back, write -> read -> write the same bytes",
+          "[traces]") {
+  TempDir dir;
+  for (std::uint64_t seed = 1; seed <= 25; ++seed) {
+    INFO("seed " << seed);
+    const Trace t = random_trace(seed);
+    write_chrome_trace(t, dir.file("a.json"));
+    const Trace back = read_chrome_trace(dir.file("a.json"));
+    require_same(t, back);
+    write_chrome_trace(back, dir.file("b.json"));
+    REQUIRE(slurp(dir.file("a.json")) == slurp(dir.file("b.json")));
+  }
+}
+
+TEST_CASE("chrome trace: times keep nanoseconds, also far into a run", "[traces]") {
+  TempDir dir;
+  Trace t = small_trace();
+  t.events[0].start_s = 12345.678901234567;
+  t.events[0].end_s = 99999.999999999;
+  t.events[1].start_s = -0.5e-9;  // rounds to the nanosecond, not further
+  t.events[1].end_s = 1e-9;
+  write_chrome_trace(t, dir.file("t.json"));
+  const Trace back = read_chrome_trace(dir.file("t.json"));
+  require_same(t, back);
+  CHECK(back.events[0].end_s == 99999.999999999);
+}
+
+TEST_CASE("chrome trace: rewriting is byte-identical over the whole time range", "[traces]") {
+  TempDir dir;
+  Trace t = random_trace(3);
+  REQUIRE(!t.events.empty());
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> time(-1e6, 1e6);
+  for (Event& e : t.events) {
+    e.start_s = time(rng), e.end_s = time(rng);
+    if (e.end_s < e.start_s) std::swap(e.start_s, e.end_s);
+  }
+  t.events.front().start_s = -1e6, t.events.front().end_s = 1e6;
+  write_chrome_trace(t, dir.file("a.json"));
+  const Trace back = read_chrome_trace(dir.file("a.json"));
+  require_same(t, back);
+  write_chrome_trace(back, dir.file("b.json"));
+  REQUIRE(slurp(dir.file("a.json")) == slurp(dir.file("b.json")));
+}
+
+TEST_CASE("chrome trace: an empty trace round-trips", "[traces]") {
+  TempDir dir;
+  Trace t;
+  t.source = "exec";
+  write_chrome_trace(t, dir.file("e.json"));
+  require_same(t, read_chrome_trace(dir.file("e.json")));
+}
+
+TEST_CASE("chrome trace: the file is the JSON Object Format Perfetto opens", "[traces]") {
+  TempDir dir;
+  for (std::uint64_t seed = 100; seed < 110; ++seed) {
+    const Trace t = random_trace(seed);
+    write_chrome_trace(t, dir.file("s.json"));
+    const json doc = json::parse(slurp(dir.file("s.json")));
+    REQUIRE(doc["displayTimeUnit"] == "ms");
+    REQUIRE(doc["otherData"]["schema"] == kSchemaVersion);
+    REQUIRE(doc["otherData"]["source"] == t.source);
+
+    std::set<long> named_pids;
+    std::set<std::pair<long, long>> named_threads, used_threads;
+    std::map<std::pair<long, long>, int> sort_index;
+    std::map<long, std::pair<int, int>> flow_ends;  // id -> (starts, ends)
+    std::map<std::pair<long, long>, std::vector<std::pair<double, double>>> slices;
+    int x_events = 0;
+    for (const json& ev : doc["traceEvents"]) {
+      for (const char* key : {"ph", "pid", "tid", "ts"}) REQUIRE(ev.contains(key));
+      REQUIRE(ev["pid"].get<long>() >= 1);  // Perfetto treats pid 0 as special
+      const auto thread = std::pair(ev["pid"].get<long>(), ev["tid"].get<long>());
+      const std::string ph = ev["ph"];
+      if (ph == "M") {
+        if (ev["name"] == "process_name") named_pids.insert(thread.first);
+        if (ev["name"] == "thread_name") named_threads.insert(thread);
+        if (ev["name"] == "thread_sort_index") sort_index[thread] = ev["args"]["sort_index"];
+        continue;
+      }
+      used_threads.insert(thread);
+      if (ph == "X") {
+        ++x_events;
+        REQUIRE(ev["dur"].get<double>() >= 0);
+        for (const char* key : {"name", "cat", "args"}) REQUIRE(ev.contains(key));
+        REQUIRE(ev["args"]["action"] == ev["name"]);
+        for (const auto& [k, v] : ev["args"].items()) REQUIRE(v != -1);
+        slices[thread].emplace_back(ev["ts"].get<double>(), ev["ts"].get<double>() + ev["dur"].get<double>());
+      } else {
+        REQUIRE((ph == "s" || ph == "f"));
+        const long id = ev["id"];
+        ++(ph == "s" ? flow_ends[id].first : flow_ends[id].second);
+        if (ph == "f") REQUIRE(ev["bp"] == "e");
+        // Bound to an enclosing slice of the same thread.
+        const double ts = ev["ts"];
+        const auto& s = slices[thread];
+        REQUIRE(std::any_of(s.begin(), s.end(), [&](const auto& sl) { return sl.first <= ts && ts <= sl.second; }));
+      }
+    }
+    REQUIRE(x_events == static_cast<int>(t.events.size()));
+    REQUIRE(named_threads.size() == t.tracks.size());
+    for (const auto& th : used_threads) {
+      REQUIRE(named_pids.count(th.first) == 1);
+      REQUIRE(named_threads.count(th) == 1);
+    }
+    for (const auto& [id, n] : flow_ends) REQUIRE(n == std::pair(1, 1));
+    // GPU threads sort before link threads.
+    for (std::size_t a = 0; a < t.tracks.size(); ++a)
+      for (std::size_t b = 0; b < t.tracks.size(); ++b)
+        if (t.tracks[a].kind == TrackKind::Gpu && t.tracks[b].kind == TrackKind::Link) {
+          const auto ta = *std::find_if(named_threads.begin(), named_threads.end(),
+                                        [&](const auto& th) { return th.second == static_cast<long>(a) + 1; });
+          const auto tb = *std::find_if(named_threads.begin(), named_threads.end(),
+                                        [&](const auto& th) { return th.second == static_cast<long>(b) + 1; });
+          REQUIRE(sort_index[ta] < sort_index[tb]);
+        }
+  }
+}
+
+TEST_CASE("chrome trace: malformed files give an ep::Error naming the file and the event", "[traces]") {
+  TempDir dir;
+  SECTION("not JSON") {
+    spit(dir.file("x.json"), "{\"traceEvents\": [");
+    require_error([&] { read_chrome_trace(dir.file("x.json")); }, {dir.file("x.json"), "not valid JSON"});
+  }
+  SECTION("a missing file") {
+    require_error([&] { read_chrome_trace(dir.file("none.json")); }, {dir.file("none.json"), "cannot open"});
+  }
+  SECTION("wrong schema version") {
+    const auto bad = edited_trace(dir, [](json& d) { d["otherData"]["schema"] = "elasticpipe.trace/2"; });
+    require_error([&] { read_chrome_trace(bad); }, {bad, "otherData", "'schema'", "elasticpipe.trace/2"});
+  }
+  SECTION("an X event without dur") {
+    std::size_t i = 0;
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"][i = find_event(d, "X")].erase("dur"); });
+    require_error([&] { read_chrome_trace(bad); }, {bad, "traceEvents[" + std::to_string(i) + "]", "missing field 'dur'"});
+  }
+  SECTION("a negative dur") {
+    std::size_t i = 0;
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"][i = find_event(d, "X")]["dur"] = -5; });
+    require_error([&] { read_chrome_trace(bad); }, {"traceEvents[" + std::to_string(i) + "]", "'dur'", "-5"});
+  }
+  SECTION("a ts of the wrong type") {
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"][find_event(d, "X")]["ts"] = "0"; });
+    require_error([&] { read_chrome_trace(bad); }, {"'ts'", "expected a number"});
+  }
+  SECTION("a flow start without its end") {
+    std::size_t s = 0;
+    const auto bad = edited_trace(dir, [&](json& d) {
+      s = find_event(d, "s");
+      d["traceEvents"].erase(find_event(d, "f"));
+    });
+    require_error([&] { read_chrome_trace(bad); },
+                  {"traceEvents[" + std::to_string(s) + "]", "flow id 1 starts here but never ends"});
+  }
+  SECTION("a flow end twice") {
+    const auto bad = edited_trace(dir, [&](json& d) {
+      auto& evs = d["traceEvents"];
+      const std::size_t f = find_event(d, "f");
+      evs.insert(evs.begin() + static_cast<long>(f) + 1, evs[f]);
+    });
+    require_error([&] { read_chrome_trace(bad); }, {"flow end"});
+  }
+  SECTION("a flow event outside its slice") {
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"][find_event(d, "s")]["ts"] = 1e6; });
+    require_error([&] { read_chrome_trace(bad); }, {"not inside the X event"});
+  }
+  SECTION("an unknown ph") {
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"][find_event(d, "X")]["ph"] = "B"; });
+    require_error([&] { read_chrome_trace(bad); }, {"'ph'", "one of X, M, s, f", "\"B\""});
+  }
+  SECTION("an unknown category") {
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"][find_event(d, "X")]["cat"] = "gpu"; });
+    require_error([&] { read_chrome_trace(bad); }, {"'cat'", "forward"});
+  }
+  SECTION("a thread without thread_name") {
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"][find_event(d, "X")]["tid"] = 99; });
+    require_error([&] { read_chrome_trace(bad); }, {"tid 99 has no thread_name metadata"});
+  }
+  SECTION("a process without process_name") {
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"].erase(find_event(d, "M", "process_name")); });
+    require_error([&] { read_chrome_trace(bad); }, {"has no process_name metadata"});
+  }
+  SECTION("an arg of the wrong type") {
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"][find_event(d, "X")]["args"]["stage"] = 1.5; });
+    require_error([&] { read_chrome_trace(bad); }, {"args", "'stage'", "an integer"});
+  }
+  SECTION("an unknown arg") {
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"][find_event(d, "X")]["args"]["stag"] = 1; });
+    require_error([&] { read_chrome_trace(bad); }, {"unknown field 'stag'"});
+  }
+  SECTION("traceEvents not an array") {
+    const auto bad = edited_trace(dir, [&](json& d) { d["traceEvents"] = 3; });
+    require_error([&] { read_chrome_trace(bad); }, {"'traceEvents'", "an array"});
+  }
+}
+
+TEST_CASE("chrome trace: damaged files give an ep::Error, never a crash", "[traces]") {
+  TempDir dir;
+  write_chrome_trace(random_trace(5), dir.file("good.json"));
+  survives_damage(dir.file("good.json"), dir.file("bad.json"), read_chrome_trace, true);
+}
+
+TEST_CASE("chrome trace: the writer rejects a malformed trace", "[traces]") {
+  TempDir dir;
+  const std::string out = dir.file("w.json");
+  Trace t = small_trace();
+  SECTION("end before start") {
+    t.events[2].end_s = 0.1;
+    require_error([&] { write_chrome_trace(t, out); }, {out, "event 2 ('1RECV_F0<0')", "end_s < start_s"});
+  }
+  SECTION("a track out of range") {
+    t.events[0].track = 7;
+    require_error([&] { write_chrome_trace(t, out); }, {"event 0", "track 7 out of range"});
+  }
+  SECTION("an unknown category") {
+    t.events[0].category = "fwd";
+    require_error([&] { write_chrome_trace(t, out); }, {"category 'fwd'"});
+  }
+  SECTION("a time that is not finite") {
+    t.events[0].end_s = std::nan("");
+    require_error([&] { write_chrome_trace(t, out); }, {"end_s"});
+  }
+  SECTION("a flow without its end") {
+    t.events[2].flow_in = 0;
+    require_error([&] { write_chrome_trace(t, out); }, {"event 1", "flow id 1 starts here but never ends"});
+  }
+  SECTION("a GPU outside any node") {
+    t.tracks[0].node = -1;
+    require_error([&] { write_chrome_trace(t, out); }, {"track 'gpu0'"});
+  }
+  SECTION("a bad source") {
+    t.source = "real";
+    require_error([&] { write_chrome_trace(t, out); }, {"source 'real'"});
+  }
+  SECTION("a name that is not UTF-8") {
+    t.events[3].name = "\xFF";
+    require_error([&] { write_chrome_trace(t, out); }, {out, "event 3"});
+  }
+}
+
+TEST_CASE("epoch CSV: round trip is exact and byte-identical", "[traces]") {
+  TempDir dir;
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    const auto rows = random_rows(seed);
+    write_epoch_csv(rows, dir.file("a.csv"));
+    const auto back = read_epoch_csv(dir.file("a.csv"));
+    REQUIRE(back == rows);
+    write_epoch_csv(back, dir.file("b.csv"));
+    REQUIRE(slurp(dir.file("a.csv")) == slurp(dir.file("b.csv")));
+  }
+  write_epoch_csv({}, dir.file("empty.csv"));
+  CHECK(read_epoch_csv(dir.file("empty.csv")).empty());
+  CHECK(slurp(dir.file("empty.csv")) ==
+        "source,mode,epoch,plan_id,frozen_layers,K,M,replicas,cache,epoch_s,iteration_s,samples_per_s,"
+        "bubble_fraction,exposed_comm_s,comm_s,compute_s,cache_hit_ratio,transition_s,loss,accuracy\n");
+}
+
+TEST_CASE("epoch CSV: malformed files name file:line and the column", "[traces]") {
+  TempDir dir;
+  const std::string good = dir.file("good.csv"), bad = dir.file("bad.csv");
+  write_epoch_csv(random_rows(7), good);
+  std::vector<std::vector<std::string>> cells;
+  {
+    std::ifstream in(good);
+    for (std::string line; std::getline(in, line);) {
+      cells.emplace_back(1);
+      for (const char c : line) {
+        if (c == ',')
+          cells.back().emplace_back();
+        else
+          cells.back().back().push_back(c);
+      }
+    }
+  }
+  const auto write_cells = [&](const std::vector<std::vector<std::string>>& cs) {
+    std::string text;
+    for (const auto& row : cs) {
+      for (std::size_t i = 0; i < row.size(); ++i) text += (i ? "," : "") + row[i];
+      text += "\n";
+    }
+    spit(bad, text);
+  };
+  SECTION("a missing column") {
+    for (auto& row : cells) row.erase(row.begin() + 8);  // cache
+    write_cells(cells);
+    require_error([&] { read_epoch_csv(bad); }, {bad + ":1:", "missing column 'cache'"});
+  }
+  SECTION("columns out of order") {
+    std::swap(cells[0][5], cells[0][6]);
+    write_cells(cells);
+    require_error([&] { read_epoch_csv(bad); }, {bad + ":1:", "out of order"});
+  }
+  SECTION("a non-numeric field") {
+    cells[2][5] = "four";
+    write_cells(cells);
+    require_error([&] { read_epoch_csv(bad); }, {bad + ":3:", "column 'K'", "expected an integer", "'four'"});
+  }
+  SECTION("a non-numeric double") {
+    cells[4][9] = "1.5s";
+    write_cells(cells);
+    require_error([&] { read_epoch_csv(bad); }, {bad + ":5:", "column 'epoch_s'", "'1.5s'"});
+  }
+  SECTION("a boolean that is not 0 or 1") {
+    cells[1][8] = "true";
+    write_cells(cells);
+    require_error([&] { read_epoch_csv(bad); }, {bad + ":2:", "column 'cache'", "0 or 1"});
+  }
+  SECTION("a short row") {
+    cells[3].pop_back();
+    write_cells(cells);
+    require_error([&] { read_epoch_csv(bad); }, {bad + ":4:", "expected 20 fields, found 19"});
+  }
+  SECTION("an empty file") {
+    spit(bad, "");
+    require_error([&] { read_epoch_csv(bad); }, {bad + ":1:", "empty file"});
+  }
+  SECTION("a bad source") {
+    cells[1][0] = "real";
+    write_cells(cells);
+    require_error([&] { read_epoch_csv(bad); }, {bad + ":2:", "source 'real'"});
+  }
+  SECTION("the writer refuses a comma in a string") {
+    auto rows = random_rows(1);
+    rows[3].mode = "freeze,autopipe";
+    require_error([&] { write_epoch_csv(rows, bad); }, {"row 3", "column 'mode'"});
+  }
+}
+
+TEST_CASE("epoch CSV and run summary: damaged files give an ep::Error, never a crash", "[traces]") {
+  TempDir dir;
+  write_epoch_csv(random_rows(3), dir.file("good.csv"));
+  survives_damage(dir.file("good.csv"), dir.file("bad.csv"), read_epoch_csv, false);
+  write_summary_json(sample_summary(), dir.file("good.json"));
+  survives_damage(dir.file("good.json"), dir.file("bad.json"), read_summary_json, true);
+}
+
+TEST_CASE("run summary: round trip is exact and byte-identical", "[traces]") {
+  TempDir dir;
+  const RunSummary s = sample_summary();
+  write_summary_json(s, dir.file("a.json"));
+  const RunSummary back = read_summary_json(dir.file("a.json"));
+  REQUIRE(back == s);
+  write_summary_json(back, dir.file("b.json"));
+  REQUIRE(slurp(dir.file("a.json")) == slurp(dir.file("b.json")));
+  const json doc = json::parse(slurp(dir.file("a.json")));
+  CHECK(doc["schema"] == kSchemaVersion);
+  CHECK(doc["modes"][1]["mode"] == "autocache");
+}
+
+TEST_CASE("run summary: malformed files and summaries give an ep::Error", "[traces]") {
+  TempDir dir;
+  const std::string good = dir.file("good.json"), bad = dir.file("bad.json");
+  write_summary_json(sample_summary(), good);
+  json doc = json::parse(slurp(good));
+  SECTION("a missing field") {
+    doc["modes"][1].erase("speedup");
+    spit(bad, doc.dump());
+    require_error([&] { read_summary_json(bad); }, {bad, "modes[1]", "missing field 'speedup'"});
+  }
+  SECTION("a field of the wrong type") {
+    doc["modes"][0]["epoch_s"][1] = "3074.2";
+    spit(bad, doc.dump());
+    require_error([&] { read_summary_json(bad); }, {"modes[0]", "'epoch_s'", "an array of numbers"});
+  }
+  SECTION("an unknown field") {
+    doc["mode"] = "baseline";
+    spit(bad, doc.dump());
+    require_error([&] { read_summary_json(bad); }, {bad, "unknown field 'mode'"});
+  }
+  SECTION("wrong schema version") {
+    doc["schema"] = "elasticpipe.plan/1";
+    spit(bad, doc.dump());
+    require_error([&] { read_summary_json(bad); }, {bad, "'schema'", "elasticpipe.plan/1"});
+  }
+  SECTION("a mode twice") {
+    doc["modes"][2]["mode"] = "baseline";
+    spit(bad, doc.dump());
+    require_error([&] { read_summary_json(bad); }, {"modes[2]", "mode 'baseline' appears twice"});
+  }
+  SECTION("not JSON") {
+    spit(bad, "modes: []");
+    require_error([&] { read_summary_json(bad); }, {bad, "not valid JSON"});
+  }
+  SECTION("the writer refuses a number JSON cannot hold") {
+    RunSummary s = sample_summary();
+    s.modes[1].epoch_s[0] = INFINITY;
+    require_error([&] { write_summary_json(s, bad); }, {"modes[1]", "'epoch_s[0]'", "finite"});
+  }
+}

@@ -1,0 +1,364 @@
+// Chrome trace-event JSON: one process per node, one thread per track, one
+// complete event per span, flow arrows from sends to receives
+// (traces/SCHEMA.md, "Timeline").
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <type_traits>
+
+#include "traces/io.hpp"
+
+namespace ep::trace {
+namespace {
+
+using namespace detail;
+
+// Times travel as integer nanoseconds (Perfetto's own resolution), written as
+// microseconds. Within 1e6 s, ns -> us double -> text -> double -> ns is
+// exact, so write -> read -> write gives the same bytes.
+constexpr double kMaxAbsTimeS = 1e6;
+constexpr double kMaxAbsTimeUs = kMaxAbsTimeS * 1e6;
+
+double to_us(std::int64_t ns) { return static_cast<double>(ns) / 1e3; }
+
+std::int64_t us_to_ns(double us) { return std::llround(us * 1e3); }
+
+std::int64_t seconds_to_ns(double s, const std::string& where, const char* what) {
+  if (!(std::abs(s) <= kMaxAbsTimeS))
+    throw Error(where + ": " + what + " = " + std::to_string(s) + " s, expected a time in [-1e6, 1e6] s");
+  return std::llround(s * 1e9);
+}
+
+bool known_category(std::string_view c) {
+  return std::find(kEventCategories.begin(), kEventCategories.end(), c) != kEventCategories.end();
+}
+
+std::string categories_text() {
+  std::string s = "one of";
+  for (const auto c : kEventCategories) s += std::string(c == kEventCategories[0] ? " " : ", ") + std::string(c);
+  return s;
+}
+
+void check_track(const Track& t, const std::string& where) {
+  if (t.node < (t.kind == TrackKind::Gpu ? 0 : -1) || t.index < 0)
+    throw Error(where + ": track '" + t.name + "': node " + std::to_string(t.node) + ", index " +
+                std::to_string(t.index) + ": expected node >= 0 (>= -1 for links) and index >= 0");
+}
+
+// The optional integer args of a span, in file order; -1 = absent.
+template <class E, class F>
+void visit_args(E& e, F&& f) {
+  f("stage", e.stage);
+  f("microbatch", e.microbatch);
+  f("bucket", e.bucket);
+  f("replica", e.replica);
+  f("plan_id", e.plan_id);
+  f("iteration", e.iteration);
+  f("bytes", e.bytes);
+}
+
+// Every flow id has exactly one start and one end.
+class FlowPairs {
+ public:
+  void add(std::int64_t id, bool start, const std::string& where) {
+    Ends& e = ends_[id];
+    if (++(start ? e.starts : e.ends) > 1)
+      throw Error(where + ": flow id " + std::to_string(id) + " has a second " + (start ? "start" : "end"));
+    if (e.first.empty()) e.first = where;
+  }
+  void check() const {
+    for (const auto& [id, e] : ends_)
+      if (e.starts != e.ends)
+        throw Error(e.first + ": flow id " + std::to_string(id) +
+                    (e.starts ? " starts here but never ends" : " ends here but never starts"));
+  }
+
+ private:
+  struct Ends {
+    int starts = 0, ends = 0;
+    std::string first;  // where the id was first seen
+  };
+  std::map<std::int64_t, Ends> ends_;
+};
+
+json metadata_event(const char* name, int pid, int tid, json args) {
+  return {{"ph", "M"}, {"name", name}, {"pid", pid}, {"tid", tid}, {"ts", 0}, {"args", std::move(args)}};
+}
+
+// "node N" -> N, "network" -> -1.
+bool parse_process_name(const std::string& s, int& node) {
+  if (s == "network") {
+    node = -1;
+    return true;
+  }
+  if (!s.starts_with("node ")) return false;
+  const char* end = s.data() + s.size();
+  const auto [p, ec] = std::from_chars(s.data() + 5, end, node);
+  return ec == std::errc() && p == end && node >= 0;
+}
+
+}  // namespace
+
+void write_chrome_trace(const Trace& t, const std::string& path) {
+  const std::string ctx = "writing " + path;
+  check_source(t.source, ctx);
+  int max_node = -1;
+  for (const Track& tr : t.tracks) {
+    check_track(tr, ctx);
+    max_node = std::max(max_node, tr.node);
+  }
+  // Nodes are pids 1.. (Perfetto treats pid 0 as special); the network comes last.
+  const auto pid_of = [&](int node) { return node >= 0 ? node + 1 : max_node + 2; };
+
+  FlowPairs flows;
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans_ns;
+  spans_ns.reserve(t.events.size());
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    const Event& e = t.events[i];
+    const std::string where = ctx + ": event " + std::to_string(i) + " ('" + e.name + "')";
+    if (e.track < 0 || static_cast<std::size_t>(e.track) >= t.tracks.size())
+      throw Error(where + ": track " + std::to_string(e.track) + " out of range (" +
+                  std::to_string(t.tracks.size()) + " tracks)");
+    if (!known_category(e.category))
+      throw Error(where + ": category '" + e.category + "': expected " + categories_text());
+    const auto t0 = seconds_to_ns(e.start_s, where, "start_s"), t1 = seconds_to_ns(e.end_s, where, "end_s");
+    if (t1 < t0) throw Error(where + ": end_s < start_s");
+    if (e.flow_out < 0 || e.flow_in < 0) throw Error(where + ": flow ids must be >= 0 (0 = none)");
+    if (e.flow_out > 0) flows.add(e.flow_out, true, where);
+    if (e.flow_in > 0) flows.add(e.flow_in, false, where);
+    spans_ns.emplace_back(t0, t1);
+  }
+  flows.check();
+
+  const auto dump = [&](const json& j, const std::string& what) {
+    try {
+      return j.dump();
+    } catch (const json::exception& e) {  // e.g. a name that is not UTF-8
+      throw Error(ctx + ": " + what + ": " + e.what());
+    }
+  };
+  std::ofstream out = open_for_writing(path);
+  // otherData first, so that a reader checks the schema before any event.
+  out << "{\"displayTimeUnit\":\"ms\",\n\"otherData\":"
+      << dump({{"schema", kSchemaVersion}, {"source", t.source}, {"config", t.config}, {"mode", t.mode},
+               {"metadata", t.metadata}},
+              "otherData")
+      << ",\n\"traceEvents\":[\n";
+  bool first = true;
+  const auto emit = [&](const json& j, const std::string& what) {
+    out << (first ? "" : ",\n") << dump(j, what);
+    first = false;
+  };
+  std::map<int, std::string> processes;
+  for (const Track& tr : t.tracks)
+    processes[pid_of(tr.node)] = tr.node >= 0 ? "node " + std::to_string(tr.node) : "network";
+  for (const auto& [pid, name] : processes) {
+    emit(metadata_event("process_name", pid, 0, {{"name", name}}), name);
+    emit(metadata_event("process_sort_index", pid, 0, {{"sort_index", pid}}), name);
+  }
+  // Within a process: GPUs before links, each by index.
+  std::vector<std::size_t> order(t.tracks.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::pair(t.tracks[a].kind, t.tracks[a].index) < std::pair(t.tracks[b].kind, t.tracks[b].index);
+  });
+  std::vector<int> sort_index(t.tracks.size());
+  for (std::size_t r = 0; r < order.size(); ++r) sort_index[order[r]] = static_cast<int>(r);
+  for (std::size_t i = 0; i < t.tracks.size(); ++i) {
+    const Track& tr = t.tracks[i];
+    const int pid = pid_of(tr.node), tid = static_cast<int>(i) + 1;
+    const std::string what = "track " + std::to_string(i);
+    emit(metadata_event("thread_name", pid, tid,
+                        {{"name", tr.name}, {"kind", tr.kind == TrackKind::Gpu ? "gpu" : "link"}, {"index", tr.index}}),
+         what);
+    emit(metadata_event("thread_sort_index", pid, tid, {{"sort_index", sort_index[i]}}), what);
+  }
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    const Event& e = t.events[i];
+    const auto [t0, t1] = spans_ns[i];
+    const int pid = pid_of(t.tracks[e.track].node), tid = e.track + 1;
+    const std::string what = "event " + std::to_string(i);
+    json args = {{"action", e.name}};
+    visit_args(e, [&](const char* key, auto v) {
+      if (v != -1) args[key] = v;
+    });
+    emit({{"ph", "X"}, {"name", e.name}, {"cat", e.category}, {"pid", pid}, {"tid", tid},
+          {"ts", to_us(t0)}, {"dur", to_us(t1 - t0)}, {"args", std::move(args)}},
+         what);
+    // Flow ends bind to the enclosing slice: put them mid-span.
+    const double mid = to_us(t0 + (t1 - t0) / 2);
+    if (e.flow_out > 0)
+      emit({{"ph", "s"}, {"name", "flow"}, {"cat", "flow"}, {"id", e.flow_out}, {"pid", pid}, {"tid", tid},
+            {"ts", mid}},
+           what);
+    if (e.flow_in > 0)
+      emit({{"ph", "f"}, {"bp", "e"}, {"name", "flow"}, {"cat", "flow"}, {"id", e.flow_in}, {"pid", pid},
+            {"tid", tid}, {"ts", mid}},
+           what);
+  }
+  out << "\n]}\n";
+  finish_writing(out, path);
+}
+
+Trace read_chrome_trace(const std::string& path) {
+  Trace t;
+  bool have_other = false;
+  const auto read_other = [&](const json& other) {
+    const std::string ow = path + ": otherData";
+    check_schema(other, ow);
+    check_keys(other, {"schema", "source", "config", "mode", "metadata"}, ow);
+    t.source = get_string(other, "source", ow);
+    check_source(t.source, ow);
+    t.config = get_string(other, "config", ow);
+    t.mode = get_string(other, "mode", ow);
+    t.metadata = get_string_map(other, "metadata", ow);
+    have_other = true;
+  };
+
+  const auto where = [&](std::size_t i) { return path + ": traceEvents[" + std::to_string(i) + "]"; };
+  std::map<std::int64_t, int> node_of_pid;
+  struct Thread {
+    std::int64_t pid;
+    Track track;
+    int index = -1;  // in Trace::tracks
+  };
+  std::map<std::int64_t, Thread> threads;  // by tid
+  struct Span {  // per X event: its thread (resolved once all threads are known) and span
+    std::int64_t pid, tid;
+    std::size_t at;  // index in traceEvents
+    std::int64_t t0_ns, t1_ns;
+  };
+  std::vector<Span> spans;
+  FlowPairs flows;
+
+  const auto read_metadata = [&](const json& ev, const std::string& w) {
+    const auto pid = get_int(ev, "pid", w, 1, INT_MAX);
+    get_int(ev, "tid", w, 0, INT_MAX);
+    get_number(ev, "ts", w);
+    const std::string name = get_string(ev, "name", w), aw = w + ": args";
+    const json& args = get_object(ev, "args", w);
+    if (name == "process_name") {
+      int node = 0;
+      if (!parse_process_name(get_string(args, "name", aw), node))
+        bad_field(aw, "name", "\"node N\" or \"network\"", args.at("name"));
+      if (!node_of_pid.emplace(pid, node).second)
+        throw Error(w + ": a second process_name for pid " + std::to_string(pid));
+    } else if (name == "thread_name") {
+      const auto tid = get_int(ev, "tid", w, 1, INT_MAX);
+      Track tr;
+      tr.name = get_string(args, "name", aw);
+      const std::string kind = get_string(args, "kind", aw);
+      if (kind != "gpu" && kind != "link") bad_field(aw, "kind", "\"gpu\" or \"link\"", args.at("kind"));
+      tr.kind = kind == "gpu" ? TrackKind::Gpu : TrackKind::Link;
+      tr.index = static_cast<int>(get_int(args, "index", aw, 0, INT_MAX));
+      if (!threads.emplace(tid, Thread{pid, tr}).second)
+        throw Error(w + ": a second thread_name for tid " + std::to_string(tid));
+    } else if (name == "process_sort_index" || name == "thread_sort_index") {
+      get_int(args, "sort_index", aw, INT_MIN, INT_MAX);
+    } else {
+      bad_field(w, "name", "process_name, thread_name, process_sort_index or thread_sort_index", ev.at("name"));
+    }
+  };
+
+  const auto read_span = [&](const json& ev, const std::string& w, Span s) {
+    Event e;
+    e.name = get_string(ev, "name", w);
+    e.category = get_string(ev, "cat", w);
+    if (!known_category(e.category)) bad_field(w, "cat", categories_text(), ev.at("cat"));
+    const double dur_us = get_number(ev, "dur", w);
+    if (!(dur_us >= 0 && dur_us <= 2 * kMaxAbsTimeUs)) bad_field(w, "dur", "microseconds in [0, 2e12]", ev.at("dur"));
+    s.t1_ns = s.t0_ns + us_to_ns(dur_us);
+    if (s.t1_ns > kMaxAbsTimeUs * 1e3) throw Error(w + ": ts + dur is beyond 1e12 microseconds");
+    e.start_s = static_cast<double>(s.t0_ns) / 1e9;
+    e.end_s = static_cast<double>(s.t1_ns) / 1e9;
+    const std::string aw = w + ": args";
+    const json& args = get_object(ev, "args", w);
+    for (const auto& [key, value] : args.items()) {
+      bool known = key == "action";
+      visit_args(e, [&](const char* k, auto&) { known = known || key == k; });
+      if (!known) throw Error(aw + ": unknown field '" + key + "'");
+    }
+    if (args.contains("action") && args.at("action") != e.name)
+      bad_field(aw, "action", "the event's name", args.at("action"));
+    visit_args(e, [&](const char* k, auto& v) {
+      using T = std::remove_reference_t<decltype(v)>;
+      if (args.contains(k)) v = static_cast<T>(get_int(args, k, aw, -1, std::numeric_limits<T>::max()));
+    });
+    t.events.push_back(std::move(e));
+    spans.push_back(s);
+  };
+
+  const auto read_flow = [&](const json& ev, const std::string& w, const std::string& ph, const Span& at) {
+    const auto id = get_int(ev, "id", w, 1, std::numeric_limits<std::int64_t>::max());
+    if (ph == "f" && field(ev, "bp", w) != "e") bad_field(w, "bp", "\"e\"", ev.at("bp"));
+    const Span* x = spans.empty() ? nullptr : &spans.back();
+    if (!x || at.pid != x->pid || at.tid != x->tid || at.t0_ns < x->t0_ns || at.t0_ns > x->t1_ns)
+      throw Error(w + ": flow event is not inside the X event just before it (same pid and tid, ts within its span)");
+    std::int64_t& slot = ph == "s" ? t.events.back().flow_out : t.events.back().flow_in;
+    if (slot != 0) throw Error(w + ": the X event before it already has a flow " + (ph == "s" ? "start" : "end"));
+    slot = id;
+    flows.add(id, ph == "s", w);
+  };
+
+  const auto read_event = [&](const json& ev, std::size_t i) {
+    const std::string w = where(i);
+    if (!ev.is_object()) throw Error(w + ": expected an object");
+    const std::string ph = get_string(ev, "ph", w);
+    if (ph == "M") return read_metadata(ev, w);
+    if (ph != "X" && ph != "s" && ph != "f") bad_field(w, "ph", "one of X, M, s, f", ev.at("ph"));
+    const auto pid = get_int(ev, "pid", w, 1, INT_MAX), tid = get_int(ev, "tid", w, 1, INT_MAX);
+    const double ts_us = get_number(ev, "ts", w);
+    if (!(std::abs(ts_us) <= kMaxAbsTimeUs)) bad_field(w, "ts", "microseconds in [-1e12, 1e12]", ev.at("ts"));
+    const Span s{pid, tid, i, us_to_ns(ts_us), 0};
+    if (ph == "X")
+      read_span(ev, w, s);
+    else
+      read_flow(ev, w, ph, s);
+  };
+
+  // Each element of traceEvents is read as soon as it is parsed, then
+  // dropped: a large trace never sits in memory as JSON.
+  bool in_events = false, in_other = false;
+  std::size_t n_events = 0;
+  const json doc = read_json_file(path, [&](int depth, json::parse_event_t e, json& parsed) {
+    using E = json::parse_event_t;
+    if (depth == 1 && e == E::key) {
+      in_events = parsed == "traceEvents";
+      in_other = parsed == "otherData";
+    }
+    if (depth == 1 && e == E::object_end && in_other) read_other(parsed);
+    if (depth != 2 || !in_events || e == E::key || e == E::object_start || e == E::array_start) return true;
+    read_event(parsed, n_events++);
+    return false;
+  });
+  if (!have_other) read_other(get_object(doc, "otherData", path));
+  get_array(doc, "traceEvents", path);
+
+  for (auto& [tid, th] : threads) {
+    const auto it = node_of_pid.find(th.pid);
+    if (it == node_of_pid.end())
+      throw Error(path + ": thread tid " + std::to_string(tid) + ": pid " + std::to_string(th.pid) +
+                  " has no process_name metadata");
+    th.track.node = it->second;
+    check_track(th.track, path);
+    th.index = static_cast<int>(t.tracks.size());
+    t.tracks.push_back(th.track);
+  }
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    const Span& s = spans[k];
+    const auto th = threads.find(s.tid);
+    if (th == threads.end())
+      throw Error(where(s.at) + ": tid " + std::to_string(s.tid) + " has no thread_name metadata");
+    if (th->second.pid != s.pid)
+      throw Error(where(s.at) + ": pid " + std::to_string(s.pid) + ", but thread " + std::to_string(s.tid) +
+                  " belongs to pid " + std::to_string(th->second.pid));
+    t.events[k].track = th->second.index;
+  }
+  flows.check();
+  return t;
+}
+
+}  // namespace ep::trace

@@ -1,0 +1,152 @@
+// Per-epoch metrics CSV (traces/SCHEMA.md, "Per-epoch metrics").
+#include <algorithm>
+#include <charconv>
+#include <string_view>
+
+#include "traces/io.hpp"
+
+namespace ep::trace {
+namespace {
+
+using namespace detail;
+
+// The columns, in EpochMetrics declaration order.
+template <class M, class F>
+void visit_columns(M& m, F&& f) {
+  f("source", m.source);
+  f("mode", m.mode);
+  f("epoch", m.epoch);
+  f("plan_id", m.plan_id);
+  f("frozen_layers", m.frozen_layers);
+  f("K", m.K);
+  f("M", m.M);
+  f("replicas", m.replicas);
+  f("cache", m.cache);
+  f("epoch_s", m.epoch_s);
+  f("iteration_s", m.iteration_s);
+  f("samples_per_s", m.samples_per_s);
+  f("bubble_fraction", m.bubble_fraction);
+  f("exposed_comm_s", m.exposed_comm_s);
+  f("comm_s", m.comm_s);
+  f("compute_s", m.compute_s);
+  f("cache_hit_ratio", m.cache_hit_ratio);
+  f("transition_s", m.transition_s);
+  f("loss", m.loss);
+  f("accuracy", m.accuracy);
+}
+
+std::vector<std::string> column_names() {
+  std::vector<std::string> names;
+  const EpochMetrics m;
+  visit_columns(m, [&](const char* name, const auto&) { names.emplace_back(name); });
+  return names;
+}
+
+std::string join(const std::vector<std::string>& fields) {
+  std::string s;
+  for (const auto& f : fields) s += (s.empty() ? "" : ",") + f;
+  return s;
+}
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> fields(1);
+  for (const char c : line) {
+    if (c == ',')
+      fields.emplace_back();
+    else
+      fields.back() += c;
+  }
+  return fields;
+}
+
+std::string format(const std::string& s) { return s; }
+std::string format(bool b) { return b ? "1" : "0"; }
+std::string format(int i) { return std::to_string(i); }
+std::string format(double d) {  // shortest text that reads back as the same double
+  char buf[32];
+  return {buf, std::to_chars(buf, buf + sizeof buf, d).ptr};
+}
+
+// Parse a whole field; false when it is not entirely a T.
+template <class T>
+bool parse_number(const std::string& s, T& v) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+}
+
+bool parse(const std::string& s, std::string& v) {
+  v = s;
+  return true;
+}
+bool parse(const std::string& s, bool& v) {
+  v = s == "1";
+  return s == "0" || s == "1";
+}
+bool parse(const std::string& s, int& v) { return parse_number(s, v); }
+bool parse(const std::string& s, double& v) { return parse_number(s, v); }
+
+const char* expected(const std::string&) { return "text"; }
+const char* expected(bool) { return "0 or 1"; }
+const char* expected(int) { return "an integer"; }
+const char* expected(double) { return "a number"; }
+
+}  // namespace
+
+void write_epoch_csv(const std::vector<EpochMetrics>& rows, const std::string& path) {
+  std::string text = join(column_names()) + "\n";
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const std::string where = "writing " + path + ": row " + std::to_string(r);
+    check_source(rows[r].source, where);
+    std::vector<std::string> fields;
+    visit_columns(rows[r], [&](const char* name, const auto& v) {
+      fields.push_back(format(v));
+      if (fields.back().find_first_of(",\"\r\n") != std::string::npos)
+        throw Error(where + ": column '" + name + "': '" + fields.back() +
+                    "' holds a comma, quote or line break");
+    });
+    text += join(fields) + "\n";
+  }
+  std::ofstream out = open_for_writing(path);
+  out << text;
+  finish_writing(out, path);
+}
+
+std::vector<EpochMetrics> read_epoch_csv(const std::string& path) {
+  std::ifstream in = open_for_reading(path);
+  const std::vector<std::string> names = column_names();
+  std::string line;
+  if (!std::getline(in, line)) throw Error(path + ":1: empty file, expected the header " + join(names));
+  const std::vector<std::string> header = split(line);
+  if (header != names) {
+    const auto missing = [](const auto& from, const auto& in) {
+      return std::find_if(from.begin(), from.end(),
+                          [&](const auto& n) { return std::find(in.begin(), in.end(), n) == in.end(); });
+    };
+    std::string why = "columns out of order";
+    if (const auto it = missing(names, header); it != names.end())
+      why = "missing column '" + *it + "'";
+    else if (const auto extra = missing(header, names); extra != header.end())
+      why = "unexpected column '" + *extra + "'";
+    throw Error(path + ":1: header: " + why + "; expected " + join(names));
+  }
+  std::vector<EpochMetrics> rows;
+  for (int line_no = 2; std::getline(in, line); ++line_no) {
+    const std::string where = path + ":" + std::to_string(line_no);
+    const std::vector<std::string> fields = split(line);
+    if (fields.size() != names.size())
+      throw Error(where + ": expected " + std::to_string(names.size()) + " fields, found " +
+                  std::to_string(fields.size()));
+    EpochMetrics m;
+    std::size_t c = 0;
+    visit_columns(m, [&](const char* name, auto& v) {
+      if (!parse(fields[c], v))
+        throw Error(where + ": column '" + name + "': expected " + expected(v) + ", found '" + fields[c] + "'");
+      ++c;
+    });
+    check_source(m.source, where);
+    rows.push_back(std::move(m));
+  }
+  return rows;
+}
+
+}  // namespace ep::trace

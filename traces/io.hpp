@@ -1,0 +1,129 @@
+// Internal to traces/: file access and typed JSON field access whose errors
+// name the file, the place in it, the field, what was expected and what was
+// found. Not installed for other folders.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/error.hpp"
+#include "traces/trace.hpp"
+
+namespace ep::trace::detail {
+
+using json = nlohmann::ordered_json;
+
+inline std::ofstream open_for_writing(const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw Error(path + ": cannot open for writing");
+  return out;
+}
+
+inline void finish_writing(std::ofstream& out, const std::string& path) {
+  out.close();
+  if (!out) throw Error(path + ": write failed");
+}
+
+inline std::ifstream open_for_reading(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  return in;
+}
+
+// A JSON file whose top level is an object; callback as in json::parse.
+inline json read_json_file(const std::string& path, const json::parser_callback_t& callback = nullptr) {
+  std::ifstream in = open_for_reading(path);
+  json doc;
+  try {
+    doc = json::parse(in, callback);
+  } catch (const json::parse_error& e) {
+    throw Error(path + ": not valid JSON: " + e.what());
+  }
+  if (!doc.is_object()) throw Error(path + ": expected a JSON object at the top level");
+  return doc;
+}
+
+[[noreturn]] inline void bad_field(const std::string& where, const std::string& key,
+                                   const std::string& expected, const json& found) {
+  std::string text = found.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  throw Error(where + ": field '" + key + "': expected " + expected + ", found " + text);
+}
+
+inline const json& field(const json& obj, const std::string& key, const std::string& where) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) throw Error(where + ": missing field '" + key + "'");
+  return *it;
+}
+
+inline std::string get_string(const json& obj, const std::string& key, const std::string& where) {
+  const json& v = field(obj, key, where);
+  if (!v.is_string()) bad_field(where, key, "a string", v);
+  return v.get<std::string>();
+}
+
+inline double get_number(const json& obj, const std::string& key, const std::string& where) {
+  const json& v = field(obj, key, where);
+  if (!v.is_number()) bad_field(where, key, "a number", v);
+  return v.get<double>();
+}
+
+inline std::int64_t get_int(const json& obj, const std::string& key, const std::string& where,
+                            std::int64_t lo, std::int64_t hi) {
+  const json& v = field(obj, key, where);
+  const bool too_big = v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi);
+  if (v.is_number_integer() && !too_big) {
+    const auto i = v.get<std::int64_t>();
+    if (i >= lo && i <= hi) return i;
+  }
+  bad_field(where, key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", v);
+}
+
+inline const json& get_object(const json& obj, const std::string& key, const std::string& where) {
+  const json& v = field(obj, key, where);
+  if (!v.is_object()) bad_field(where, key, "an object", v);
+  return v;
+}
+
+inline const json& get_array(const json& obj, const std::string& key, const std::string& where) {
+  const json& v = field(obj, key, where);
+  if (!v.is_array()) bad_field(where, key, "an array", v);
+  return v;
+}
+
+inline std::map<std::string, std::string> get_string_map(const json& obj, const std::string& key,
+                                                         const std::string& where) {
+  std::map<std::string, std::string> m;
+  for (const auto& [k, v] : get_object(obj, key, where).items()) {
+    if (!v.is_string()) bad_field(where + ": " + key, k, "a string", v);
+    m[k] = v.get<std::string>();
+  }
+  return m;
+}
+
+// Strict parsing: every key of obj must be one of known.
+inline void check_keys(const json& obj, const std::vector<std::string_view>& known,
+                       const std::string& where) {
+  for (const auto& [k, v] : obj.items())
+    if (std::find(known.begin(), known.end(), k) == known.end())
+      throw Error(where + ": unknown field '" + k + "'");
+}
+
+inline void check_schema(const json& obj, const std::string& where) {
+  const json& v = field(obj, "schema", where);
+  if (v != kSchemaVersion) bad_field(where, "schema", std::string("\"") + kSchemaVersion + "\"", v);
+}
+
+inline void check_source(const std::string& source, const std::string& where) {
+  if (source != "sim" && source != "exec")
+    throw Error(where + ": source '" + source + "': expected sim or exec");
+}
+
+}  // namespace ep::trace::detail

@@ -332,14 +332,11 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
                           last_traced->M == steady.M && last_traced->cache_on == steady.cache_on &&
                           last_traced->replicas == steady.replicas;
         if (!same) {
-          trace::Trace one;
-          runner.trace(ctx, steady, p.id, &one);
-          for (const auto& e : one.events) {
-            trace::Event shifted = e;
-            shifted.track = out.trace.track(one.tracks[e.track]);
-            shifted.start_s += clock + ps.transition_s;
-            shifted.end_s += clock + ps.transition_s;
-            out.trace.events.push_back(std::move(shifted));
+          const std::size_t first = out.trace.events.size();
+          runner.trace(ctx, steady, p.id, &out.trace);
+          for (std::size_t i = first; i < out.trace.events.size(); ++i) {
+            out.trace.events[i].start_s += clock + ps.transition_s;
+            out.trace.events[i].end_s += clock + ps.transition_s;
           }
           for (const auto& r : p.layout.replica)
             for (int gpu : r.gpus) {

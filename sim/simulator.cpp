@@ -181,7 +181,6 @@ class Recorder {
  public:
   Recorder(trace::Trace* t, const Platform& p, std::int64_t first_flow) : t_(t), p_(p), next_flow_(first_flow) {}
   explicit operator bool() const { return t_ != nullptr; }
-  [[nodiscard]] std::int64_t next_flow() const { return next_flow_; }
   std::int64_t new_flow() { return next_flow_++; }
 
   int gpu_track(int gpu) {
@@ -523,24 +522,31 @@ struct Simulator::Impl {
   ClusterSpec cluster;
   std::unique_ptr<s4u::Engine> engine;
   Platform platform;
-  std::int64_t next_flow = 1;  // flow ids stay unique across runs
+
+  // Flow ids are unique within the trace they go into, and depend only on
+  // it: the same runs into the same trace give the same ids.
+  static std::int64_t first_free_flow(const trace::Trace* trace) {
+    std::int64_t top = 0;
+    if (trace)
+      for (const auto& e : trace->events) top = std::max({top, e.flow_out, e.flow_in});
+    return top + 1;
+  }
 
   // Runs `simulate(recorder, writer)` in a child process (isolate.hpp) and
-  // returns what it wrote, followed by the flow counter and the trace's new
-  // tracks and events, which `finish` takes in.
+  // returns what it wrote, followed by the trace's new tracks and events,
+  // which `finish` takes in.
   template <class F>
   std::string in_child(trace::Trace* trace, F&& simulate) {
     const std::size_t tracks0 = trace ? trace->tracks.size() : 0;
     const std::size_t events0 = trace ? trace->events.size() : 0;
+    const std::int64_t flow0 = first_free_flow(trace);
     return run_in_child([&](ByteWriter& w) {
-      Recorder rec(trace, platform, next_flow);
+      Recorder rec(trace, platform, flow0);
       simulate(rec, w);
-      w.put(rec.next_flow());
       if (trace) put_trace_tail(w, *trace, tracks0, events0);
     });
   }
-  void finish(ByteReader& r, trace::Trace* trace) {
-    next_flow = r.get<std::int64_t>();
+  static void finish(ByteReader& r, trace::Trace* trace) {
     if (trace) get_trace_tail(r, *trace);
   }
 };
@@ -596,7 +602,7 @@ std::vector<SimResult> Simulator::run_batch(const std::vector<SimRequest>& reque
   std::vector<std::function<void(ByteWriter&)>> bodies;
   for (std::size_t i = 0; i < requests.size(); ++i)
     bodies.push_back([this, &requests, &prepared, i](ByteWriter& w) {
-      Recorder rec(nullptr, impl_->platform, impl_->next_flow);
+      Recorder rec(nullptr, impl_->platform, 1);
       put_result(w, simulate_request(impl_->platform, requests[i], prepared[i], rec));
     });
   std::vector<SimResult> results;

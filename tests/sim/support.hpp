@@ -12,12 +12,9 @@
 #include "planner/config.hpp"
 #include "planner/schedule.hpp"
 #include "sim/simulator.hpp"
+#include "tests/planner/support.hpp"
 
 namespace ep::test {
-
-inline std::string repo_path(const std::string& relative) {
-  return (std::filesystem::path(EP_SOURCE_DIR) / relative).string();
-}
 
 // Effectively free: 1 EB/s, no latency.
 inline constexpr LinkSpec kFreeLink{1e18, 0};

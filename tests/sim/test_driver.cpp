@@ -1,0 +1,153 @@
+// The whole-run driver: steady state vs exact, determinism, the ablation
+// modes, the trace. One Simulator per TEST_CASE (see support.hpp).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sim/driver.hpp"
+#include "tests/sim/support.hpp"
+#include "traces/trace.hpp"
+
+using namespace ep;
+using namespace ep::sim;
+
+namespace {
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::filesystem::path temp_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ep_driver_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// Small enough to simulate every iteration: 2 epochs of 64 iterations.
+Config small(const Overrides& extra = {}) {
+  Overrides o{"data.num_train_samples=2048", "training.epochs=2"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return test::tiny_bert(o);
+}
+
+}  // namespace
+
+TEST_CASE("steady-state scaling agrees with simulating every iteration within 0.5%", "[driver]") {
+  const Config c = small({"planner.freeze_interval_epochs=1"});
+  Simulator sim(c.cluster);
+  RunOptions steady_opt;
+  RunOptions exact_opt;
+  exact_opt.exact = true;
+  const RunResult steady = simulate_training(c, steady_opt, sim);
+  const RunResult exact = simulate_training(c, exact_opt, sim);
+  REQUIRE(steady.modes.size() == exact.modes.size());
+  for (std::size_t m = 0; m < steady.modes.size(); ++m) {
+    INFO(to_string(steady.modes[m].mode));
+    CHECK(steady.modes[m].total_s() == Approx(exact.modes[m].total_s()).epsilon(0.005));
+    for (std::size_t e = 0; e < steady.modes[m].epochs.size(); ++e)
+      CHECK(steady.modes[m].epochs[e].epoch_s == Approx(exact.modes[m].epochs[e].epoch_s).epsilon(0.005));
+  }
+}
+
+TEST_CASE("the same config gives byte-identical output twice", "[driver]") {
+  const Config c = small();
+  Simulator sim(c.cluster);
+  const auto a = temp_dir("a"), b = temp_dir("b");
+  write_outputs(simulate_training(c, {}, sim), a.string());
+  write_outputs(simulate_training(c, {}, sim), b.string());
+  for (const char* f : {"summary.json", "epochs.csv", "chunks.csv", "trace.json"}) {
+    INFO(f);
+    REQUIRE(std::filesystem::exists(a / f));
+    CHECK(slurp(a / f) == slurp(b / f));
+  }
+  std::filesystem::remove_all(a);
+  std::filesystem::remove_all(b);
+}
+
+TEST_CASE("the ablation modes add one piece each", "[driver]") {
+  const Config c = test::paper_config("bert_base_sst2", {"data.num_train_samples=20000"});
+  Simulator sim(c.cluster);
+  const RunResult r = simulate_training(c, {}, sim);
+  REQUIRE(r.modes.size() == 5);
+  const auto& base = r.modes[0];
+  CHECK(base.mode == Mode::Baseline);
+  for (const auto& e : base.epochs) {
+    CHECK(e.frozen_layers == 0);
+    CHECK(e.K == c.planner.K);
+    CHECK(e.replicas == 2);
+  }
+  for (const auto& m : r.modes) {
+    INFO(to_string(m.mode));
+    for (const auto& e : m.epochs) {
+      if (m.mode == Mode::Freeze) CHECK(e.K == c.planner.K);  // nothing moves
+      if (m.mode == Mode::AutoPipe || m.mode == Mode::Freeze) CHECK(e.replicas == 2);
+      if (m.mode != Mode::AutoCache) CHECK_FALSE(e.cache);
+      CHECK(e.epoch_s > 0);
+      CHECK(e.iteration_s > 0);
+      CHECK(e.bubble_fraction >= 0);
+      CHECK(e.bubble_fraction < 1);
+      CHECK(e.exposed_comm_s >= 0);
+      CHECK(e.transition_s >= 0);
+    }
+    if (m.mode != Mode::Baseline) {
+      // Freezing never adds work to an iteration; the same K, M, frozen depth
+      // and replicas means the same time.
+      CHECK(m.epochs.back().frozen_layers > 0);
+    }
+  }
+  // The summary's speedups are over the baseline.
+  for (const auto& s : r.summary.modes) {
+    const auto& run = *std::find_if(r.modes.begin(), r.modes.end(), [&](const ModeRun& m) { return to_string(m.mode) == s.mode; });
+    CHECK(s.total_s == Approx(run.total_s()));
+    CHECK(s.speedup == Approx(base.total_s() / run.total_s()));
+  }
+  CHECK(r.summary.modes[0].speedup == Approx(1.0));
+  // Chunk search in simulation: one row per M in [K, 6K] for each K met, the chosen M the fastest that fits.
+  for (const auto& row : r.chunks) {
+    CHECK(row.M >= row.K);
+    CHECK(row.M <= 6 * row.K);
+    if (!row.chosen) continue;
+    for (const auto& other : r.chunks)
+      if (other.mode == row.mode && other.K == row.K && other.fits_memory) CHECK(other.iteration_s >= row.iteration_s);
+  }
+}
+
+TEST_CASE("an epoch's time is its iterations times the period plus its transition", "[driver]") {
+  const Config c = small();
+  Simulator sim(c.cluster);
+  RunOptions opt;
+  opt.modes = {Mode::AutoCache};
+  const RunResult r = simulate_training(c, opt, sim);
+  const ModeRun& m = r.modes.front();
+  for (const auto& e : m.epochs) {
+    const Plan& p = m.plan.plans[e.plan_id];
+    CHECK(e.epoch_s == Approx(p.iterations_per_epoch * e.iteration_s + e.transition_s));
+    CHECK(e.samples_per_s == Approx(c.data.num_train_samples / (e.epoch_s - e.transition_s)));
+  }
+  CHECK(m.epochs.front().transition_s ==
+        Approx(c.sim.context_creation_s + c.sim.pipeline_warmup_s));  // one replica: no DDP to build
+}
+
+TEST_CASE("the trace is valid trace-event JSON with one iteration per distinct plan", "[driver]") {
+  const Config c = small();
+  Simulator sim(c.cluster);
+  const auto dir = temp_dir("trace");
+  const RunResult r = simulate_training(c, {}, sim);
+  write_outputs(r, dir.string());
+  const trace::Trace t = trace::read_chrome_trace((dir / "trace.json").string());  // validates
+  CHECK(t.source == "sim");
+  CHECK(t.mode == "autocache");
+  CHECK(t.events.size() == r.trace.events.size());
+  int computes = 0;
+  for (const auto& e : t.events) {
+    CHECK(e.end_s >= e.start_s);
+    if (e.category == "forward" || e.category == "backward") ++computes;
+  }
+  CHECK(computes > 0);
+  std::filesystem::remove_all(dir);
+}

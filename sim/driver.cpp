@@ -173,15 +173,25 @@ double state_bytes(const PlanContext& ctx, SublayerRange active, SublayerRange f
   return m.weights_bytes + m.optimizer_bytes;
 }
 
-// The overhead before a plan's first epoch: initialisation for the first
-// plan; later, moving weights to their new GPUs and onboarding woken
-// replicas (bytes over the simulated network), plus the configured costs.
-double transition_s(const PlanContext& ctx, const Plan* prev, const Plan& plan, Simulator& sim) {
+// The overhead before a plan's first epoch, in the parts SPEC §7's
+// transition table dissects: moving weights and onboarding woken replicas
+// (bytes over the simulated network), creating device contexts, rebuilding
+// DDP, warming the new pipeline up (the configured costs). The first plan
+// pays for initialisation.
+struct Transition {
+  double weights_s = 0;
+  double contexts_s = 0;
+  double ddp_s = 0;
+  double warmup_s = 0;
+  [[nodiscard]] double total_s() const { return weights_s + contexts_s + ddp_s + warmup_s; }
+};
+
+Transition transition(const PlanContext& ctx, const Plan* prev, const Plan& plan, Simulator& sim) {
   const SimConfig& k = ctx.config.sim;
-  if (!prev) return k.context_creation_s + (plan.layout.replicas > 1 ? k.ddp_rebuild_s : 0.0) + k.pipeline_warmup_s;
+  if (!prev) return {0.0, k.context_creation_s, plan.layout.replicas > 1 ? k.ddp_rebuild_s : 0.0, k.pipeline_warmup_s};
   const bool repartitioned = prev->partition.bounds != plan.partition.bounds || prev->K != plan.K;
   const bool regrouped = prev->layout.active_ranks != plan.layout.active_ranks;
-  if (!repartitioned && !regrouped && prev->frozen_layers == plan.frozen_layers) return 0.0;
+  if (!repartitioned && !regrouped && prev->frozen_layers == plan.frozen_layers) return {};
 
   std::map<std::pair<int, int>, double> moves;  // (src gpu, dst gpu) -> bytes
   const int n = ctx.spec.num_sublayers();
@@ -221,9 +231,9 @@ double transition_s(const PlanContext& ctx, const Plan* prev, const Plan& plan, 
   }
   std::vector<Simulator::Transfer> transfers;
   for (const auto& [pair, bytes] : moves) transfers.push_back({pair.first, pair.second, bytes});
-  const double move_s = transfers.empty() ? 0.0 : sim.run_transfers(transfers);
-  return move_s + (plan.woken_ranks.empty() ? 0.0 : k.context_creation_s) + k.ddp_rebuild_s +
-         (repartitioned ? k.pipeline_warmup_s : 0.0);
+  return {transfers.empty() ? 0.0 : sim.run_transfers(transfers),
+          plan.woken_ranks.empty() ? 0.0 : k.context_creation_s, k.ddp_rebuild_s,
+          repartitioned ? k.pipeline_warmup_s : 0.0};
 }
 
 // Steady-state periods: the last iteration of warm-up + measured ones,
@@ -253,6 +263,36 @@ std::vector<std::pair<double, Measured>> steady_periods(Runner& runner, const Pl
     out.emplace_back(p, m);
   }
   return out;
+}
+
+// One "transition" span per GPU of the new layout, the parts nested in it.
+void add_transition_events(trace::Trace& t, const Config& c, const Plan& p, const Plan* prev, const Transition& tr,
+                           double start) {
+  const std::string name = prev ? "transition K " + std::to_string(prev->K) + "->" + std::to_string(p.K)
+                                : "initialisation K=" + std::to_string(p.K);
+  const std::pair<const char*, double> parts[] = {
+      {"weights", tr.weights_s}, {"contexts", tr.contexts_s}, {"ddp", tr.ddp_s}, {"warmup", tr.warmup_s}};
+  const int I = c.cluster.gpus_per_node;
+  for (const auto& r : p.layout.replica)
+    for (int gpu : r.gpus) {
+      trace::Event e;
+      e.track = t.track({trace::TrackKind::Gpu, gpu / I, gpu % I, "gpu" + std::to_string(gpu % I)});
+      e.category = "transition";
+      e.replica = r.rank;
+      e.plan_id = p.id;
+      e.epoch = p.first_epoch;
+      e.name = name;
+      e.start_s = start;
+      e.end_s = start + tr.total_s();
+      t.events.push_back(e);
+      for (const auto& [part, seconds] : parts) {
+        if (seconds <= 0) continue;
+        e.name = part;
+        e.end_s = e.start_s + seconds;
+        t.events.push_back(e);
+        e.start_s = e.end_s;
+      }
+    }
 }
 
 trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, int epoch, bool fill,
@@ -325,34 +365,28 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
       ps.bubble_fraction = 1.0 - measured.fb_per_device_s / ps.iteration_s;
       ps.exposed_comm_s = std::max(0.0, ps.iteration_s - period_without_comm(ctx, steady));
       if (p.cache_fill_from >= 0) ps.fill_iteration_s = periods[2 * pi + 1].first;
-      ps.transition_s = transition_s(ctx, pi ? &run.plan.plans[pi - 1] : nullptr, p, sim);
+      const Transition tr = transition(ctx, pi ? &run.plan.plans[pi - 1] : nullptr, p, sim);
+      ps.transition_s = tr.total_s();
 
       if (traced) {
-        const bool same = last_traced && last_traced->partition == steady.partition &&
-                          last_traced->M == steady.M && last_traced->cache_on == steady.cache_on &&
-                          last_traced->replicas == steady.replicas;
+        // The iteration the plan starts with (it fills the cache when it does),
+        // once per run of identical plans, after the transition's parts.
+        const IterationSetup first = iteration_setup(mc, p, true);
+        const bool same = last_traced && last_traced->partition == first.partition && last_traced->M == first.M &&
+                          last_traced->cache_on == first.cache_on &&
+                          last_traced->cache_valid_layers == first.cache_valid_layers &&
+                          last_traced->replicas == first.replicas;
         if (!same) {
-          const std::size_t first = out.trace.events.size();
-          runner.trace(ctx, steady, p.id, &out.trace);
-          for (std::size_t i = first; i < out.trace.events.size(); ++i) {
-            out.trace.events[i].start_s += clock + ps.transition_s;
-            out.trace.events[i].end_s += clock + ps.transition_s;
+          const std::size_t begin = out.trace.events.size();
+          runner.trace(ctx, first, p.id, &out.trace);
+          for (std::size_t i = begin; i < out.trace.events.size(); ++i) {
+            auto& e = out.trace.events[i];
+            e.start_s += clock + ps.transition_s;
+            e.end_s += clock + ps.transition_s;
+            e.epoch = p.first_epoch;
           }
-          for (const auto& r : p.layout.replica)
-            for (int gpu : r.gpus) {
-              trace::Event t;
-              t.track = out.trace.track({trace::TrackKind::Gpu, gpu / mc.cluster.gpus_per_node,
-                                         gpu % mc.cluster.gpus_per_node, "gpu" + std::to_string(gpu % mc.cluster.gpus_per_node)});
-              t.name = pi == 0 ? "initialisation K=" + std::to_string(p.K)
-                               : "transition K " + std::to_string(run.plan.plans[pi - 1].K) + "->" + std::to_string(p.K);
-              t.category = "transition";
-              t.start_s = clock;
-              t.end_s = clock + ps.transition_s;
-              t.replica = r.rank;
-              t.plan_id = p.id;
-              out.trace.events.push_back(std::move(t));
-            }
-          last_traced = steady;
+          add_transition_events(out.trace, mc, p, pi ? &run.plan.plans[pi - 1] : nullptr, tr, clock);
+          last_traced = first;
         }
       }
 

@@ -587,12 +587,14 @@ SimResult get_result(ByteReader& r) {
 
 SimResult Simulator::run(const SimRequest& q, trace::Trace* trace) {
   const Prepared p = prepare(q, static_cast<int>(impl_->platform.gpus.size()));
+  const std::size_t events0 = trace ? trace->events.size() : 0;
   const std::string bytes = impl_->in_child(trace, [&](Recorder& rec, ByteWriter& w) {
     put_result(w, simulate_request(impl_->platform, q, p, rec));
   });
   ByteReader r(bytes);
   SimResult res = get_result(r);
   impl_->finish(r, trace);
+  if (trace) trace::separate_overlaps(*trace, events0);
   return res;
 }
 
@@ -623,12 +625,14 @@ double Simulator::run_transfers(const std::vector<Transfer>& transfers, trace::T
     if (!(t.bytes >= 0) || !std::isfinite(t.bytes))
       throw Error("simulator: transfer of " + std::to_string(t.bytes) + " bytes");
   }
+  const std::size_t events0 = trace ? trace->events.size() : 0;
   const std::string bytes = impl_->in_child(trace, [&](Recorder& rec, ByteWriter& w) {
     w.put(simulate_transfers(impl_->platform, transfers, rec, label));
   });
   ByteReader r(bytes);
   const auto seconds = r.get<double>();
   impl_->finish(r, trace);
+  if (trace) trace::separate_overlaps(*trace, events0);
   return seconds;
 }
 

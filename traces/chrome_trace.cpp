@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <tuple>
 #include <type_traits>
 
 #include "traces/io.hpp"
@@ -38,7 +39,8 @@ bool known_category(std::string_view c) {
 
 std::string categories_text() {
   std::string s = "one of";
-  for (const auto c : kEventCategories) s += std::string(c == kEventCategories[0] ? " " : ", ") + std::string(c);
+  for (const auto c : kEventCategories)
+    s += std::string(c == kEventCategories[0] ? " " : ", ") + std::string(c);
   return s;
 }
 
@@ -58,6 +60,7 @@ void visit_args(E& e, F&& f) {
   f("plan_id", e.plan_id);
   f("iteration", e.iteration);
   f("bytes", e.bytes);
+  f("epoch", e.epoch);
 }
 
 // Every flow id has exactly one start and one end.
@@ -132,6 +135,25 @@ void write_chrome_trace(const Trace& t, const std::string& path) {
     spans_ns.emplace_back(t0, t1);
   }
   flows.check();
+  // Perfetto drops a span that partly overlaps another on its thread.
+  std::vector<std::size_t> by_start(t.events.size());
+  std::iota(by_start.begin(), by_start.end(), 0);
+  std::stable_sort(by_start.begin(), by_start.end(), [&](std::size_t a, std::size_t b) {
+    return std::tuple(t.events[a].track, spans_ns[a].first, -spans_ns[a].second) <
+           std::tuple(t.events[b].track, spans_ns[b].first, -spans_ns[b].second);
+  });
+  std::vector<std::size_t> open;  // enclosing spans of the current track
+  for (std::size_t k = 0; k < by_start.size(); ++k) {
+    const std::size_t i = by_start[k];
+    if (k > 0 && t.events[by_start[k - 1]].track != t.events[i].track) open.clear();
+    while (!open.empty() && spans_ns[open.back()].second <= spans_ns[i].first) open.pop_back();
+    if (!open.empty() && spans_ns[i].second > spans_ns[open.back()].second)
+      throw Error(ctx + ": event " + std::to_string(i) + " ('" + t.events[i].name + "') partly overlaps event " +
+                  std::to_string(open.back()) + " ('" + t.events[open.back()].name + "') on track '" +
+                  t.tracks[t.events[i].track].name + "': spans of a track must nest or be disjoint " +
+                  "(see separate_overlaps)");
+    open.push_back(i);
+  }
 
   const auto dump = [&](const json& j, const std::string& what) {
     try {
@@ -143,7 +165,10 @@ void write_chrome_trace(const Trace& t, const std::string& path) {
   std::ofstream out = open_for_writing(path);
   // otherData first, so that a reader checks the schema before any event.
   out << "{\"displayTimeUnit\":\"ms\",\n\"otherData\":"
-      << dump({{"schema", kSchemaVersion}, {"source", t.source}, {"config", t.config}, {"mode", t.mode},
+      << dump({{"schema", kSchemaVersion},
+               {"source", t.source},
+               {"config", t.config},
+               {"mode", t.mode},
                {"metadata", t.metadata}},
               "otherData")
       << ",\n\"traceEvents\":[\n";
@@ -163,7 +188,8 @@ void write_chrome_trace(const Trace& t, const std::string& path) {
   std::vector<std::size_t> order(t.tracks.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return std::pair(t.tracks[a].kind, t.tracks[a].index) < std::pair(t.tracks[b].kind, t.tracks[b].index);
+    return std::tuple(t.tracks[a].kind, t.tracks[a].index, t.tracks[a].lane) <
+           std::tuple(t.tracks[b].kind, t.tracks[b].index, t.tracks[b].lane);
   });
   std::vector<int> sort_index(t.tracks.size());
   for (std::size_t r = 0; r < order.size(); ++r) sort_index[order[r]] = static_cast<int>(r);
@@ -171,8 +197,10 @@ void write_chrome_trace(const Trace& t, const std::string& path) {
     const Track& tr = t.tracks[i];
     const int pid = pid_of(tr.node), tid = static_cast<int>(i) + 1;
     const std::string what = "track " + std::to_string(i);
-    emit(metadata_event("thread_name", pid, tid,
-                        {{"name", tr.name}, {"kind", tr.kind == TrackKind::Gpu ? "gpu" : "link"}, {"index", tr.index}}),
+    emit(metadata_event(
+             "thread_name", pid, tid,
+             {{"name", tr.name}, {"kind", tr.kind == TrackKind::Gpu ? "gpu" : "link"}, {"index", tr.index},
+              {"lane", tr.lane}}),
          what);
     emit(metadata_event("thread_sort_index", pid, tid, {{"sort_index", sort_index[i]}}), what);
   }
@@ -185,18 +213,35 @@ void write_chrome_trace(const Trace& t, const std::string& path) {
     visit_args(e, [&](const char* key, auto v) {
       if (v != -1) args[key] = v;
     });
-    emit({{"ph", "X"}, {"name", e.name}, {"cat", e.category}, {"pid", pid}, {"tid", tid},
-          {"ts", to_us(t0)}, {"dur", to_us(t1 - t0)}, {"args", std::move(args)}},
+    emit({{"ph", "X"},
+          {"name", e.name},
+          {"cat", e.category},
+          {"pid", pid},
+          {"tid", tid},
+          {"ts", to_us(t0)},
+          {"dur", to_us(t1 - t0)},
+          {"args", std::move(args)}},
          what);
     // Flow ends bind to the enclosing slice: put them mid-span.
     const double mid = to_us(t0 + (t1 - t0) / 2);
     if (e.flow_out > 0)
-      emit({{"ph", "s"}, {"name", "flow"}, {"cat", "flow"}, {"id", e.flow_out}, {"pid", pid}, {"tid", tid},
+      emit({{"ph", "s"},
+            {"name", "flow"},
+            {"cat", "flow"},
+            {"id", e.flow_out},
+            {"pid", pid},
+            {"tid", tid},
             {"ts", mid}},
            what);
     if (e.flow_in > 0)
-      emit({{"ph", "f"}, {"bp", "e"}, {"name", "flow"}, {"cat", "flow"}, {"id", e.flow_in}, {"pid", pid},
-            {"tid", tid}, {"ts", mid}},
+      emit({{"ph", "f"},
+            {"bp", "e"},
+            {"name", "flow"},
+            {"cat", "flow"},
+            {"id", e.flow_in},
+            {"pid", pid},
+            {"tid", tid},
+            {"ts", mid}},
            what);
   }
   out << "\n]}\n";
@@ -254,12 +299,14 @@ Trace read_chrome_trace(const std::string& path) {
       if (kind != "gpu" && kind != "link") bad_field(aw, "kind", "\"gpu\" or \"link\"", args.at("kind"));
       tr.kind = kind == "gpu" ? TrackKind::Gpu : TrackKind::Link;
       tr.index = static_cast<int>(get_int(args, "index", aw, 0, INT_MAX));
+      tr.lane = static_cast<int>(get_int(args, "lane", aw, 0, INT_MAX));
       if (!threads.emplace(tid, Thread{pid, tr}).second)
         throw Error(w + ": a second thread_name for tid " + std::to_string(tid));
     } else if (name == "process_sort_index" || name == "thread_sort_index") {
       get_int(args, "sort_index", aw, INT_MIN, INT_MAX);
     } else {
-      bad_field(w, "name", "process_name, thread_name, process_sort_index or thread_sort_index", ev.at("name"));
+      bad_field(w, "name", "process_name, thread_name, process_sort_index or thread_sort_index",
+                ev.at("name"));
     }
   };
 
@@ -269,7 +316,8 @@ Trace read_chrome_trace(const std::string& path) {
     e.category = get_string(ev, "cat", w);
     if (!known_category(e.category)) bad_field(w, "cat", categories_text(), ev.at("cat"));
     const double dur_us = get_number(ev, "dur", w);
-    if (!(dur_us >= 0 && dur_us <= 2 * kMaxAbsTimeUs)) bad_field(w, "dur", "microseconds in [0, 2e12]", ev.at("dur"));
+    if (!(dur_us >= 0 && dur_us <= 2 * kMaxAbsTimeUs))
+      bad_field(w, "dur", "microseconds in [0, 2e12]", ev.at("dur"));
     s.t1_ns = s.t0_ns + us_to_ns(dur_us);
     if (s.t1_ns > kMaxAbsTimeUs * 1e3) throw Error(w + ": ts + dur is beyond 1e12 microseconds");
     e.start_s = static_cast<double>(s.t0_ns) / 1e9;
@@ -296,9 +344,11 @@ Trace read_chrome_trace(const std::string& path) {
     if (ph == "f" && field(ev, "bp", w) != "e") bad_field(w, "bp", "\"e\"", ev.at("bp"));
     const Span* x = spans.empty() ? nullptr : &spans.back();
     if (!x || at.pid != x->pid || at.tid != x->tid || at.t0_ns < x->t0_ns || at.t0_ns > x->t1_ns)
-      throw Error(w + ": flow event is not inside the X event just before it (same pid and tid, ts within its span)");
+      throw Error(
+          w + ": flow event is not inside the X event just before it (same pid and tid, ts within its span)");
     std::int64_t& slot = ph == "s" ? t.events.back().flow_out : t.events.back().flow_in;
-    if (slot != 0) throw Error(w + ": the X event before it already has a flow " + (ph == "s" ? "start" : "end"));
+    if (slot != 0)
+      throw Error(w + ": the X event before it already has a flow " + (ph == "s" ? "start" : "end"));
     slot = id;
     flows.add(id, ph == "s", w);
   };

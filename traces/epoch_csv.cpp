@@ -1,7 +1,6 @@
 // Per-epoch metrics CSV (traces/SCHEMA.md, "Per-epoch metrics").
 #include <algorithm>
 #include <charconv>
-#include <string_view>
 
 #include "traces/io.hpp"
 
@@ -44,7 +43,7 @@ std::vector<std::string> column_names() {
 
 std::string join(const std::vector<std::string>& fields) {
   std::string s;
-  for (const auto& f : fields) s += (s.empty() ? "" : ",") + f;
+  for (std::size_t i = 0; i < fields.size(); ++i) s += (i ? "," : "") + fields[i];
   return s;
 }
 
@@ -118,9 +117,10 @@ std::vector<EpochMetrics> read_epoch_csv(const std::string& path) {
   if (!std::getline(in, line)) throw Error(path + ":1: empty file, expected the header " + join(names));
   const std::vector<std::string> header = split(line);
   if (header != names) {
-    const auto missing = [](const auto& from, const auto& in) {
-      return std::find_if(from.begin(), from.end(),
-                          [&](const auto& n) { return std::find(in.begin(), in.end(), n) == in.end(); });
+    const auto missing = [](const auto& from, const auto& within) {  // first of from not within
+      return std::find_if(from.begin(), from.end(), [&](const auto& n) {
+        return std::find(within.begin(), within.end(), n) == within.end();
+      });
     };
     std::string why = "columns out of order";
     if (const auto it = missing(names, header); it != names.end())
@@ -140,7 +140,8 @@ std::vector<EpochMetrics> read_epoch_csv(const std::string& path) {
     std::size_t c = 0;
     visit_columns(m, [&](const char* name, auto& v) {
       if (!parse(fields[c], v))
-        throw Error(where + ": column '" + name + "': expected " + expected(v) + ", found '" + fields[c] + "'");
+        throw Error(where + ": column '" + name + "': expected " + expected(v) + ", found '" + fields[c] +
+                    "'");
       ++c;
     });
     check_source(m.source, where);

@@ -1,17 +1,16 @@
 // Internal to traces/: file access and typed JSON field access whose errors
 // name the file, the place in it, the field, what was expected and what was
-// found. Not installed for other folders.
+// found. Not for use outside traces/.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "planner/error.hpp"
 #include "traces/trace.hpp"

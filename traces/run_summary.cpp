@@ -22,7 +22,8 @@ void visit_mode(S& m, F&& f) {
 }
 
 void check_finite(double v, const std::string& where, const std::string& key) {
-  if (!std::isfinite(v)) throw Error(where + ": field '" + key + "': expected a finite number, found " + std::to_string(v));
+  if (!std::isfinite(v))
+    throw Error(where + ": field '" + key + "': expected a finite number, found " + std::to_string(v));
 }
 
 void check_summary(const RunSummary& s, const std::string& where) {
@@ -30,12 +31,14 @@ void check_summary(const RunSummary& s, const std::string& where) {
   std::set<std::string> seen;
   for (std::size_t i = 0; i < s.modes.size(); ++i) {
     const std::string mw = where + ": modes[" + std::to_string(i) + "]";
-    if (!seen.insert(s.modes[i].mode).second) throw Error(mw + ": mode '" + s.modes[i].mode + "' appears twice");
+    if (!seen.insert(s.modes[i].mode).second)
+      throw Error(mw + ": mode '" + s.modes[i].mode + "' appears twice");
     visit_mode(s.modes[i], [&](const char* key, const auto& v) {
       using T = std::decay_t<decltype(v)>;
       if constexpr (std::is_same_v<T, double>) check_finite(v, mw, key);
       if constexpr (std::is_same_v<T, std::vector<double>>)
-        for (std::size_t e = 0; e < v.size(); ++e) check_finite(v[e], mw, std::string(key) + "[" + std::to_string(e) + "]");
+        for (std::size_t e = 0; e < v.size(); ++e)
+          check_finite(v[e], mw, std::string(key) + "[" + std::to_string(e) + "]");
     });
   }
 }
@@ -63,8 +66,11 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
     visit_mode(m, [&](const char* key, const auto& v) { o[key] = v; });
     modes.push_back(std::move(o));
   }
-  const json doc = {{"schema", kSchemaVersion}, {"source", s.source}, {"config", s.config},
-                    {"modes", std::move(modes)}, {"metadata", s.metadata}};
+  const json doc = {{"schema", kSchemaVersion},
+                    {"source", s.source},
+                    {"config", s.config},
+                    {"modes", std::move(modes)},
+                    {"metadata", s.metadata}};
   std::ofstream out = open_for_writing(path);
   try {
     out << doc.dump(2) << "\n";

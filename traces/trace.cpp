@@ -1,6 +1,7 @@
 #include "traces/trace.hpp"
 
 #include <algorithm>
+#include <map>
 
 namespace ep::trace {
 
@@ -9,6 +10,43 @@ int Trace::track(const Track& t) {
   if (it != tracks.end()) return static_cast<int>(it - tracks.begin());
   tracks.push_back(t);
   return static_cast<int>(tracks.size()) - 1;
+}
+
+namespace {
+
+bool runs_on_device(const std::string& category) {
+  for (const char* c : {"forward", "backward", "frozen_forward", "optimizer", "recv", "cache_read", "cache_write"})
+    if (category == c) return true;
+  return false;
+}
+
+}  // namespace
+
+void separate_overlaps(Trace& t, std::size_t first) {
+  std::map<int, std::vector<std::size_t>> by_track;
+  for (std::size_t i = first; i < t.events.size(); ++i) by_track[t.events[i].track].push_back(i);
+  for (auto& [track, events] : by_track) {
+    std::stable_sort(events.begin(), events.end(),
+                     [&](std::size_t a, std::size_t b) { return t.events[a].start_s < t.events[b].start_s; });
+    const Track base = t.tracks[track];
+    // On a GPU the device's own spans keep lane 0 (it runs them one at a
+    // time); the rest start at lane 1. On a link every span may take lane 0.
+    const bool gpu = base.kind == TrackKind::Gpu;
+    std::vector<double> lane_end;  // per lane, the end of its last span; spans come in start order
+    for (std::size_t i : events) {
+      Event& e = t.events[i];
+      if (gpu && runs_on_device(e.category)) continue;
+      std::size_t lane = gpu ? 1 : 0;
+      while (lane < lane_end.size() && lane_end[lane] > e.start_s) ++lane;
+      if (lane_end.size() <= lane) lane_end.resize(lane + 1, -1e300);
+      lane_end[lane] = e.end_s;
+      if (lane == 0) continue;
+      Track moved = base;
+      moved.lane = static_cast<int>(lane);
+      moved.name = base.name + " #" + std::to_string(lane);
+      e.track = t.track(moved);
+    }
+  }
 }
 
 }  // namespace ep::trace

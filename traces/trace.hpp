@@ -29,6 +29,10 @@ struct Track {
   int node = 0;          // -1 for links outside any node
   int index = 0;         // GPU index in its node, or link index in its group
   std::string name;      // "gpu3", "pcie3.up", "ib0.down"
+  // Perfetto drops spans that partly overlap on one thread, so spans that
+  // overlap others of their track (asynchronous sends, all-reduces,
+  // concurrent transfers on a link) go to extra rows, lanes 1, 2, ...
+  int lane = 0;
   friend bool operator==(const Track&, const Track&) = default;
 };
 
@@ -51,6 +55,7 @@ struct Event {
   // A send and its receive share a flow id (> 0): Perfetto draws an arrow.
   std::int64_t flow_out = 0;  // this span starts a flow
   std::int64_t flow_in = 0;   // this span ends a flow
+  int epoch = -1;             // the training epoch the span belongs to
 };
 
 struct Trace {
@@ -64,6 +69,14 @@ struct Trace {
   // Index of the track, adding it when new.
   int track(const Track& t);
 };
+
+// Moves spans of events[first..] that partly overlap another span of their
+// track to lane tracks, so every track holds only disjoint or nested spans
+// (what the writer requires). Spans the device itself runs in order
+// (forward, backward, frozen_forward, optimizer, recv, cache_read,
+// cache_write) keep the main lane; the others take the first lane free at
+// their start, in order of start time. Deterministic.
+void separate_overlaps(Trace& trace, std::size_t first = 0);
 
 // Per-epoch metrics: one row per epoch (and mode, for the simulator).
 struct EpochMetrics {

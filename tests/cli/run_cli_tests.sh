@@ -65,6 +65,27 @@ expect_text "schedule csv" "0,0F0,0SEND_F0>1"
 expect_rc 0 "schedule from config" -- "$bin" schedule "$root/configs/small/tiny_bert_synthetic.toml" --K 4 --M 8
 expect_text "schedule kind from config" "1f1b K=4 M=8"
 
+# --- simulate and sweep -------------------------------------------------------
+small="$root/configs/small/tiny_bert_synthetic.toml"
+expect_rc 0 "simulate" -- "$bin" simulate "$small" --out "$tmp/sim" --set data.num_train_samples=1024
+expect_text "simulate prints the modes" "autocache"
+expect_text "simulate prints speedup" "speedup"
+for f in summary.json epochs.csv chunks.csv trace.json; do
+  if [ -s "$tmp/sim/$f" ]; then ok; else bad "simulate did not write $f"; fi
+done
+if [ "$(grep -c '^sim,' "$tmp/sim/epochs.csv")" -eq 15 ]; then ok; else bad "epochs.csv: expected 5 modes x 3 epochs"; fi
+expect_rc 0 "simulate one mode" -- "$bin" simulate "$small" --mode baseline --out "$tmp/sim1" --set data.num_train_samples=1024
+expect_text "one mode" "baseline"
+expect_rc 2 "simulate bad mode" -- "$bin" simulate "$small" --mode fastest --out "$tmp/simx"
+expect_text "simulate bad mode" "ERROR: --mode: expected"
+expect_rc 2 "simulate zero bandwidth" -- "$bin" simulate "$small" --set cluster.intra_node.bandwidth_bytes_per_s=0 --out "$tmp/simz"
+expect_text "zero bandwidth names the key" "key 'cluster.intra_node.bandwidth_bytes_per_s': expected a number > 0, found 0"
+expect_rc 0 "sweep" -- "$bin" sweep "$small" --set planner.alpha=0.25,0.5 --set data.num_train_samples=1024 --out "$tmp/sweep"
+if [ "$(wc -l < "$tmp/sweep/sweep.csv")" -eq 3 ]; then ok; else bad "sweep.csv: expected a header and 2 rows"; cat "$tmp/sweep/sweep.csv"; fi
+expect_rc 2 "sweep with a bad point runs nothing" -- "$bin" sweep "$small" --set planner.alpha=0.25,1.5 --out "$tmp/sweepbad"
+expect_text "sweep bad point" "planner.alpha"
+if [ ! -e "$tmp/sweepbad" ]; then ok; else bad "a sweep with a bad point wrote output"; fi
+
 # --- bad input: one ERROR line, exit 2, nothing else ------------------------
 sed 's/^gpus_per_node = 8/gpus_per_node = 8\nnodez = 3/' "$root/configs/paper/vit_imagenet.toml" > "$tmp/bad.toml"
 line=$(grep -n '^nodez' "$tmp/bad.toml" | cut -d: -f1)

@@ -41,7 +41,7 @@ TEST_CASE("a point-to-point transfer costs latency + bytes / bandwidth", "[sim][
       CHECK(e.name == "move weights");
       CHECK(e.category == "transition");
     }
-    CHECK(tracks == std::vector<std::string>{"0:pcie0.up", "-1:ib0.up", "-1:ib1.down", "1:pcie1.down", "1:gpu1"});
+    CHECK(tracks == std::vector<std::string>{"0:pcie0.up", "-1:ib0.up", "-1:ib1.down", "1:pcie1.down", "1:gpu1 #1"});
   }
   // Zero bytes or the same GPU: free.
   CHECK(sim.run_transfers({{0, 1, 0}, {2, 2, S}}) == 0);

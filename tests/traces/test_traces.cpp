@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
@@ -74,8 +75,7 @@ const std::vector<std::string> kNames = {"2F0",
                                          "transition K 8->4",
                                          "say \"hi\"\\",
                                          "tab\there\nnewline",
-                                         "K 8\xE2\x86\x92"
-                                         "4 \xC3\xBC",
+                                         "K 8 \xE2\x86\x92 4 \xC3\xBC",
                                          ""};
 
 Trace random_trace(std::uint64_t seed) {
@@ -93,7 +93,10 @@ Trace random_trace(std::uint64_t seed) {
   std::vector<Track> tracks;
   const int nodes = uniform(1, 3), gpus = uniform(1, 4);
   for (int n = 0; n < nodes; ++n) {
-    for (int g = 0; g < gpus; ++g) tracks.push_back({TrackKind::Gpu, n, g, "gpu" + std::to_string(g)});
+    for (int g = 0; g < gpus; ++g) {
+      tracks.push_back({TrackKind::Gpu, n, g, "gpu" + std::to_string(g)});
+      if (chance(0.5)) tracks.push_back({TrackKind::Gpu, n, g, "gpu" + std::to_string(g) + " #1", 1});
+    }
     tracks.push_back({TrackKind::Link, n, 0, "pcie" + std::to_string(n) + ".up"});
   }
   if (nodes > 1) tracks.push_back({TrackKind::Link, -1, 0, "ib0.down"});
@@ -114,6 +117,23 @@ Trace random_trace(std::uint64_t seed) {
     e.bytes = chance(0.5) ? -1 : std::uniform_int_distribution<std::int64_t>(0, std::int64_t{1} << 45)(rng);
     t.events.push_back(e);
   }
+  // Spans of a track must nest or be disjoint (Perfetto drops partial
+  // overlaps, so the writer refuses them): lay each track's spans out one
+  // after another, in start order, keeping their durations.
+  std::vector<std::size_t> order(t.events.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::pair(t.events[a].track, t.events[a].start_s) < std::pair(t.events[b].track, t.events[b].start_s);
+  });
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    const Event& prev = t.events[order[k - 1]];
+    Event& e = t.events[order[k]];
+    if (prev.track != e.track || e.start_s >= prev.end_s) continue;
+    const double d = e.end_s - e.start_s;
+    e.start_s = prev.end_s;
+    e.end_s = e.start_s + d;
+  }
+  for (auto& e : t.events) e.epoch = chance(0.5) ? -1 : uniform(0, 100);
   // Flows: each event starts and ends at most one; an event may do both.
   std::int64_t next_id = uniform(1, 1000);
   for (auto& e : t.events) {
@@ -303,11 +323,13 @@ TEST_CASE("chrome trace: rewriting is byte-identical over the whole time range",
   Trace t = random_trace(3);
   REQUIRE(!t.events.empty());
   std::mt19937_64 rng(3);
+  // Disjoint spans spread over the whole range (sorted random cut points),
+  // and one span over all of it, which the others nest in.
   std::uniform_real_distribution<double> time(-1e6, 1e6);
-  for (Event& e : t.events) {
-    e.start_s = time(rng), e.end_s = time(rng);
-    if (e.end_s < e.start_s) std::swap(e.start_s, e.end_s);
-  }
+  std::vector<double> cuts(2 * t.events.size());
+  for (double& c : cuts) c = time(rng);
+  std::sort(cuts.begin(), cuts.end());
+  for (std::size_t i = 0; i < t.events.size(); ++i) t.events[i].start_s = cuts[2 * i], t.events[i].end_s = cuts[2 * i + 1];
   t.events.front().start_s = -1e6, t.events.front().end_s = 1e6;
   write_chrome_trace(t, dir.file("a.json"));
   const Trace back = read_chrome_trace(dir.file("a.json"));
@@ -669,4 +691,49 @@ TEST_CASE("run summary: malformed files and summaries give an ep::Error", "[trac
     s.modes[1].epoch_s[0] = INFINITY;
     require_error([&] { write_summary_json(s, bad); }, {"modes[1]", "'epoch_s[0]'", "finite"});
   }
+}
+
+TEST_CASE("chrome trace: partly overlapping spans on a track are refused; separate_overlaps fixes them", "[traces]") {
+  TempDir dir;
+  Trace t;
+  t.source = "sim";
+  const int gpu = t.track({TrackKind::Gpu, 0, 0, "gpu0"});
+  const int link = t.track({TrackKind::Link, 0, 0, "pcie0.up"});
+  const auto span = [&](int track, const char* name, const char* cat, double a, double b) {
+    Event e;
+    e.track = track;
+    e.name = name;
+    e.category = cat;
+    e.start_s = a;
+    e.end_s = b;
+    t.events.push_back(e);
+  };
+  span(gpu, "0F0", "forward", 0, 2);
+  span(gpu, "0SEND_F0>1", "send", 1.5, 3);  // an asynchronous send overlapping the next forward
+  span(gpu, "0F1", "forward", 2, 4);
+  span(gpu, "0AR0", "allreduce", 2.5, 5);
+  span(link, "a", "send", 0, 2);
+  span(link, "b", "send", 1, 3);  // two concurrent transfers on one link
+  span(link, "c", "send", 2, 4);
+  span(gpu, "transition", "transition", 10, 12);
+  span(gpu, "ddp", "transition", 10, 11);  // nested: fine
+  CHECK_THROWS_WITH(write_chrome_trace(t, dir.file("bad.json")), Catch::Contains("partly overlaps"));
+  separate_overlaps(t);
+  write_chrome_trace(t, dir.file("good.json"));
+  const Trace back = read_chrome_trace(dir.file("good.json"));
+  // The device's own spans keep lane 0; the send takes lane 1 and the
+  // all-reduce, overlapping it, lane 2; the link's "b" takes lane 1, "c" lane 0.
+  const auto lane_of = [&](const char* name) {
+    for (const auto& e : back.events)
+      if (e.name == name) return back.tracks[e.track].lane;
+    return -1;
+  };
+  CHECK(lane_of("0F0") == 0);
+  CHECK(lane_of("0F1") == 0);
+  CHECK(lane_of("0SEND_F0>1") == 1);
+  CHECK(lane_of("0AR0") == 2);
+  CHECK(lane_of("a") == 0);
+  CHECK(lane_of("b") == 1);
+  CHECK(lane_of("c") == 0);
+  CHECK(lane_of("transition") == 1);
 }

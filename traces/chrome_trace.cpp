@@ -9,6 +9,7 @@
 #include <numeric>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 
 #include "traces/io.hpp"
 
@@ -204,45 +205,69 @@ void write_chrome_trace(const Trace& t, const std::string& path) {
          what);
     emit(metadata_event("thread_sort_index", pid, tid, {{"sort_index", sort_index[i]}}), what);
   }
+  // Spans and flows are written by hand: one JSON object per event costs
+  // more than the simulation that produced it. Strings are escaped by the
+  // JSON library once per distinct text (names repeat: "2F0" per replica
+  // and iteration); numbers in their shortest round-trip form.
+  std::unordered_map<std::string, std::string> escaped;
+  const auto quoted = [&](const std::string& text, const std::string& what) -> const std::string& {
+    if (const auto it = escaped.find(text); it != escaped.end()) return it->second;
+    return escaped.emplace(text, dump(json(text), what)).first->second;
+  };
+  std::string line;
+  const auto number = [&](auto v) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    line.append(buf, r.ptr);
+  };
+  const auto flow = [&](const char* head, std::int64_t id, int pid, int tid, double ts) {
+    line += head;
+    number(id);
+    line += ",\"pid\":";
+    number(pid);
+    line += ",\"tid\":";
+    number(tid);
+    line += ",\"ts\":";
+    number(ts);
+    line += '}';
+  };
   for (std::size_t i = 0; i < t.events.size(); ++i) {
     const Event& e = t.events[i];
     const auto [t0, t1] = spans_ns[i];
     const int pid = pid_of(t.tracks[e.track].node), tid = e.track + 1;
     const std::string what = "event " + std::to_string(i);
-    json args = {{"action", e.name}};
+    const std::string& name = quoted(e.name, what);
+    line.clear();
+    line += first ? "" : ",\n";
+    first = false;
+    line += "{\"ph\":\"X\",\"name\":";
+    line += name;
+    line += ",\"cat\":";
+    line += quoted(e.category, what);
+    line += ",\"pid\":";
+    number(pid);
+    line += ",\"tid\":";
+    number(tid);
+    line += ",\"ts\":";
+    number(to_us(t0));
+    line += ",\"dur\":";
+    number(to_us(t1 - t0));
+    line += ",\"args\":{\"action\":";
+    line += name;
     visit_args(e, [&](const char* key, auto v) {
-      if (v != -1) args[key] = v;
+      if (v == -1) return;
+      line += ",\"";
+      line += key;
+      line += "\":";
+      number(v);
     });
-    emit({{"ph", "X"},
-          {"name", e.name},
-          {"cat", e.category},
-          {"pid", pid},
-          {"tid", tid},
-          {"ts", to_us(t0)},
-          {"dur", to_us(t1 - t0)},
-          {"args", std::move(args)}},
-         what);
+    line += "}}";
     // Flow ends bind to the enclosing slice: put them mid-span.
     const double mid = to_us(t0 + (t1 - t0) / 2);
-    if (e.flow_out > 0)
-      emit({{"ph", "s"},
-            {"name", "flow"},
-            {"cat", "flow"},
-            {"id", e.flow_out},
-            {"pid", pid},
-            {"tid", tid},
-            {"ts", mid}},
-           what);
+    if (e.flow_out > 0) flow(",\n{\"ph\":\"s\",\"name\":\"flow\",\"cat\":\"flow\",\"id\":", e.flow_out, pid, tid, mid);
     if (e.flow_in > 0)
-      emit({{"ph", "f"},
-            {"bp", "e"},
-            {"name", "flow"},
-            {"cat", "flow"},
-            {"id", e.flow_in},
-            {"pid", pid},
-            {"tid", tid},
-            {"ts", mid}},
-           what);
+      flow(",\n{\"ph\":\"f\",\"bp\":\"e\",\"name\":\"flow\",\"cat\":\"flow\",\"id\":", e.flow_in, pid, tid, mid);
+    out << line;
   }
   out << "\n]}\n";
   finish_writing(out, path);

@@ -98,9 +98,15 @@ class Runner {
     return out;
   }
 
-  // One traced iteration (not memoised: the trace is the point).
-  void trace(const PlanContext& ctx, const IterationSetup& s, int plan_id, trace::Trace* into) {
-    (void)sim_.run(request(ctx, s, 1, plan_id), into);
+  // One traced iteration per setup, in parallel (not memoised: the traces
+  // are the point).
+  std::vector<trace::Trace> trace(const PlanContext& ctx, const std::vector<IterationSetup>& setups,
+                                  const std::vector<int>& plan_ids) {
+    std::vector<SimRequest> requests;
+    for (std::size_t i = 0; i < setups.size(); ++i) requests.push_back(request(ctx, setups[i], 1, plan_ids[i]));
+    std::vector<trace::Trace> traces;
+    (void)sim_.run_batch(requests, jobs_, &traces);
+    return traces;
   }
 
  private:
@@ -347,6 +353,9 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
     const bool traced = mi + 1 == opt.modes.size() && mc.sim.trace;
     double clock = 0;  // start of the plan on the run's timeline
     std::optional<IterationSetup> last_traced;  // consecutive identical plans are traced once
+    std::vector<IterationSetup> traced_setups;  // traced together once the plans are known
+    std::vector<int> traced_plans;
+    std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
     // Every plan's steady state (and cache-filling epoch) at once.
     std::vector<IterationSetup> setups;
     for (const Plan& p : run.plan.plans) {
@@ -377,14 +386,9 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
                           last_traced->cache_valid_layers == first.cache_valid_layers &&
                           last_traced->replicas == first.replicas;
         if (!same) {
-          const std::size_t begin = out.trace.events.size();
-          runner.trace(ctx, first, p.id, &out.trace);
-          for (std::size_t i = begin; i < out.trace.events.size(); ++i) {
-            auto& e = out.trace.events[i];
-            e.start_s += clock + ps.transition_s;
-            e.end_s += clock + ps.transition_s;
-            e.epoch = p.first_epoch;
-          }
+          traced_setups.push_back(first);
+          traced_plans.push_back(p.id);
+          traced_at.push_back({clock + ps.transition_s, p.first_epoch});
           add_transition_events(out.trace, mc, p, pi ? &run.plan.plans[pi - 1] : nullptr, tr, clock);
           last_traced = first;
         }
@@ -403,6 +407,11 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
       }
       run.plans.push_back(ps);
       if (opt.progress) opt.progress((mi + (pi + 1.0) / run.plan.plans.size()) / steps);
+    }
+    const std::vector<trace::Trace> traces = runner.trace(ctx, traced_setups, traced_plans);
+    for (std::size_t i = 0; i < traces.size(); ++i) {
+      const std::size_t begin = trace::append(out.trace, traces[i], traced_at[i].first);
+      for (std::size_t k = begin; k < out.trace.events.size(); ++k) out.trace.events[k].epoch = traced_at[i].second;
     }
     for (const Plan& p : run.plan.plans)
       for (const ChunkCandidate& c : p.chunk_table)

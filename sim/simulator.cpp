@@ -598,19 +598,28 @@ SimResult Simulator::run(const SimRequest& q, trace::Trace* trace) {
   return res;
 }
 
-std::vector<SimResult> Simulator::run_batch(const std::vector<SimRequest>& requests, int jobs) {
+std::vector<SimResult> Simulator::run_batch(const std::vector<SimRequest>& requests, int jobs,
+                                           std::vector<trace::Trace>* traces) {
   std::vector<Prepared> prepared;
   for (const SimRequest& q : requests) prepared.push_back(prepare(q, static_cast<int>(impl_->platform.gpus.size())));
+  if (traces) traces->assign(requests.size(), trace::Trace{});
   std::vector<std::function<void(ByteWriter&)>> bodies;
   for (std::size_t i = 0; i < requests.size(); ++i)
-    bodies.push_back([this, &requests, &prepared, i](ByteWriter& w) {
-      Recorder rec(nullptr, impl_->platform, 1);
+    bodies.push_back([this, &requests, &prepared, traces, i](ByteWriter& w) {
+      trace::Trace* t = traces ? &(*traces)[i] : nullptr;
+      Recorder rec(t, impl_->platform, 1);
       put_result(w, simulate_request(impl_->platform, requests[i], prepared[i], rec));
+      if (t) put_trace_tail(w, *t, 0, 0);
     });
   std::vector<SimResult> results;
-  for (const std::string& bytes : run_in_children(bodies, jobs)) {
-    ByteReader r(bytes);
+  const std::vector<std::string> outputs = run_in_children(bodies, jobs);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    ByteReader r(outputs[i]);
     results.push_back(get_result(r));
+    if (traces) {
+      get_trace_tail(r, (*traces)[i]);
+      trace::separate_overlaps((*traces)[i]);
+    }
   }
   return results;
 }

@@ -83,9 +83,11 @@ class Simulator {
   // on that link's track (platform.hpp names them). Event::iteration is the
   // iteration index within this run.
   SimResult run(const SimRequest&, trace::Trace* trace = nullptr);
-  // Untraced runs, up to `jobs` at once (each in its own process); results
-  // in request order, each the same as run() would give.
-  std::vector<SimResult> run_batch(const std::vector<SimRequest>&, int jobs);
+  // Runs up to `jobs` at once (each in its own process); results in request
+  // order, each the same as run() would give. With `traces`, request i is
+  // traced into (*traces)[i], a fresh trace (flow ids from 1).
+  std::vector<SimResult> run_batch(const std::vector<SimRequest>&, int jobs,
+                                   std::vector<trace::Trace>* traces = nullptr);
 
   // Transfers started together (moving weights, onboarding a replica);
   // returns when the last ends, in seconds. Transfers of zero bytes or to

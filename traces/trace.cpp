@@ -49,4 +49,21 @@ void separate_overlaps(Trace& t, std::size_t first) {
   }
 }
 
+std::size_t append(Trace& into, const Trace& from, double offset_s) {
+  std::int64_t top = 0;
+  for (const Event& e : into.events) top = std::max({top, e.flow_out, e.flow_in});
+  std::vector<int> track_of(from.tracks.size());
+  for (std::size_t i = 0; i < from.tracks.size(); ++i) track_of[i] = into.track(from.tracks[i]);
+  const std::size_t first = into.events.size();
+  for (Event e : from.events) {
+    e.track = track_of[e.track];
+    e.start_s += offset_s;
+    e.end_s += offset_s;
+    if (e.flow_out > 0) e.flow_out += top;
+    if (e.flow_in > 0) e.flow_in += top;
+    into.events.push_back(std::move(e));
+  }
+  return first;
+}
+
 }  // namespace ep::trace

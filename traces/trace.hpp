@@ -78,6 +78,12 @@ struct Trace {
 // their start, in order of start time. Deterministic.
 void separate_overlaps(Trace& trace, std::size_t first = 0);
 
+// Appends `from`'s events to `into`, `offset_s` later, on `into`'s tracks
+// (added when new) and with flow ids renumbered above `into`'s: how runs
+// traced separately go on one timeline. Returns the index of the first
+// appended event.
+std::size_t append(Trace& into, const Trace& from, double offset_s);
+
 // Per-epoch metrics: one row per epoch (and mode, for the simulator).
 struct EpochMetrics {
   std::string source;  // sim|exec

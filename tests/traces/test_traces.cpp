@@ -737,3 +737,41 @@ TEST_CASE("chrome trace: partly overlapping spans on a track are refused; separa
   CHECK(lane_of("c") == 0);
   CHECK(lane_of("transition") == 1);
 }
+
+TEST_CASE("append puts separately traced runs on one timeline with unique flows", "[traces]") {
+  const auto run = [](const char* gpu_name) {
+    Trace t;
+    t.source = "sim";
+    const int gpu = t.track({TrackKind::Gpu, 0, 0, gpu_name});
+    Event send;
+    send.track = gpu;
+    send.name = "0SEND_F0>1";
+    send.category = "send";
+    send.start_s = 1;
+    send.end_s = 2;
+    send.flow_out = 1;
+    Event recv = send;
+    recv.name = "1RECV_F0<0";
+    recv.category = "recv";
+    recv.flow_out = 0;
+    recv.flow_in = 1;
+    t.events = {send, recv};
+    return t;
+  };
+  Trace all;
+  all.source = "sim";
+  CHECK(append(all, run("gpu0"), 10) == 0);
+  CHECK(append(all, run("gpu0"), 20) == 2);
+  CHECK(append(all, run("gpu1"), 30) == 4);
+  REQUIRE(all.events.size() == 6);
+  CHECK(all.tracks.size() == 2);  // gpu0 shared by the first two runs
+  CHECK(all.events[2].start_s == 21);
+  CHECK(all.events[0].flow_out == 1);
+  CHECK(all.events[2].flow_out == 2);
+  CHECK(all.events[3].flow_in == 2);
+  CHECK(all.events[4].flow_out == 3);
+  CHECK(all.events[5].track == 1);
+  TempDir dir;
+  write_chrome_trace(all, dir.file("all.json"));  // flows pair up
+  require_same(all, read_chrome_trace(dir.file("all.json")));
+}

@@ -246,7 +246,7 @@ Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
 }
 
 IterationPredictor analytic_predictor(const PlanContext& ctx) {
-  return [&ctx](const std::vector<IterationSetup>& setups) {
+  return [&ctx](const std::vector<IterationSetup>& setups, PredictionUse) {
     std::vector<IterationPrediction> out;
     for (const IterationSetup& s : setups) {
       const Timeline t = predict_iteration(ctx, s);
@@ -280,7 +280,7 @@ const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup) {
     choice.table.push_back(cand);
     setups.push_back(std::move(s));
   }
-  const std::vector<IterationPrediction> times = predict_(setups);
+  const std::vector<IterationPrediction> times = predict_(setups, PredictionUse::ChunkCandidate);
   for (std::size_t i = 0; i < times.size(); ++i) {
     choice.table[i].iteration_s = times[i].iteration_s;
     choice.table[i].bubble_fraction = times[i].bubble_fraction;

@@ -110,8 +110,11 @@ struct IterationPrediction {
   double iteration_s = 0;
   double bubble_fraction = 0;
 };
-using IterationPredictor =
-    std::function<std::vector<IterationPrediction>(const std::vector<IterationSetup>&)>;
+// What a prediction is for: ranking chunk-search candidates (a profiler
+// times a few iterations of each), or a plan's throughput (steady state).
+enum class PredictionUse { ChunkCandidate, Plan };
+using IterationPredictor = std::function<std::vector<IterationPrediction>(
+    const std::vector<IterationSetup>&, PredictionUse)>;
 [[nodiscard]] IterationPredictor analytic_predictor(const PlanContext&);
 
 struct ChunkCandidate {

@@ -88,7 +88,7 @@ RunPlan plan_run(const Config& c, const CostModel& cost, const IterationPredicto
     plan.M = choice.M;
     std::vector<IterationSetup> setups{iteration_setup(c, plan, false)};
     if (plan.cache_fill_from >= 0) setups.push_back(iteration_setup(c, plan, true));
-    const std::vector<IterationPrediction> t = predict(setups);
+    const std::vector<IterationPrediction> t = predict(setups, PredictionUse::Plan);
     plan.iteration_s = t[0].iteration_s;
     plan.bubble_fraction = t[0].bubble_fraction;
     if (plan.cache_fill_from >= 0) plan.fill_iteration_s = t[1].iteration_s;

@@ -337,10 +337,16 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
     const Mode mode = opt.modes[mi];
     const Config mc = mode_config(config, mode);
     const PlanContext ctx(mc, cost);
-    // SimGrid answers the planner's profiling step: one iteration per
-    // candidate M (a synchronous iteration starts from idle devices).
-    const IterationPredictor predict = [&](const std::vector<IterationSetup>& setups) {
+    // SimGrid answers the planner's profiling step with one iteration per
+    // candidate M (a synchronous iteration starts from idle devices), and a
+    // plan's throughput with its steady state, which the plans below reuse.
+    const IterationPredictor predict = [&](const std::vector<IterationSetup>& setups, PredictionUse use) {
       std::vector<IterationPrediction> out;
+      if (use == PredictionUse::Plan) {
+        for (const auto& [period, m] : steady_periods(runner, ctx, setups))
+          out.push_back({period, 1.0 - m.fb_per_device_s / period});
+        return out;
+      }
       for (const Measured& m : runner.run(ctx, setups, 1)) {
         const double t = m.sim.iteration_end_s.front();
         out.push_back({t, 1.0 - m.fb_per_device_s / t});

@@ -471,6 +471,17 @@ std::string format_result(const RunResult& r) {
                   e.samples_per_s, e.iteration_s, e.bubble_fraction, e.epoch_s, e.transition_s);
     os << line;
   }
+  // The simulated chunk search: throughput (samples/s) vs M for each K met.
+  os << "\n" << to_string(last.mode) << ", chunk search (samples/s by M; * = chosen):\n";
+  int K = 0;
+  for (const ChunkRow& c : r.chunks) {
+    if (c.mode != last.mode) continue;
+    if (c.K != K) os << (K ? "\n" : "") << "  K=" << (K = c.K) << ":";
+    std::snprintf(line, sizeof line, " %d:%.0f%s%s", c.M, c.samples_per_s, c.fits_memory ? "" : "(oom)",
+                  c.chosen ? "*" : "");
+    os << line;
+  }
+  if (K) os << "\n";
   return os.str();
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "planner/config.hpp"
+#include "planner/schedule.hpp"
 
 namespace ep::test {
 
@@ -52,6 +53,15 @@ inline ModelConfig bert(int layers, int hidden, int intermediate, int heads) {
   m.max_position_embeddings = 512;
   m.type_vocab_size = 2;
   return m;
+}
+
+inline ScheduleOptions schedule(ScheduleKind kind, int K, int M, int v = 1) {
+  ScheduleOptions o;
+  o.kind = kind;
+  o.K = K;
+  o.M = M;
+  o.v = v;
+  return o;
 }
 
 // A small random, valid ViT or BERT.

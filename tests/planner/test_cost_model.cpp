@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "planner/cost_model.hpp"
+#include "tests/planner/support.hpp"
 
 using namespace ep;
 
@@ -107,13 +108,7 @@ TEST_CASE("times grow with bytes, ranks and samples", "[cost_model]") {
 }
 
 TEST_CASE("stage helpers sum over the sublayer range", "[cost_model]") {
-  ModelConfig m;
-  m.family = ModelFamily::Bert;
-  m.num_hidden_layers = 2;
-  m.hidden_size = 64;
-  m.intermediate_size = 256;
-  m.num_attention_heads = 4;
-  m.num_labels = 2;
+  ModelConfig m = test::bert(2, 64, 256, 4);
   m.seq_length = 32;
   m.vocab_size = 1000;
   m.max_position_embeddings = 64;

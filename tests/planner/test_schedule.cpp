@@ -7,6 +7,7 @@
 
 #include "planner/error.hpp"
 #include "planner/schedule.hpp"
+#include "tests/planner/support.hpp"
 
 using namespace ep;
 
@@ -20,14 +21,6 @@ bool looping(ScheduleKind k) {
   return k == ScheduleKind::LoopingBreadthFirst || k == ScheduleKind::LoopingDepthFirst;
 }
 
-ScheduleOptions options(ScheduleKind kind, int K, int M, int v = 1) {
-  ScheduleOptions o;
-  o.kind = kind;
-  o.K = K;
-  o.M = M;
-  o.v = v;
-  return o;
-}
 
 // Every builder, K ∈ {1,2,4,8}, M ∈ [K, 6K], v ∈ {1,2} (2 only for the
 // looping kinds), bare and with buckets, optimizer and each frozen input.
@@ -38,7 +31,7 @@ void for_each_schedule(const std::function<void(const ScheduleOptions&, const Sc
       for (int K : {1, 2, 4, 8}) {
         for (int M = K; M <= 6 * K; ++M) {
           for (int variant = 0; variant < 5; ++variant) {
-            ScheduleOptions o = options(kind, K, M, v);
+            ScheduleOptions o = test::schedule(kind, K, M, v);
             if (variant > 0) {
               for (int s = 0; s < K * v; ++s) o.buckets_per_stage.push_back(1 + s % 3);
               o.optimizer_step = true;
@@ -130,7 +123,7 @@ TEST_CASE("every generated action and schedule round-trips through text", "[sche
 }
 
 TEST_CASE("the CSV has a header and one row per device", "[schedule]") {
-  const Schedule s = build_schedule(options(ScheduleKind::GPipe, 2, 2));
+  const Schedule s = build_schedule(test::schedule(ScheduleKind::GPipe, 2, 2));
   CHECK(to_csv(s) ==
         "# schedule=gpipe K=2 M=2 v=1\n"
         "0,0F0,0SEND_F0>1,0F1,0SEND_F1>1,0RECV_B1<1,0B1,0RECV_B0<1,0B0\n"
@@ -163,7 +156,7 @@ TEST_CASE("depth-first looping runs for every M and v, bubble GPipe's / v when M
   for (int K = 1; K <= 8; ++K) {
     for (int v = 1; v <= 4; ++v) {
       for (int M = 1; M <= 6 * K; ++M) {
-        const ScheduleOptions o = options(ScheduleKind::LoopingDepthFirst, K, M, v);
+        const ScheduleOptions o = test::schedule(ScheduleKind::LoopingDepthFirst, K, M, v);
         INFO(describe(o));
         REQUIRE(check_error(build_schedule(o)).empty());
         // Multiples of 12: t/v is exact for every v here.
@@ -188,29 +181,29 @@ TEST_CASE("builders: orders, placement of all-reduce, optimizer and frozen input
     return out;
   };
   SECTION("compute-only orders") {
-    const Schedule gpipe = build_compute_schedule(options(ScheduleKind::GPipe, 2, 3));
+    const Schedule gpipe = build_compute_schedule(test::schedule(ScheduleKind::GPipe, 2, 3));
     CHECK(text(gpipe.devices[1]) == "1F0 1F1 1F2 1B2 1B1 1B0");
-    const Schedule f1b1 = build_compute_schedule(options(ScheduleKind::OneFOneB, 3, 4));
+    const Schedule f1b1 = build_compute_schedule(test::schedule(ScheduleKind::OneFOneB, 3, 4));
     CHECK(text(f1b1.devices[0]) == "0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3");
     CHECK(text(f1b1.devices[2]) == "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3");
-    const Schedule bfs = build_compute_schedule(options(ScheduleKind::LoopingBreadthFirst, 2, 2, 2));
+    const Schedule bfs = build_compute_schedule(test::schedule(ScheduleKind::LoopingBreadthFirst, 2, 2, 2));
     CHECK(text(bfs.devices[0]) == "0F0 0F1 2F0 2F1 2B1 2B0 0B1 0B0");
     // Rounds of 3 and 2 micro-batches; warm-up (v-1)·3 + 2·(K-1-d).
-    const Schedule dfs = build_compute_schedule(options(ScheduleKind::LoopingDepthFirst, 2, 5, 2));
+    const Schedule dfs = build_compute_schedule(test::schedule(ScheduleKind::LoopingDepthFirst, 2, 5, 2));
     CHECK(text(dfs.devices[0]) == "0F0 0F1 0F2 2F0 2F1 2F2 2B0 0F3 2B1 0F4 2B2 2F3 0B0 2F4 0B1 "
                                   "0B2 2B3 2B4 0B3 0B4");
     CHECK(text(dfs.devices[1]) == "1F0 1F1 1F2 3F0 3B0 3F1 3B1 3F2 3B2 1F3 1B0 1F4 1B1 3F3 1B2 "
                                   "3F4 3B3 3B4 1B3 1B4");
   }
   SECTION("all-reduce after the stage's last backward, optimizer steps at the end") {
-    ScheduleOptions o = options(ScheduleKind::LoopingBreadthFirst, 2, 2, 2);
+    ScheduleOptions o = test::schedule(ScheduleKind::LoopingBreadthFirst, 2, 2, 2);
     o.buckets_per_stage = {1, 2, 2, 1};
     o.optimizer_step = true;
     const Schedule s = build_compute_schedule(o);
     CHECK(text(s.devices[1]) == "1F0 1F1 3F0 3F1 3B1 3B0 3AR0 1B1 1B0 1AR0 1AR1 1OPT 3OPT");
   }
   SECTION("frozen input precedes stage 0's forward") {
-    ScheduleOptions o = options(ScheduleKind::OneFOneB, 2, 2);
+    ScheduleOptions o = test::schedule(ScheduleKind::OneFOneB, 2, 2);
     o.frozen_input = FrozenInput::ForwardAndCacheWrite;
     CHECK(text(build_compute_schedule(o).devices[0]) == "0FZ0 0CW0 0F0 0FZ1 0CW1 0F1 0B0 0B1");
     o.frozen_input = FrozenInput::CacheRead;
@@ -219,9 +212,9 @@ TEST_CASE("builders: orders, placement of all-reduce, optimizer and frozen input
     CHECK(text(build_compute_schedule(o).devices[0]) == "0CR0 0FZ0 0CW0 0F0 0CR1 0FZ1 0CW1 0F1 0B0 0B1");
   }
   SECTION("lowering adds transfers only between devices, wrapping K-1 -> 0") {
-    const Schedule one = build_schedule(options(ScheduleKind::LoopingDepthFirst, 1, 3, 2));
-    CHECK(one == build_compute_schedule(options(ScheduleKind::LoopingDepthFirst, 1, 3, 2)));
-    const Schedule s = build_schedule(options(ScheduleKind::LoopingBreadthFirst, 2, 1, 2));
+    const Schedule one = build_schedule(test::schedule(ScheduleKind::LoopingDepthFirst, 1, 3, 2));
+    CHECK(one == build_compute_schedule(test::schedule(ScheduleKind::LoopingDepthFirst, 1, 3, 2)));
+    const Schedule s = build_schedule(test::schedule(ScheduleKind::LoopingBreadthFirst, 2, 1, 2));
     CHECK(text(s.devices[0]) ==
           "0F0 0SEND_F0>1 2RECV_F0<1 2F0 2SEND_F0>1 2RECV_B0<1 2B0 2SEND_B0>1 0RECV_B0<1 0B0");
     CHECK(text(s.devices[1]) ==
@@ -231,13 +224,13 @@ TEST_CASE("builders: orders, placement of all-reduce, optimizer and frozen input
 }
 
 TEST_CASE("invalid options are rejected", "[schedule]") {
-  CHECK_THROWS_WITH(build_schedule(options(ScheduleKind::GPipe, 0, 1)), Catch::Contains("K"));
-  CHECK_THROWS_WITH(build_schedule(options(ScheduleKind::GPipe, 2, 0)), Catch::Contains("M"));
-  CHECK_THROWS_AS(build_schedule(options(ScheduleKind::LoopingBreadthFirst, 2, 2, 0)), Error);
-  CHECK_THROWS_WITH(build_schedule(options(ScheduleKind::OneFOneB, 2, 2, 2)),
+  CHECK_THROWS_WITH(build_schedule(test::schedule(ScheduleKind::GPipe, 0, 1)), Catch::Contains("K"));
+  CHECK_THROWS_WITH(build_schedule(test::schedule(ScheduleKind::GPipe, 2, 0)), Catch::Contains("M"));
+  CHECK_THROWS_AS(build_schedule(test::schedule(ScheduleKind::LoopingBreadthFirst, 2, 2, 0)), Error);
+  CHECK_THROWS_WITH(build_schedule(test::schedule(ScheduleKind::OneFOneB, 2, 2, 2)),
                     Catch::Contains("v = 2"));
-  CHECK_THROWS_AS(build_schedule(options(ScheduleKind::GPipe, 2, 2, 2)), Error);
-  ScheduleOptions o = options(ScheduleKind::LoopingDepthFirst, 2, 4, 2);
+  CHECK_THROWS_AS(build_schedule(test::schedule(ScheduleKind::GPipe, 2, 2, 2)), Error);
+  ScheduleOptions o = test::schedule(ScheduleKind::LoopingDepthFirst, 2, 4, 2);
   o.buckets_per_stage = {1, 1};
   CHECK_THROWS_WITH(build_schedule(o), Catch::Contains("K*v = 4"));
   o.buckets_per_stage = {1, 1, -1, 1};
@@ -245,7 +238,7 @@ TEST_CASE("invalid options are rejected", "[schedule]") {
 }
 
 TEST_CASE("the checker rejects corrupted schedules with the marked grid", "[schedule]") {
-  ScheduleOptions o = options(ScheduleKind::OneFOneB, 3, 4);
+  ScheduleOptions o = test::schedule(ScheduleKind::OneFOneB, 3, 4);
   o.buckets_per_stage = {1, 1, 1};
   o.optimizer_step = true;
   const Schedule good = build_schedule(o);
@@ -306,7 +299,7 @@ TEST_CASE("the checker rejects corrupted schedules with the marked grid", "[sche
 }
 
 TEST_CASE("a frozen input used for some micro-batches only is rejected", "[schedule]") {
-  ScheduleOptions o = options(ScheduleKind::GPipe, 2, 3);
+  ScheduleOptions o = test::schedule(ScheduleKind::GPipe, 2, 3);
   o.frozen_input = FrozenInput::Forward;
   Schedule s = build_schedule(o);
   s.devices[0].erase(s.devices[0].begin() + static_cast<std::ptrdiff_t>(
@@ -315,7 +308,7 @@ TEST_CASE("a frozen input used for some micro-batches only is rejected", "[sched
 }
 
 TEST_CASE("an advance must read, forward, then write", "[schedule]") {
-  ScheduleOptions o = options(ScheduleKind::GPipe, 2, 2);
+  ScheduleOptions o = test::schedule(ScheduleKind::GPipe, 2, 2);
   o.frozen_input = FrozenInput::Advance;
   const Schedule good = build_schedule(o);
   REQUIRE_NOTHROW(check_schedule(good));
@@ -336,11 +329,11 @@ TEST_CASE("GPipe and 1F1B: makespan (M+K-1)(t_f+t_b), bubble (K-1)/(M+K-1)", "[s
       for (auto [t_f, t_b] : {std::pair{1.0, 2.0}, {0.5, 1.5}, {3.0, 1.0}, {1.0, 1.0}}) {
         INFO("K=" << K << " M=" << M << " t_f=" << t_f << " t_b=" << t_b);
         const double expected = (M + K - 1) * (t_f + t_b);
-        const Timeline t = simulate(build_schedule(options(ScheduleKind::GPipe, K, M)),
+        const Timeline t = simulate(build_schedule(test::schedule(ScheduleKind::GPipe, K, M)),
                                     unit_cost(t_f, t_b, 1));
         REQUIRE(t.makespan == expected);
         REQUIRE(t.bubble_fraction() == Approx(double(K - 1) / (M + K - 1)));
-        REQUIRE(makespan(options(ScheduleKind::OneFOneB, K, M), t_f, t_b) == expected);
+        REQUIRE(makespan(test::schedule(ScheduleKind::OneFOneB, K, M), t_f, t_b) == expected);
       }
     }
   }
@@ -357,9 +350,9 @@ TEST_CASE("looping shrinks GPipe's bubble by v = 2 when M >= K, never grows it",
     for (int K : {1, 2, 4, 8}) {
       for (int M = 1; M <= 6 * K; ++M) {
         for (auto [t_f, t_b] : {std::pair{1.0, 2.0}, {0.5, 1.5}, {3.0, 1.0}}) {
-          const ScheduleOptions o = options(kind, K, M, 2);
+          const ScheduleOptions o = test::schedule(kind, K, M, 2);
           INFO(describe(o) << " t_f=" << t_f << " t_b=" << t_b);
-          const double gpipe = makespan(options(ScheduleKind::GPipe, K, M), t_f, t_b) -
+          const double gpipe = makespan(test::schedule(ScheduleKind::GPipe, K, M), t_f, t_b) -
                                M * (t_f + t_b);
           const double bubble = makespan(o, t_f, t_b) - M * (t_f + t_b);
           if (M >= K) {
@@ -375,7 +368,7 @@ TEST_CASE("looping shrinks GPipe's bubble by v = 2 when M >= K, never grows it",
 
 TEST_CASE("simulate: transfers, all-reduce overlap, optimizer", "[schedule]") {
   SECTION("a receive starts after its send and carries the transfer time") {
-    const Schedule s = build_schedule(options(ScheduleKind::GPipe, 2, 1));
+    const Schedule s = build_schedule(test::schedule(ScheduleKind::GPipe, 2, 1));
     const Timeline t = simulate(s, [](const Action& a) {
       switch (a.kind) {
         case ActionKind::Forward: return 1.0;
@@ -395,7 +388,7 @@ TEST_CASE("simulate: transfers, all-reduce overlap, optimizer", "[schedule]") {
     CHECK(t.bubble_fraction() == Approx(1.0 - 6.0 / 14.0));
   }
   SECTION("all-reduces overlap later compute, serialise among themselves") {
-    ScheduleOptions o = options(ScheduleKind::LoopingBreadthFirst, 1, 2, 2);
+    ScheduleOptions o = test::schedule(ScheduleKind::LoopingBreadthFirst, 1, 2, 2);
     o.buckets_per_stage = {1, 1};
     o.optimizer_step = true;
     const Schedule s = build_schedule(o);
@@ -418,7 +411,7 @@ TEST_CASE("simulate: transfers, all-reduce overlap, optimizer", "[schedule]") {
     CHECK(simulate(s, cost(10)).makespan == 28.0);
   }
   SECTION("bad durations and deadlocks throw") {
-    const Schedule s = build_schedule(options(ScheduleKind::GPipe, 2, 2));
+    const Schedule s = build_schedule(test::schedule(ScheduleKind::GPipe, 2, 2));
     CHECK_THROWS_AS(simulate(s, [](const Action&) { return -1.0; }), Error);
     Schedule stuck = s;
     std::swap(stuck.devices[1][0], stuck.devices[1][1]);  // 1F0 before its receive
@@ -429,7 +422,7 @@ TEST_CASE("simulate: transfers, all-reduce overlap, optimizer", "[schedule]") {
 
 TEST_CASE("depth-first looping K=8, M=48, v=2 with buckets and optimizer: exact makespan", "[schedule]") {
   // Speed is measured in bench/bench_planner, not here.
-  ScheduleOptions o = options(ScheduleKind::LoopingDepthFirst, 8, 48, 2);
+  ScheduleOptions o = test::schedule(ScheduleKind::LoopingDepthFirst, 8, 48, 2);
   o.buckets_per_stage.assign(16, 3);
   o.optimizer_step = true;
   const Schedule s = build_schedule(o);
@@ -437,11 +430,11 @@ TEST_CASE("depth-first looping K=8, M=48, v=2 with buckets and optimizer: exact 
 }
 
 TEST_CASE("render_timeline draws unit slots, idle as dots", "[schedule]") {
-  const Schedule s = build_schedule(options(ScheduleKind::GPipe, 2, 2));
+  const Schedule s = build_schedule(test::schedule(ScheduleKind::GPipe, 2, 2));
   CHECK(render_timeline(simulate(s, unit_cost(1, 1, 1)), s) ==
         "dev 0 | 0F0 0F1 ... ... 0B1 0B0\n"
         "dev 1 | ... 1F0 1F1 1B1 1B0 ...\n");
-  const Schedule f = build_schedule(options(ScheduleKind::OneFOneB, 2, 2));
+  const Schedule f = build_schedule(test::schedule(ScheduleKind::OneFOneB, 2, 2));
   CHECK(render_timeline(simulate(f, unit_cost(1, 2, 1)), f) ==
         "dev 0 | 0F0 0F1 ... ... 0B0 --- ... 0B1 ---\n"
         "dev 1 | ... 1F0 1B0 --- 1F1 1B1 --- ... ...\n");

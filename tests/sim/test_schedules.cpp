@@ -23,14 +23,6 @@ using ep::sim::Simulator;
 
 namespace {
 
-ScheduleOptions pipeline(ScheduleKind kind, int K, int M, int v = 1) {
-  ScheduleOptions o;
-  o.kind = kind;
-  o.K = K;
-  o.M = M;
-  o.v = v;
-  return o;
-}
 
 bool is_compute_category(const std::string& c) {
   return c == "forward" || c == "backward" || c == "frozen_forward" || c == "optimizer";
@@ -47,7 +39,7 @@ TEST_CASE("equal stages over free links take (M+K-1)(t_f+t_b)", "[sim][schedule]
     for (const int K : {1, 2, 4, 8}) {
       for (const int M : {1, K, 3 * K + 1}) {
         CAPTURE(to_string(kind), K, M);
-        const auto r = sim.run(test::request(build_schedule(pipeline(kind, K, M)),
+        const auto r = sim.run(test::request(build_schedule(test::schedule(kind, K, M)),
                                              test::costs(unit_cost(t_f, t_b, 1), 1000)));
         CHECK(r.iteration_end_s.at(0) == Approx((M + K - 1) * (t_f + t_b)).epsilon(0.001));
         CHECK(r.compute_s == Approx(M * (t_f + t_b)).epsilon(1e-9));
@@ -57,7 +49,7 @@ TEST_CASE("equal stages over free links take (M+K-1)(t_f+t_b)", "[sim][schedule]
   for (const auto kind : {ScheduleKind::LoopingBreadthFirst, ScheduleKind::LoopingDepthFirst}) {
     for (const int M : {4, 8, 13}) {
       CAPTURE(to_string(kind), M);
-      const Schedule s = build_schedule(pipeline(kind, 4, M, 2));
+      const Schedule s = build_schedule(test::schedule(kind, 4, M, 2));
       const double planner = simulate(s, unit_cost(t_f, t_b, 2)).makespan;
       const auto r = sim.run(test::request(s, test::costs(unit_cost(t_f, t_b, 2), 1000)));
       CHECK(r.iteration_end_s.at(0) == Approx(planner).epsilon(0.001));
@@ -67,7 +59,7 @@ TEST_CASE("equal stages over free links take (M+K-1)(t_f+t_b)", "[sim][schedule]
 
 TEST_CASE("iterations run back to back", "[sim][schedule]") {
   Simulator sim(test::cluster(1, 4, test::kFreeLink));
-  auto q = test::request(build_schedule(pipeline(ScheduleKind::GPipe, 4, 8)), test::costs(unit_cost(1e-3, 2e-3, 1), 0));
+  auto q = test::request(build_schedule(test::schedule(ScheduleKind::GPipe, 4, 8)), test::costs(unit_cost(1e-3, 2e-3, 1), 0));
   q.iterations = 3;
   const auto r = sim.run(q);
   REQUIRE(r.iteration_end_s.size() == 3);
@@ -90,7 +82,7 @@ TEST_CASE("DDP: an all-reduce hides under the backward pass until it is longer",
   Simulator sim(test::cluster(1, 4, pcie));
   const double t_f = 0.01, t_b = 0.02;
   const int K = 2, M = 4;
-  ScheduleOptions o = pipeline(ScheduleKind::GPipe, K, M);
+  ScheduleOptions o = test::schedule(ScheduleKind::GPipe, K, M);
   o.buckets_per_stage = {1, 1};
   o.optimizer_step = true;
   const double T = (M + K - 1) * (t_f + t_b);
@@ -108,7 +100,7 @@ TEST_CASE("DDP: an all-reduce hides under the backward pass until it is longer",
 
 TEST_CASE("a traced run conserves every action, compute never overlaps, flows pair up", "[sim][trace]") {
   Simulator sim(test::cluster(2, 4, {10e9, 5e-6}, {5e9, 2e-6}));
-  ScheduleOptions o = pipeline(ScheduleKind::LoopingDepthFirst, 4, 8, 2);
+  ScheduleOptions o = test::schedule(ScheduleKind::LoopingDepthFirst, 4, 8, 2);
   o.buckets_per_stage.assign(8, 2);
   o.optimizer_step = true;
   o.frozen_input = FrozenInput::Advance;  // CR, FZ, CW before each stage-0 forward
@@ -215,7 +207,7 @@ TEST_CASE("a paper iteration matches the planner's prediction", "[sim][schedule]
 
 TEST_CASE("bad requests are ep::Errors naming the problem", "[sim][errors]") {
   Simulator sim(test::cluster(1, 4, test::kFreeLink));
-  const Schedule s = build_schedule(pipeline(ScheduleKind::GPipe, 4, 4));
+  const Schedule s = build_schedule(test::schedule(ScheduleKind::GPipe, 4, 4));
   auto q = test::request(s, test::costs(unit_cost(1, 2, 1), 0));
   auto short_map = q;
   short_map.replica_gpus = {{0, 1}};
@@ -240,7 +232,7 @@ TEST_CASE("bad requests are ep::Errors naming the problem", "[sim][errors]") {
 
 TEST_CASE("the same request twice gives the same doubles", "[sim][determinism]") {
   Simulator sim(test::cluster(2, 4, {10e9, 5e-6}, {5e9, 2e-6}));
-  ScheduleOptions o = pipeline(ScheduleKind::OneFOneB, 4, 12);
+  ScheduleOptions o = test::schedule(ScheduleKind::OneFOneB, 4, 12);
   o.buckets_per_stage = {2, 1, 1, 3};
   o.optimizer_step = true;
   auto q = test::request(build_schedule(o), test::costs(unit_cost(1.1e-3, 2.3e-3, 1), 3.3e6, 7.7e6), {0, 4});

@@ -17,6 +17,7 @@
 #include "planner/run_plan.hpp"
 #include "planner/schedule.hpp"
 #include "sim/driver.hpp"
+#include "traces/diff.hpp"
 
 namespace {
 
@@ -314,6 +315,16 @@ int main(int argc, char** argv) {
   sweep_cmd->add_option("--jobs", sweep.jobs, "Points simulated at once (default: cores)")->check(CLI::Range(1, 256));
   sweep_cmd->add_flag("--exact", sweep.exact, "Simulate every iteration");
 
+  std::string diff_first, diff_second;
+  auto* trace_cmd = app.add_subcommand("trace", "Work with trace files");
+  trace_cmd->require_subcommand(1);
+  auto* diff_cmd = trace_cmd->add_subcommand(
+      "diff", "Align two traces of the same config (e.g. simulated vs real) and print per-action-kind time error");
+  diff_cmd->add_option("first", diff_first, "trace.json (e.g. simulated)")->required()->check(CLI::ExistingFile);
+  diff_cmd->add_option("second", diff_second, "trace.json (e.g. real; the reference for MAPE)")
+      ->required()
+      ->check(CLI::ExistingFile);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -325,6 +336,12 @@ int main(int argc, char** argv) {
     if (*sched_cmd) return run_schedule_cmd(sched);
     if (*sim_cmd) return run_simulate_cmd(simulate);
     if (*sweep_cmd) return run_sweep_cmd(sweep);
+    if (*diff_cmd) {
+      const ep::trace::Trace a = ep::trace::read_chrome_trace(diff_first);
+      const ep::trace::Trace b = ep::trace::read_chrome_trace(diff_second);
+      std::cout << ep::trace::format_diff(ep::trace::diff_traces(a, b), a, b);
+      return 0;
+    }
   } catch (const ep::Error& e) {
     std::cerr << "ERROR: " << e.what() << "\n";
     return kBadInput;

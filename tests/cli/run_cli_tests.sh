@@ -86,6 +86,14 @@ expect_rc 2 "sweep with a bad point runs nothing" -- "$bin" sweep "$small" --set
 expect_text "sweep bad point" "planner.alpha"
 if [ ! -e "$tmp/sweepbad" ]; then ok; else bad "a sweep with a bad point wrote output"; fi
 
+# --- trace diff ---------------------------------------------------------------
+expect_rc 0 "trace diff" -- "$bin" trace diff "$tmp/sim/trace.json" "$tmp/sim/trace.json"
+expect_text "trace diff table" "forward"
+expect_text "trace diff self is exact" "0.00%"
+printf '{"traceEvents": [' > "$tmp/broken.json"
+expect_rc 2 "trace diff malformed" -- "$bin" trace diff "$tmp/broken.json" "$tmp/sim/trace.json"
+expect_text "trace diff malformed names the file" "ERROR: $tmp/broken.json"
+
 # --- bad input: one ERROR line, exit 2, nothing else ------------------------
 sed 's/^gpus_per_node = 8/gpus_per_node = 8\nnodez = 3/' "$root/configs/paper/vit_imagenet.toml" > "$tmp/bad.toml"
 line=$(grep -n '^nodez' "$tmp/bad.toml" | cut -d: -f1)

@@ -395,7 +395,7 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
           traced_setups.push_back(first);
           traced_plans.push_back(p.id);
           traced_at.push_back({clock + ps.transition_s, p.first_epoch});
-          add_transition_events(out.trace, mc, p, pi ? &run.plan.plans[pi - 1] : nullptr, tr, clock);
+          if (tr.total_s() > 0) add_transition_events(out.trace, mc, p, pi ? &run.plan.plans[pi - 1] : nullptr, tr, clock);
           last_traced = first;
         }
       }
@@ -499,7 +499,10 @@ std::string format_result(const RunResult& r) {
   int K = 0;
   for (const ChunkRow& c : r.chunks) {
     if (c.mode != last.mode) continue;
-    if (c.K != K) os << (K ? "\n" : "") << "  K=" << (K = c.K) << ":";
+    if (c.K != K) {
+      os << (K ? "\n" : "") << "  K=" << c.K << ":";
+      K = c.K;
+    }
     std::snprintf(line, sizeof line, " %d:%.0f%s%s", c.M, c.samples_per_s, c.fits_memory ? "" : "(oom)",
                   c.chosen ? "*" : "");
     os << line;

@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Check a figure script's --describe output against its input run directories.
+
+    check_figures.py FIGURE DESCRIBE.json RUN_DIR... [-- OPTION VALUE ...]
+
+The expectations are computed here from the trace files with json and csv
+alone, not with plots/eptrace.py, so a reader bug cannot hide itself. Prints
+one line per failed check; exits 1 if any failed.
+"""
+import csv
+import json
+import math
+import os
+import re
+import sys
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def summary(run):
+    with open(os.path.join(run, "summary.json")) as f:
+        return json.load(f)
+
+
+def epochs(run, mode):
+    with open(os.path.join(run, "epochs.csv")) as f:
+        return sorted((r for r in csv.DictReader(f) if r["mode"] == mode), key=lambda r: int(r["epoch"]))
+
+
+def modes(run):
+    return [m["mode"] for m in summary(run)["modes"]]
+
+
+def main_mode(run):
+    return "autocache" if "autocache" in modes(run) else modes(run)[-1]
+
+
+def close(a, b):
+    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9) for x, y in zip(a, b))
+
+
+def check_common(fig):
+    check(bool(fig.get("title")), "title is empty")
+    for i, p in enumerate(fig["panels"]):
+        for axis in ("xlabel", "ylabel"):
+            check(re.search(r"\S.*\(.+\)", p.get(axis, "")), f"panel {i}: {axis} {p.get(axis)!r} has no unit in parentheses")
+        for s in p["series"]:
+            n = len(s["x"])
+            check(len(s["y"]) == n, f"panel {i}: series {s['label']!r}: {n} x, {len(s['y'])} y")
+            for k in ("width", "text"):
+                check(k not in s or len(s[k]) == n, f"panel {i}: series {s['label']!r}: {len(s.get(k, []))} {k}, {n} x")
+
+
+def series_of(fig, panel=0):
+    return fig["panels"][panel]["series"]
+
+
+def check_freeze_curve(fig, runs, _):
+    alpha = lambda r: float(summary(r)["metadata"]["alpha"])
+    runs = sorted(runs, key=alpha)
+    got = series_of(fig)
+    if check(len(got) == len(runs), f"{len(got)} series for {len(runs)} run dirs"):
+        for s, run in zip(got, runs):
+            rows = epochs(run, main_mode(run))
+            check(s["y"] == [int(r["frozen_layers"]) for r in rows], f"{s['label']}: y is not frozen_layers of {run}")
+            check(f"{alpha(run):.2g}" in s["label"], f"{s['label']}: does not name α = {alpha(run)}")
+
+
+def check_overall_table(fig, runs, _):
+    got = series_of(fig)
+    check(len(got) == 2 and all(len(s["y"]) == len(runs) for s in got), "expected 2 series of one bar per run")
+    check(len(fig["table"]["rows"]) == len(runs), "expected one table row per run")
+    want = [next(m["total_s"] for m in summary(r)["modes"] if m["mode"] == main_mode(r)) for r in runs]
+    check(close(got[1]["y"], want), f"ElasticPipe times {got[1]['y']} != summaries' {want}")
+
+
+def check_speedup_breakdown(fig, runs, _):
+    run = runs[0]
+    lines, bars = series_of(fig, 0), series_of(fig, 1)
+    check(len(lines) == len(modes(run)) == 5, f"{len(lines)} throughput series, expected 5 modes")
+    for s, mode in zip(lines, modes(run)):
+        check(close(s["y"], [float(r["samples_per_s"]) for r in epochs(run, mode)]), f"{mode}: y != samples_per_s")
+    check(close(bars[0]["y"], [m["speedup"] for m in summary(run)["modes"]]), "speedup bars != summary speedups")
+
+
+def check_alpha_tuning(fig, runs, _):
+    got = series_of(fig)
+    want = sorted(float(summary(r)["metadata"]["alpha"]) for r in runs)
+    check(len(got) == 1 and close(got[0]["x"], want), f"expected one series over α = {want}")
+
+
+def check_optimal_chunks(fig, runs, _):
+    with open(os.path.join(runs[0], "chunks.csv")) as f:
+        rows = [r for r in csv.DictReader(f) if r["mode"] == "autocache"]
+    Ks = list(dict.fromkeys(r["K"] for r in rows))
+    got = series_of(fig)
+    if check(len(got) == len(Ks), f"{len(got)} series for K = {Ks}"):
+        for s, K in zip(got, Ks):
+            pts = [r for r in rows if r["K"] == K]
+            check(s["x"] == [int(r["M"]) for r in pts], f"K = {K}: x != the M of chunks.csv")
+            chosen = [i for i, r in enumerate(pts) if r["chosen"] == "1"]
+            check(s.get("marked") == chosen, f"K = {K}: marked {s.get('marked')} != chosen {chosen}")
+
+
+def check_cache_timing(fig, runs, _):
+    got = series_of(fig)
+    n = len(epochs(runs[0], "autocache"))
+    check(len(got) == 2 and all(len(s["y"]) == n for s in got), f"expected 2 series of {n} epochs")
+
+
+def check_comm_compute_table(fig, runs, _):
+    run = runs[0]
+    compute = []
+    for mode in modes(run):
+        compute.append(sum(float(r["compute_s"]) * (float(r["epoch_s"]) - float(r["transition_s"]))
+                           / float(r["iteration_s"]) for r in epochs(run, mode)))
+    got = series_of(fig)
+    check(len(got) == 2, f"{len(got)} stacked series, expected computation and communication")
+    check(close(got[0]["y"], compute), f"computation {got[0]['y']} != {compute}")
+    check(len(fig["table"]["rows"]) == len(modes(run)), "expected one table row per mode")
+
+
+def trace_events(run):
+    with open(os.path.join(run, "trace.json")) as f:
+        doc = json.load(f)
+    threads = {e["tid"]: e["args"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    return [e for e in doc["traceEvents"] if e["ph"] == "X"], threads
+
+
+def check_transition_table(fig, runs, _):
+    events, threads = trace_events(runs[0])
+    keys = {(e["name"], e["args"].get("plan_id"), e["args"].get("epoch")) for e in events
+            if e["cat"] == "transition" and e["name"].startswith(("initialisation", "transition"))
+            and threads[e["tid"]]["kind"] == "gpu"}
+    rows = fig["table"]["rows"]
+    check(len(rows) == len(keys), f"{len(rows)} table rows for {len(keys)} transitions")
+    for row in rows:
+        check(math.isclose(sum(row[1:-1]), row[-1], abs_tol=1e-6), f"{row[0]}: parts do not add up to the total")
+    check(len(series_of(fig)) == 5, "expected the parts weights, contexts, ddp, warmup, other")
+
+
+DRAWN = ("forward", "backward", "frozen_forward", "cache_read", "cache_write", "optimizer")
+
+
+def check_timeline(fig, runs, opts):
+    events, threads = trace_events(runs[0])
+    drawn = [e for e in events if e["cat"] in DRAWN
+             and threads[e["tid"]]["kind"] == "gpu" and threads[e["tid"]]["lane"] == 0]
+    for key in ("plan_id", "replica", "epoch", "iteration"):  # the script's defaults: the first present
+        value = int(opts.get(key, min(e["args"].get(key, -1) for e in drawn)))
+        drawn = [e for e in drawn if e["args"].get(key, -1) == value]
+    drawn = [e for e in drawn if e["cat"] in ("forward", "backward")]
+    boxes = sum(len(s["x"]) for s in series_of(fig) if s["label"] in ("forward", "backward"))
+    check(drawn and boxes == len(drawn), f"{boxes} forward/backward boxes for {len(drawn)} spans")
+    rows = fig["panels"][0]["yticks"]
+    check(len(rows) == len({e["tid"] for e in drawn}), f"{len(rows)} rows for {len({e['tid'] for e in drawn})} GPUs")
+
+
+def main():
+    argv = sys.argv[1:]
+    opts = {}
+    if "--" in argv:
+        extra = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+        opts = dict(zip(extra[::2], extra[1::2]))
+    name, describe, runs = argv[0], argv[1], argv[2:]
+    with open(describe) as f:
+        fig = json.load(f)
+    check_common(fig)
+    globals()["check_" + name](fig, runs, opts)
+    for what in failures:
+        print(f"  {name}: {what}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

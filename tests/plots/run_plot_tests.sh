@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Tests of the figure scripts (plots/): usage run_plot_tests.sh BIN ROOT.
+# Simulates small runs with BIN, runs every script with --describe, checks
+# the PNG and the described data (tests/plots/check_figures.py), then feeds
+# the scripts bad input. The last line is "N passed, N failed".
+set -u
+BIN=$1 ROOT=$2
+PY=/usr/bin/python3  # Debian's, with python3-matplotlib; the python3 on PATH may lack it
+PLOTS=$ROOT/plots CHECK=$ROOT/tests/plots/check_figures.py
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+passed=0 failed=0
+pass() { passed=$((passed + 1)); }
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+finish() { echo "$passed passed, $failed failed"; exit $((failed > 0)); }
+
+if ! $PY -c 'import matplotlib' 2>/dev/null; then
+  fail "$PY has no matplotlib: apt-get install python3-matplotlib"
+  finish
+fi
+
+# ---- input: small simulated runs ----
+VIT=$ROOT/configs/small/tiny_vit_fmnist.toml
+for a in 0.2 0.33 0.5; do
+  "$BIN" simulate "$VIT" --set data.num_train_samples=2048 --set planner.alpha=$a --out "$T/vit_a$a" >/dev/null ||
+    { fail "simulate $VIT alpha=$a"; finish; }
+done
+"$BIN" simulate "$ROOT/configs/small/tiny_bert_synthetic.toml" --out "$T/bert" >/dev/null ||
+  { fail "simulate tiny_bert_synthetic"; finish; }
+RUN=$T/vit_a0.5  # freezes 0 -> 2 -> 3 layers, K 4 -> 1, cache fill then read
+
+# plot NAME SCRIPT RUN_DIR... [-- KEY VALUE ...]: run SCRIPT, check its PNG
+# (and tables), then its description. Each KEY VALUE goes to the checker as
+# is and to the script as --KEY VALUE, plan_id becoming --plan.
+plot() {
+  local name=$1 script=$2; shift 2
+  local inputs=() opts=() check_opts=()
+  while [[ $# -gt 0 && $1 != -- ]]; do inputs+=("$1"); shift; done
+  if [[ $# -gt 0 ]]; then
+    shift
+    check_opts=(-- "$@")
+    while [[ $# -gt 0 ]]; do opts+=("--${1%_id}" "$2"); shift 2; done
+  fi
+  local out=$T/fig/$name
+  if ! $PY "$PLOTS/$script.py" "${inputs[@]}" "${opts[@]}" --out "$out.png" --describe "$out.json" 2>"$out.err"; then
+    fail "$name: exit code $?: $(cat "$out.err")"
+    return
+  fi
+  [[ $(head -c 8 "$out.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] && pass || fail "$name: $out.png is not a PNG"
+  if [[ $script == *_table ]]; then
+    [[ -s $out.csv && -s $out.md ]] && pass || fail "$name: no $out.csv or $out.md"
+  fi
+  $PY "$CHECK" "$script" "$out.json" "${inputs[@]}" "${check_opts[@]}" && pass || fail "$name: described data"
+}
+
+mkdir -p "$T/fig"
+plot freeze_curve freeze_curve "$T"/vit_a0.2 "$T"/vit_a0.33 "$T"/vit_a0.5
+plot overall_table overall_table "$RUN" "$T/bert"
+plot speedup_breakdown speedup_breakdown "$RUN"
+plot alpha_tuning alpha_tuning "$T"/vit_a0.2 "$T"/vit_a0.33 "$T"/vit_a0.5
+plot optimal_chunks optimal_chunks "$RUN"
+plot cache_timing cache_timing "$RUN"
+plot comm_compute_table comm_compute_table "$RUN"
+plot transition_table transition_table "$RUN"
+plot transition_table_bert transition_table "$T/bert"
+plot timeline timeline "$RUN"
+plot timeline_plan1 timeline "$RUN" -- plan_id 1 replica 2
+plot timeline_bert timeline "$T/bert"
+
+# ---- bad input: exit code 2, one line "ERROR: ..." naming the problem, no traceback ----
+# expect_error NAME WANTED SCRIPT ARGS...: WANTED must appear in the message.
+expect_error() {
+  local name=$1 want=$2 script=$3; shift 3
+  local err rc
+  err=$($PY "$PLOTS/$script.py" "$@" --out "$T/fig/bad.png" 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -eq 2 && $err == ERROR:* && $err != *Traceback* && $err == *"$want"* && $err != *$'\n'* ]]; then
+    pass
+  else
+    fail "$name: expected exit code 2 and one line 'ERROR: ...$want...', got $rc: $err"
+  fi
+}
+broken() {  # broken NAME: a fresh copy of $RUN to break
+  cp -r "$RUN" "$T/$1" && echo "$T/$1"
+}
+
+expect_error missing_dir "$T/no_such_run" freeze_curve "$T/no_such_run"
+d=$(broken no_trace) && rm "$d/trace.json"
+expect_error missing_trace "no_trace/trace.json" timeline "$d"
+d=$(broken truncated) && head -c 3000 "$RUN/trace.json" >"$d/trace.json"
+expect_error truncated_trace "truncated/trace.json: not valid JSON" timeline "$d"
+d=$(broken header) && sed -i '1s/,cache,/,cached,/' "$d/epochs.csv"
+expect_error csv_header "header/epochs.csv:1: header: missing column 'cache'" speedup_breakdown "$d"
+d=$(broken value) && sed -i '2s/^\([^,]*,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*/\1four/' "$d/epochs.csv"
+expect_error csv_value "value/epochs.csv:2: column 'K': expected an integer, found 'four'" cache_timing "$d"
+d=$(broken chunks) && sed -i '1s/chosen/picked/' "$d/chunks.csv"
+expect_error chunks_header "chunks/chunks.csv:1: header" optimal_chunks "$d"
+d=$(broken schema) && sed -i 's|elasticpipe.trace/1|elasticpipe.trace/2|' "$d/summary.json"
+expect_error schema_version "schema/summary.json: schema 'elasticpipe.trace/2'" freeze_curve "$d"
+expect_error unknown_mode "no rows for mode 'nosuch'" optimal_chunks "$RUN" --mode nosuch
+expect_error unknown_plan "no plan 99" timeline "$RUN" --plan 99
+expect_error bad_option "--plan: invalid int value" timeline "$RUN" --plan x
+
+finish

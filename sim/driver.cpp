@@ -330,6 +330,7 @@ trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, int e
 RunResult simulate_training(const Config& config, const RunOptions& opt, Simulator& sim) {
   RunResult out;
   out.config = config.source;
+  out.device_memory_bytes = config.cluster.device.memory_bytes;
   const AnalyticCostModel cost(config.cluster, config.training);
   Runner runner(sim, opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
   const double steps = static_cast<double>(opt.modes.size());
@@ -494,6 +495,16 @@ std::string format_result(const RunResult& r) {
                   e.samples_per_s, e.iteration_s, e.bubble_fraction, e.epoch_s, e.transition_s);
     os << line;
   }
+  // A plan whose fullest device exceeds its memory is simulated all the
+  // same (infeasible is a result), but said so.
+  for (const Plan& p : last.plan.plans)
+    if (!p.fits_memory) {
+      std::snprintf(line, sizeof line,
+                    "  warning: plan %d (K=%d, M=%d) needs %.2f GiB on its fullest device, more than %.2f GiB\n",
+                    p.id, p.K, p.M, p.max_device_memory_bytes / 1073741824.0,
+                    r.device_memory_bytes / 1073741824.0);
+      os << line;
+    }
   // The simulated chunk search: throughput (samples/s) vs M for each K met.
   os << "\n" << to_string(last.mode) << ", chunk search (samples/s by M; * = chosen):\n";
   int K = 0;

@@ -63,6 +63,7 @@ struct ChunkRow {
 
 struct RunResult {
   std::string config;
+  double device_memory_bytes = 0;
   std::vector<ModeRun> modes;
   std::vector<ChunkRow> chunks;
   trace::Trace trace;  // one iteration per distinct plan of the last mode, on one timeline

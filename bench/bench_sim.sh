@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Times `elasticpipe simulate configs/paper/vit_imagenet.toml --mode all`
+# (median of 5 runs, wall seconds) and a 100-point sweep (10 alphas x 10
+# inter-node bandwidths, baseline + autocache per point). Run after
+# scripts/setup.sh: bash bench/bench_sim.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=./build/elasticpipe
+cfg=configs/paper/vit_imagenet.toml
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+wall() {  # wall seconds of a command, its output discarded
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$@" > /dev/null
+  t1=$(date +%s.%N)
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f", b - a }' 
+}
+
+times=()
+for _ in 1 2 3 4 5; do times+=("$(wall "$bin" simulate "$cfg" --mode all --out "$out/sim")"); done
+median=$(printf '%s\n' "${times[@]}" | sort -g | sed -n 3p)
+printf 'simulate %s --mode all: median %.3f s of 5 (%s)\n' "$cfg" "$median" "$(printf '%.3f ' "${times[@]}")"
+notrace=()
+for _ in 1 2 3 4 5; do notrace+=("$(wall "$bin" simulate "$cfg" --mode all --set sim.trace=false --out "$out/sim")"); done
+median=$(printf '%s\n' "${notrace[@]}" | sort -g | sed -n 3p)
+printf 'simulate %s --mode all, no trace: median %.3f s of 5\n' "$cfg" "$median"
+
+sweep=$(wall "$bin" sweep "$cfg" \
+  --set planner.alpha=0.1,0.2,0.25,0.3,0.333,0.4,0.5,0.6,0.7,0.8 \
+  --set cluster.inter_node.bandwidth_bytes_per_s=1e9,2e9,3e9,4e9,5e9,6e9,7e9,8e9,10e9,12.5e9 \
+  --out "$out/sweep")
+printf 'sweep %s, 100 points (baseline + autocache each), %d jobs: %.1f s (%.2f s per point)\n' \
+  "$cfg" "$(nproc)" "$sweep" "$(awk -v s="$sweep" 'BEGIN { print s / 100 }')"

@@ -15,20 +15,6 @@ std::vector<int> micro_batch_sizes(int batch, int M) {
   return sizes;
 }
 
-namespace {
-
-// The part of stage s that trains, and the frozen part it hosts (F_frozen
-// on stage 0 with AutoPipe; frozen sublayers left in place without it).
-SublayerRange active_range(const Partition& p, int s) {
-  return {std::max(p.bounds[s], p.frozen_end), p.bounds[s + 1]};
-}
-SublayerRange hosted_frozen_range(const Partition& p, int s) {
-  if (s == 0 && p.bounds[0] > 0) return {0, p.bounds[0]};
-  return {p.bounds[s], std::min(p.bounds[s + 1], p.frozen_end)};
-}
-
-}  // namespace
-
 Partition plan_partition(const PlanContext& ctx, int frozen_layers, int stages, bool cache_on) {
   const auto& pc = ctx.config.planner;
   if (!pc.autopipe) {
@@ -49,8 +35,8 @@ Partition plan_partition(const PlanContext& ctx, int frozen_layers, int stages, 
 std::vector<double> stage_loads_paper(const ModelSpec& spec, const Partition& p, double lambda_frozen) {
   std::vector<double> loads;
   for (int s = 0; s < p.K(); ++s)
-    loads.push_back(spec.params(active_range(p, s)) / 1e6 +
-                    lambda_frozen * spec.params(hosted_frozen_range(p, s)) / 1e6);
+    loads.push_back(spec.params(p.active(s)) / 1e6 +
+                    lambda_frozen * spec.params(p.hosted_frozen(s)) / 1e6);
   return loads;
 }
 
@@ -64,7 +50,7 @@ double max_device_memory(const ModelSpec& spec, const TrainingConfig& t, const P
   const int b = (t.batch_size + M - 1) / M;
   std::vector<double> per_device(K, 0.0);
   for (int s = 0; s < p.K(); ++s) {
-    const StageLoad load{active_range(p, s), hosted_frozen_range(p, s), b, M};
+    const StageLoad load{p.active(s), p.hosted_frozen(s), b, M};
     per_device[s % K] += stage_memory(spec, t, load).total_bytes();
   }
   return *std::max_element(per_device.begin(), per_device.end());
@@ -138,7 +124,7 @@ ScheduleOptions schedule_options(const PlanContext& ctx, const IterationSetup& s
   if (s.replicas > 1) {
     const double bucket = ctx.config.planner.bucket_size_bytes;
     for (int st = 0; st < s.partition.K(); ++st) {
-      const double grad_bytes = 4.0 * ctx.spec.params(active_range(s.partition, st));
+      const double grad_bytes = 4.0 * ctx.spec.params(s.partition.active(st));
       o.buckets_per_stage.push_back(static_cast<int>(std::ceil(grad_bytes / bucket)));
     }
   }
@@ -178,8 +164,8 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
     cache_read[m] = cost.cache_read_s(read_bytes[m], s.cache_tier);
     cache_write[m] = cost.cache_write_s(write_bytes[m], s.cache_tier);
     for (int st = 0; st < stages; ++st) {
-      const SublayerRange a = active_range(p, st);
-      const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : hosted_frozen_range(p, st);
+      const SublayerRange a = p.active(st);
+      const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : p.hosted_frozen(st);
       const double f_active = stage_forward_s(cost, spec, a, b);
       fwd[st][m] = f_active + stage_frozen_forward_s(cost, spec, in_place, b);
       const bool recompute = ckpt == Checkpointing::Always || (ckpt == Checkpointing::ExceptLast && m < s.M - 1);
@@ -192,7 +178,7 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
   const LinkKind dp_link = s.replicas_span_nodes ? LinkKind::InterNode : LinkKind::IntraNode;
   std::vector<double> ar(stages, 0), ar_bytes(stages, 0), opt(stages);
   for (int st = 0; st < stages; ++st) {
-    const double params = spec.params(active_range(p, st));
+    const double params = spec.params(p.active(st));
     opt[st] = params > 0 ? cost.optimizer_step_s(params) : 0.0;
     if (!o.buckets_per_stage.empty() && o.buckets_per_stage[st] > 0) {
       ar_bytes[st] = 4.0 * params / o.buckets_per_stage[st];
@@ -202,7 +188,7 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
   // A stage with nothing to train has no backward, and nothing needs the
   // gradient of the first trained sublayer's input.
   std::vector<bool> trains(stages);
-  for (int st = 0; st < stages; ++st) trains[st] = !active_range(p, st).empty();
+  for (int st = 0; st < stages; ++st) trains[st] = !p.active(st).empty();
   const auto grad_needed = [trains](int st) { return trains[st] && st > 0 && trains[st - 1]; };
 
   IterationCosts c;

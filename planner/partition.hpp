@@ -6,6 +6,7 @@
 // the last, so they always travel with the first and last stage.
 #pragma once
 
+#include <algorithm>
 #include <iosfwd>
 #include <span>
 #include <string>
@@ -32,6 +33,16 @@ struct Partition {
   std::vector<int> bounds;  // size K+1; bounds.front() == frozen_end, bounds.back() == #sublayers
 
   [[nodiscard]] int K() const { return static_cast<int>(bounds.size()) - 1; }
+  // The sublayers stage s trains.
+  [[nodiscard]] SublayerRange active(int s) const {
+    return {std::max(bounds[s], frozen_end), bounds[s + 1]};
+  }
+  // The frozen sublayers stage s's device hosts: F_frozen on stage 0 with
+  // AutoPipe; without it, the frozen sublayers left inside the stage.
+  [[nodiscard]] SublayerRange hosted_frozen(int s) const {
+    if (s == 0 && bounds[0] > 0) return {0, bounds[0]};
+    return {bounds[s], std::min(bounds[s + 1], frozen_end)};
+  }
   // The stage running `sublayer`; -1 for a sublayer of F_frozen (which runs
   // on stage 0's device, outside the pipeline).
   [[nodiscard]] int stage_of(int sublayer) const;

@@ -226,13 +226,9 @@ Transition transition(const PlanContext& ctx, const Plan* prev, const Plan& plan
         break;
       }
     for (int s = 0; s < plan.partition.K(); ++s) {
-      const SublayerRange active{std::max(plan.partition.bounds[s], plan.partition.frozen_end),
-                                 plan.partition.bounds[s + 1]};
-      const SublayerRange frozen = s == 0 ? SublayerRange{0, plan.partition.frozen_end}
-                                          : SublayerRange{plan.partition.bounds[s],
-                                                          std::min(plan.partition.bounds[s + 1], plan.partition.frozen_end)};
       const int d = s % plan.K;
-      moves[{source->gpus[d], r.gpus[d]}] += state_bytes(ctx, active, frozen);
+      moves[{source->gpus[d], r.gpus[d]}] +=
+          state_bytes(ctx, plan.partition.active(s), plan.partition.hosted_frozen(s));
     }
   }
   std::vector<Simulator::Transfer> transfers;

@@ -114,7 +114,7 @@ std::string fmt(const char* f, double v) {
 
 std::string measure(const RunPlan& r, double v) {
   return r.compression == CompressionKind::Memory ? fmt("%.2f GiB", v / (1024.0 * 1024 * 1024))
-                                                  : fmt("%.2f M params", v);
+                                                  : fmt("%.4g M params", v);
 }
 
 // Paper mode accepts strictly below M_GPU^(0); memory mode up to the device.

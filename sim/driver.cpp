@@ -69,6 +69,8 @@ namespace {
 struct Measured {
   SimResult sim;
   double fb_per_device_s = 0;  // F and B time of one device of one replica, per iteration
+  // Idle share of the devices' F/B capacity at this period (Timeline's definition).
+  [[nodiscard]] double bubble_fraction(double period_s) const { return 1.0 - fb_per_device_s / period_s; }
 };
 
 // Runs iterations of setups on SimGrid, memoised across plans and modes (a
@@ -309,10 +311,10 @@ trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, int e
   e.M = p.M;
   e.replicas = p.layout.replicas;
   e.cache = p.cache.on;
-  e.iteration_s = fill ? ps.fill_iteration_s : ps.iteration_s;
+  e.iteration_s = fill ? p.fill_iteration_s : p.iteration_s;
   e.epoch_s = epoch_s + transition;
   e.samples_per_s = static_cast<double>(samples) / epoch_s;
-  e.bubble_fraction = ps.bubble_fraction;
+  e.bubble_fraction = p.bubble_fraction;
   e.exposed_comm_s = ps.exposed_comm_s;
   e.comm_s = ps.steady.allreduce_s;
   e.compute_s = ps.steady.compute_s;
@@ -341,12 +343,12 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
       std::vector<IterationPrediction> out;
       if (use == PredictionUse::Plan) {
         for (const auto& [period, m] : steady_periods(runner, ctx, setups))
-          out.push_back({period, 1.0 - m.fb_per_device_s / period});
+          out.push_back({period, m.bubble_fraction(period)});
         return out;
       }
       for (const Measured& m : runner.run(ctx, setups, 1)) {
         const double t = m.sim.iteration_end_s.front();
-        out.push_back({t, 1.0 - m.fb_per_device_s / t});
+        out.push_back({t, m.bubble_fraction(t)});
       }
       return out;
     };
@@ -359,24 +361,16 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
     std::vector<IterationSetup> traced_setups;  // traced together once the plans are known
     std::vector<int> traced_plans;
     std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
-    // Every plan's steady state (and cache-filling epoch) at once.
+    // The steady states plan_run had simulated (memo hits), for their breakdown.
     std::vector<IterationSetup> setups;
-    for (const Plan& p : run.plan.plans) {
-      setups.push_back(iteration_setup(mc, p, false));
-      setups.push_back(iteration_setup(mc, p, true));  // == steady when nothing fills
-    }
-    const auto periods = steady_periods(runner, ctx, setups);
+    for (const Plan& p : run.plan.plans) setups.push_back(iteration_setup(mc, p, false));
+    const auto steady_states = steady_periods(runner, ctx, setups);
     for (std::size_t pi = 0; pi < run.plan.plans.size(); ++pi) {
       const Plan& p = run.plan.plans[pi];
       PlanSim ps;
       ps.plan_id = p.id;
-      const IterationSetup steady = iteration_setup(mc, p, false);
-      const auto& [period, measured] = periods[2 * pi];
-      ps.iteration_s = period;
-      ps.steady = measured.sim;
-      ps.bubble_fraction = 1.0 - measured.fb_per_device_s / ps.iteration_s;
-      ps.exposed_comm_s = std::max(0.0, ps.iteration_s - period_without_comm(ctx, steady));
-      if (p.cache_fill_from >= 0) ps.fill_iteration_s = periods[2 * pi + 1].first;
+      ps.steady = steady_states[pi].second.sim;
+      ps.exposed_comm_s = std::max(0.0, p.iteration_s - period_without_comm(ctx, setups[pi]));
       const Transition tr = transition(ctx, pi ? &run.plan.plans[pi - 1] : nullptr, p, sim);
       ps.transition_s = tr.total_s();
 
@@ -399,7 +393,7 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
 
       for (int e = p.first_epoch; e < p.end_epoch; ++e) {
         const bool fill = e == p.first_epoch && p.cache_fill_from >= 0;
-        double epoch_s = p.iterations_per_epoch * (fill ? ps.fill_iteration_s : ps.iteration_s);
+        double epoch_s = p.iterations_per_epoch * (fill ? p.fill_iteration_s : p.iteration_s);
         if (opt.exact) {
           const auto n = static_cast<int>(p.iterations_per_epoch);
           epoch_s = runner.run(ctx, {iteration_setup(mc, p, fill)}, n).front().sim.iteration_end_s.back();

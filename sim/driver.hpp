@@ -29,15 +29,13 @@ inline constexpr Mode kAllModes[] = {Mode::Baseline, Mode::Freeze, Mode::AutoPip
 // when the config says "off"). The cache is off in every mode but the last.
 [[nodiscard]] Config mode_config(const Config&, Mode);
 
-// One plan as simulated.
+// What the simulator adds to a plan. The plan's own iteration_s,
+// fill_iteration_s and bubble_fraction are already SimGrid's (its predictor).
 struct PlanSim {
   int plan_id = 0;
-  double iteration_s = 0;       // steady-state period
-  double fill_iteration_s = 0;  // the cache-filling epoch's period, when there is one
-  double transition_s = 0;      // charged before the plan's first epoch
-  double bubble_fraction = 0;
-  double exposed_comm_s = 0;    // period minus the period with free communication
-  SimResult steady;             // per-iteration breakdown of the steady state
+  double transition_s = 0;    // charged before the plan's first epoch
+  double exposed_comm_s = 0;  // period minus the period with free communication
+  SimResult steady;           // per-iteration breakdown of the steady state
 };
 
 struct ModeRun {

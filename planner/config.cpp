@@ -31,6 +31,7 @@ constexpr EnumName<LrSchedule> kLrSchedules[] = {{LrSchedule::Constant, "constan
                                                  {LrSchedule::Linear, "linear"}};
 constexpr EnumName<Precision> kPrecisions[] = {{Precision::FP32, "fp32"},
                                                {Precision::BF16, "bf16"}};
+constexpr EnumName<ExecDevice> kExecDevices[] = {{ExecDevice::CPU, "cpu"}, {ExecDevice::CUDA, "cuda"}};
 constexpr EnumName<Checkpointing> kCheckpointing[] = {
     {Checkpointing::Never, "never"},
     {Checkpointing::ExceptLast, "except_last"},
@@ -118,6 +119,12 @@ class Reader {
   [[noreturn]] void fail(const std::string& key, const std::string& expected,
                          const std::string& found) const {
     throw config_error(pos_of(key), key, expected, found);
+  }
+
+  std::map<std::string, SourcePos> positions() const {
+    std::map<std::string, SourcePos> out;
+    for (const std::string& key : used_) out.emplace(key, pos_of(key));
+    return out;
   }
 
   const toml::node* get(const std::string& key) {
@@ -512,6 +519,16 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
   }
 }
 
+void read_exec(Reader& r, ExecConfig& e) {
+  r.choice("exec.device", e.device, kExecDevices, false);
+  r.integer("exec.threads_per_worker", e.threads_per_worker, false);
+  r.integer("exec.trace_iterations", e.trace_iterations, false);
+  r.integer("exec.eval_batch_size", e.eval_batch_size, false);
+  for (auto [key, v] : {std::pair{"exec.threads_per_worker", e.threads_per_worker},
+                        {"exec.trace_iterations", e.trace_iterations}, {"exec.eval_batch_size", e.eval_batch_size}})
+    if (v < 0) r.fail(key, "an integer >= 0", std::to_string(v));
+}
+
 void read_sim(Reader& r, SimConfig& s) {
   r.integer("sim.warmup_iterations", s.warmup_iterations, false);
   r.integer("sim.measure_iterations", s.measure_iterations, false);
@@ -562,8 +579,15 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
   read_training(r, c.training);
   read_planner(r, c, c.planner);
   read_sim(r, c.sim);
-  r.reject_unknown({"cluster", "data", "model", "planner", "sim", "training"});
+  read_exec(r, c.exec);
+  r.reject_unknown({"cluster", "data", "exec", "model", "planner", "sim", "training"});
+  c.positions = r.positions();
   return c;
+}
+
+Error Config::error(const std::string& key, const std::string& expected, const std::string& found) const {
+  const auto it = positions.find(key);
+  return config_error(it != positions.end() ? it->second : SourcePos{source, 0, 0}, key, expected, found);
 }
 
 Config load_config(const std::string& path, const Overrides& overrides) {
@@ -572,6 +596,7 @@ Config load_config(const std::string& path, const Overrides& overrides) {
 
 std::string to_string(ModelFamily v) { return enum_name(kFamilies, v); }
 std::string to_string(Optimizer v) { return enum_name(kOptimizers, v); }
+std::string to_string(ExecDevice v) { return enum_name(kExecDevices, v); }
 std::string to_string(LrSchedule v) { return enum_name(kLrSchedules, v); }
 std::string to_string(Precision v) { return enum_name(kPrecisions, v); }
 std::string to_string(Checkpointing v) { return enum_name(kCheckpointing, v); }

@@ -145,6 +145,15 @@ struct SimConfig {
   bool trace = true;                // write a Chrome trace of one iteration per plan
 };
 
+// The executor's knobs: how it runs, never what it decides (the plan does).
+enum class ExecDevice { CPU, CUDA };
+struct ExecConfig {
+  ExecDevice device = ExecDevice::CPU;  // cuda: stage device k is cuda:(k mod visible GPUs)
+  int threads_per_worker = 0;  // intra-op threads per stage worker; 0: cores / K, at least 1
+  int trace_iterations = 2;    // iterations traced (every action) at the start of each epoch
+  int eval_batch_size = 0;     // test-set batch; 0: training.batch_size
+};
+
 struct Config {
   std::string source;  // path the config was loaded from
   ClusterSpec cluster;
@@ -153,6 +162,14 @@ struct Config {
   TrainingConfig training;
   PlannerConfig planner;
   SimConfig sim;
+  ExecConfig exec;
+  // Where each key read came from, so a back end that checks a value the
+  // planner does not (the executor's dataset name, say) reports it the same
+  // way: file:line, key, expected, found.
+  std::map<std::string, SourcePos> positions;
+
+  [[nodiscard]] Error error(const std::string& key, const std::string& expected,
+                            const std::string& found) const;
 };
 
 // "section.key=value" overrides from the command line (--set).
@@ -177,5 +194,6 @@ std::string to_string(PartitionerKind);
 std::string to_string(CompressionKind);
 std::string to_string(CachePolicyKind);
 std::string to_string(ScheduleKind);
+std::string to_string(ExecDevice);
 
 }  // namespace ep

@@ -109,6 +109,17 @@ std::unique_ptr<FreezePolicy> make_freeze_policy(const Config& c) {
   throw Error("unknown freeze policy");
 }
 
+void write_grad_norm_trace(const GradNormTrace& trace, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) throw Error(path + ": cannot open for writing");
+  out << "step,layer,grad_norm\n";
+  out.precision(17);
+  for (std::size_t T = 0; T < trace.steps.size(); ++T)
+    for (std::size_t l = 0; l < trace.steps[T].size(); ++l) out << T + 1 << ',' << l << ',' << trace.steps[T][l] << '\n';
+  out.close();
+  if (!out) throw Error(path + ": write failed");
+}
+
 GradNormTrace load_grad_norm_trace(const std::string& path, int L) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open gradient-norm trace");

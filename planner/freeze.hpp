@@ -42,6 +42,9 @@ struct GradNormTrace {
 // CSV with header `step,layer,grad_norm`, steps numbered from 1, every layer
 // of every step present once. Errors name file:line.
 [[nodiscard]] GradNormTrace load_grad_norm_trace(const std::string& path, int L);
+// Writes what load_grad_norm_trace reads (the executor records a real run's
+// norms; the simulator replays them). Throws ep::Error on I/O failure.
+void write_grad_norm_trace(const GradNormTrace& trace, const std::string& path);
 
 // The policy the config asks for. Replay of a gradient-norm trace is the
 // gradient-norm policy fed from the trace.

@@ -29,78 +29,91 @@ IterationSetup iteration_setup(const Config& c, const Plan& p, bool fill) {
   return s;
 }
 
-RunPlan plan_run(const Config& c, const CostModel& cost, const IterationPredictor& predictor) {
-  const PlanContext ctx(c, cost);
-  const IterationPredictor predict = predictor ? predictor : analytic_predictor(ctx);
+RunPlanner::RunPlanner(const Config& c, const CostModel& cost, const IterationPredictor& predictor)
+    : ctx_(c, cost),
+      predict_(predictor ? predictor : analytic_predictor(ctx_)),
+      search_(ctx_, predict_),
+      sampler_{c.data.num_train_samples, c.cluster.nodes, c.training.seed},
+      steps_((c.training.epochs + c.planner.freeze_interval_epochs - 1) / c.planner.freeze_interval_epochs - 1),
+      K_(c.planner.K) {
+  run_.config_source = c.source;
+  run_.cost_model = cost.name();
+  run_.L = c.model.num_hidden_layers;
+  run_.K0 = c.planner.K;
+  run_.compression = c.planner.compression;
+  run_.compression_limit = compression_limit(ctx_);
+}
+
+const Plan& RunPlanner::next(int frozen_layers) {
+  const Config& c = ctx_.config;
   const auto& pc = c.planner;
-  RunPlan run;
-  run.config_source = c.source;
-  run.cost_model = cost.name();
-  run.L = c.model.num_hidden_layers;
-  run.K0 = pc.K;
-  run.compression = pc.compression;
-  run.compression_limit = compression_limit(ctx);
-
-  // Freeze step T happens at the end of epoch T * interval; a step at the
-  // end of the last epoch would change nothing.
-  const int steps = (c.training.epochs + pc.freeze_interval_epochs - 1) / pc.freeze_interval_epochs - 1;
-  const FreezeTimeline freeze = freeze_timeline(c, steps);
-  run.freeze_from_alpha_bound = freeze.used_alpha_bound;
-
-  const SamplerSpec sampler{c.data.num_train_samples, c.cluster.nodes, c.training.seed};
-  ChunkSearch search(ctx, predict);
-  int cached_layers = 0;  // depth the cache entries hold (entries outlive a plan without cache)
-  int K = pc.K;
-  for (int T = 0; T <= steps; ++T) {
-    Plan plan;
-    plan.id = T;
-    plan.freeze_step = T;
-    plan.first_epoch = T * pc.freeze_interval_epochs;
-    plan.end_epoch = std::min(c.training.epochs, (T + 1) * pc.freeze_interval_epochs);
-    plan.frozen_layers = freeze.frozen[T];
-    plan.v = pc.virtual_stages;
-    // The cache is judged per sample of a whole per-pipeline batch: the
-    // read/recompute comparison does not depend on how it is split.
-    plan.cache = decide_cache(c, ctx.spec, cost, plan.frozen_layers, c.training.batch_size);
-    const bool moved = T > 0 && plan.frozen_layers > run.plans.back().frozen_layers;
-    if (pc.autopipe && moved) {
-      plan.compression = compress(ctx, plan.frozen_layers, K, plan.cache.on);
-      K = plan.compression.K;
-    }
-    plan.K = K;
-    plan.partition = plan_partition(ctx, plan.frozen_layers, K * plan.v, plan.cache.on);
-    plan.layout = replica_layout(c, K);
-    if (T > 0) plan.woken_ranks = plan.layout.newly_active(run.plans.back().layout);
-    plan.stage_loads = stage_loads_paper(ctx.spec, plan.partition, pc.lambda_frozen);
-
-    if (plan.cache.on) {
-      const bool valid = !run.plans.empty() && run.plans.back().cache.on &&
-                         run.plans.back().frozen_layers == plan.frozen_layers;
-      if (!valid) plan.cache_fill_from = cached_layers;
-      cached_layers = plan.frozen_layers;
-    }
-    IterationSetup setup{plan.partition, K, plan.v, 0, plan.layout.replicas, c.cluster.nodes > 1,
-                         plan.cache.on, plan.cache.tier, -1};
-    const bool first_with_K =
-        std::none_of(run.plans.begin(), run.plans.end(), [&](const Plan& p) { return p.K == K; });
-    const ChunkChoice& choice = search.choose(setup);
-    if (first_with_K) plan.chunk_table = choice.table;
-    plan.M = choice.M;
-    std::vector<IterationSetup> setups{iteration_setup(c, plan, false)};
-    if (plan.cache_fill_from >= 0) setups.push_back(iteration_setup(c, plan, true));
-    const std::vector<IterationPrediction> t = predict(setups, PredictionUse::Plan);
-    plan.iteration_s = t[0].iteration_s;
-    plan.bubble_fraction = t[0].bubble_fraction;
-    if (plan.cache_fill_from >= 0) plan.fill_iteration_s = t[1].iteration_s;
-    plan.max_device_memory_bytes = max_device_memory(ctx.spec, c.training, plan.partition, K, plan.M);
-    plan.fits_memory = plan.max_device_memory_bytes <= c.cluster.device.memory_bytes;
-    plan.iterations_per_epoch =
-        iterations_in_epoch(sampler, 0, plan.layout.pipelines_per_node, c.training.batch_size);
-    plan.padding_slots_per_epoch =
-        padding_slots(sampler, plan.layout.pipelines_per_node, c.training.batch_size);
-    plan.samples_per_s = plan.layout.replicas * static_cast<double>(c.training.batch_size) / plan.iteration_s;
-    run.plans.push_back(std::move(plan));
+  const int T = static_cast<int>(run_.plans.size());
+  if (T > steps_)
+    throw Error("run planner: freeze step " + std::to_string(T) + " is past the last one (" +
+                std::to_string(steps_) + ")");
+  const int floor = T == 0 ? 0 : run_.plans.back().frozen_layers;
+  const int ceiling = c.model.num_hidden_layers - pc.min_active_layers;
+  if (frozen_layers < floor || frozen_layers > std::max(floor, ceiling))
+    throw Error("run planner: freeze step " + std::to_string(T) + ": " + std::to_string(frozen_layers) +
+                " frozen layers, expected " + std::to_string(floor) + ".." + std::to_string(ceiling));
+  Plan plan;
+  plan.id = T;
+  plan.freeze_step = T;
+  plan.first_epoch = T * pc.freeze_interval_epochs;
+  plan.end_epoch = std::min(c.training.epochs, (T + 1) * pc.freeze_interval_epochs);
+  plan.frozen_layers = frozen_layers;
+  plan.v = pc.virtual_stages;
+  // The cache is judged per sample of a whole per-pipeline batch: the
+  // read/recompute comparison does not depend on how it is split.
+  plan.cache = decide_cache(c, ctx_.spec, ctx_.cost, plan.frozen_layers, c.training.batch_size);
+  const bool moved = T > 0 && plan.frozen_layers > run_.plans.back().frozen_layers;
+  if (pc.autopipe && moved) {
+    plan.compression = compress(ctx_, plan.frozen_layers, K_, plan.cache.on);
+    K_ = plan.compression.K;
   }
+  const int K = K_;
+  plan.K = K;
+  plan.partition = plan_partition(ctx_, plan.frozen_layers, K * plan.v, plan.cache.on);
+  plan.layout = replica_layout(c, K);
+  if (T > 0) plan.woken_ranks = plan.layout.newly_active(run_.plans.back().layout);
+  plan.stage_loads = stage_loads_paper(ctx_.spec, plan.partition, pc.lambda_frozen);
+
+  if (plan.cache.on) {
+    const bool valid = !run_.plans.empty() && run_.plans.back().cache.on &&
+                       run_.plans.back().frozen_layers == plan.frozen_layers;
+    if (!valid) plan.cache_fill_from = cached_layers_;
+    cached_layers_ = plan.frozen_layers;
+  }
+  IterationSetup setup{plan.partition, K, plan.v, 0, plan.layout.replicas, c.cluster.nodes > 1,
+                       plan.cache.on, plan.cache.tier, -1};
+  const bool first_with_K =
+      std::none_of(run_.plans.begin(), run_.plans.end(), [&](const Plan& p) { return p.K == K; });
+  const ChunkChoice& choice = search_.choose(setup);
+  if (first_with_K) plan.chunk_table = choice.table;
+  plan.M = choice.M;
+  std::vector<IterationSetup> setups{iteration_setup(c, plan, false)};
+  if (plan.cache_fill_from >= 0) setups.push_back(iteration_setup(c, plan, true));
+  const std::vector<IterationPrediction> t = predict_(setups, PredictionUse::Plan);
+  plan.iteration_s = t[0].iteration_s;
+  plan.bubble_fraction = t[0].bubble_fraction;
+  if (plan.cache_fill_from >= 0) plan.fill_iteration_s = t[1].iteration_s;
+  plan.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, plan.partition, K, plan.M);
+  plan.fits_memory = plan.max_device_memory_bytes <= c.cluster.device.memory_bytes;
+  plan.iterations_per_epoch =
+      iterations_in_epoch(sampler_, 0, plan.layout.pipelines_per_node, c.training.batch_size);
+  plan.padding_slots_per_epoch =
+      padding_slots(sampler_, plan.layout.pipelines_per_node, c.training.batch_size);
+  plan.samples_per_s = plan.layout.replicas * static_cast<double>(c.training.batch_size) / plan.iteration_s;
+  run_.plans.push_back(std::move(plan));
+  return run_.plans.back();
+}
+
+RunPlan plan_run(const Config& c, const CostModel& cost, const IterationPredictor& predictor) {
+  RunPlanner planner(c, cost, predictor);
+  const FreezeTimeline freeze = freeze_timeline(c, planner.freeze_steps());
+  for (int T = 0; T <= planner.freeze_steps(); ++T) planner.next(freeze.frozen[T]);
+  RunPlan run = planner.run();
+  run.freeze_from_alpha_bound = freeze.used_alpha_bound;
   return run;
 }
 

@@ -60,8 +60,41 @@ struct RunPlan {
   [[nodiscard]] double predicted_total_s() const;
 };
 
-// `predict` times one iteration for the chunk search and the plan's
-// predicted throughput; empty: the analytic predictor.
+// Plans one freeze step at a time. The executor feeds it the frozen counts
+// its measured gradient norms decide as training goes; plan_run feeds it the
+// freeze timeline. `predict` times one iteration for the chunk search and the
+// plan's predicted throughput; empty: the analytic predictor. Holds
+// references to the config and the cost model.
+class RunPlanner {
+ public:
+  RunPlanner(const Config&, const CostModel&, const IterationPredictor& predict = {});
+  RunPlanner(const RunPlanner&) = delete;
+  RunPlanner& operator=(const RunPlanner&) = delete;
+
+  // Freeze step T happens at the end of epoch T * interval, for
+  // T = 1..freeze_steps(); a step at the end of the last epoch would change
+  // nothing.
+  [[nodiscard]] int freeze_steps() const { return steps_; }
+  // Plans freeze step T = run().plans.size() (0: the initial plan) with
+  // `frozen_layers` frozen. Throws ep::Error past the last step or when
+  // frozen_layers is below the previous step's or above L - min_active.
+  const Plan& next(int frozen_layers);
+  [[nodiscard]] const RunPlan& run() const { return run_; }
+  [[nodiscard]] const PlanContext& context() const { return ctx_; }
+
+ private:
+  PlanContext ctx_;
+  IterationPredictor predict_;
+  ChunkSearch search_;
+  SamplerSpec sampler_;
+  int steps_ = 0;
+  int K_ = 0;
+  int cached_layers_ = 0;  // depth the cache entries hold (entries outlive a plan without cache)
+  RunPlan run_;
+};
+
+// The whole run, ahead of time: RunPlanner driven by freeze_timeline (a
+// gradient-norm policy without recorded norms plans with the alpha bound).
 [[nodiscard]] RunPlan plan_run(const Config&, const CostModel&, const IterationPredictor& predict = {});
 
 // The replica layout for pipeline length K: AutoDP's (I/K pipelines per

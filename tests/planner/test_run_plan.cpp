@@ -290,3 +290,44 @@ TEST_CASE("advancing stale cache entries runs only the newly frozen layers") {
   s.cache_valid_layers = -1;
   CHECK(ep::schedule_options(ctx, s).frozen_input == ep::FrozenInput::CacheRead);
 }
+
+TEST_CASE("RunPlanner stepped with measured frozen counts plans what plan_run plans from them") {
+  // The executor steps the planner with the counts its gradient norms decide;
+  // replaying those counts ahead of time must give the same plans.
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 6; ++trial) {
+    ep::Config c = paper_config(kPaperConfigs[trial % 4]);
+    const ep::AnalyticCostModel cost(c.cluster, c.training);
+    ep::RunPlanner stepped(c, cost);
+    const int L = c.model.num_hidden_layers;
+    std::vector<int> frozen{0};
+    for (int T = 1; T <= stepped.freeze_steps(); ++T)
+      frozen.push_back(std::min(L - c.planner.min_active_layers, frozen.back() + static_cast<int>(rng() % 4)));
+    for (const int f : frozen) stepped.next(f);
+    std::string replay = "planner.replay_frozen=[";
+    for (std::size_t T = 1; T < frozen.size(); ++T) replay += (T > 1 ? "," : "") + std::to_string(frozen[T]);
+    ep::Config r = paper_config(kPaperConfigs[trial % 4], {"planner.freeze_policy=\"replay\"", replay + "]"});
+    const ep::RunPlan ahead = plan(r);
+    REQUIRE(ahead.plans.size() == stepped.run().plans.size());
+    for (std::size_t T = 0; T < frozen.size(); ++T) {
+      const ep::Plan& a = ahead.plans[T];
+      const ep::Plan& b = stepped.run().plans[T];
+      CHECK(a.frozen_layers == b.frozen_layers);
+      CHECK(a.K == b.K);
+      CHECK(a.M == b.M);
+      CHECK(a.partition.bounds == b.partition.bounds);
+      CHECK(a.iteration_s == b.iteration_s);
+    }
+  }
+}
+
+TEST_CASE("RunPlanner refuses a frozen count that goes backwards or past the last step") {
+  const ep::Config c = paper_config("vit_cifar100");
+  const ep::AnalyticCostModel cost(c.cluster, c.training);
+  ep::RunPlanner p(c, cost);
+  p.next(0);
+  p.next(3);
+  CHECK_THROWS_WITH(p.next(2), Catch::Contains("2 frozen layers, expected 3.."));
+  while (static_cast<int>(p.run().plans.size()) <= p.freeze_steps()) p.next(3);
+  CHECK_THROWS_WITH(p.next(3), Catch::Contains("past the last one"));
+}

@@ -32,22 +32,7 @@ bool is_compute(ActionKind k) {
          k == ActionKind::OptimizerStep;
 }
 
-const char* category(ActionKind k) {
-  switch (k) {
-    case ActionKind::Forward: return "forward";
-    case ActionKind::Backward: return "backward";
-    case ActionKind::SendAct:
-    case ActionKind::SendGrad: return "send";
-    case ActionKind::RecvAct:
-    case ActionKind::RecvGrad: return "recv";
-    case ActionKind::AllReduce: return "allreduce";
-    case ActionKind::OptimizerStep: return "optimizer";
-    case ActionKind::FrozenForward: return "frozen_forward";
-    case ActionKind::CacheRead: return "cache_read";
-    case ActionKind::CacheWrite: return "cache_write";
-  }
-  return "";
-}
+const char* category(ActionKind k) { return trace::action_category(k); }
 
 // Simulated sizes are whole bytes; below half a byte a transfer is free.
 std::uint64_t whole_bytes(double b) { return static_cast<std::uint64_t>(std::llround(b)); }

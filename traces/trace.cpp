@@ -5,6 +5,24 @@
 
 namespace ep::trace {
 
+const char* action_category(ActionKind k) {
+  switch (k) {
+    case ActionKind::Forward: return "forward";
+    case ActionKind::Backward: return "backward";
+    case ActionKind::SendAct:
+    case ActionKind::SendGrad: return "send";
+    case ActionKind::RecvAct:
+    case ActionKind::RecvGrad: return "recv";
+    case ActionKind::AllReduce: return "allreduce";
+    case ActionKind::OptimizerStep: return "optimizer";
+    case ActionKind::FrozenForward: return "frozen_forward";
+    case ActionKind::CacheRead: return "cache_read";
+    case ActionKind::CacheWrite: return "cache_write";
+  }
+  return "";
+}
+
+
 int Trace::track(const Track& t) {
   const auto it = std::find(tracks.begin(), tracks.end(), t);
   if (it != tracks.end()) return static_cast<int>(it - tracks.begin());

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "planner/schedule.hpp"
+
 namespace ep::trace {
 
 inline constexpr const char* kSchemaVersion = "elasticpipe.trace/1";
@@ -18,6 +20,9 @@ inline constexpr const char* kSchemaVersion = "elasticpipe.trace/1";
 inline constexpr std::array<std::string_view, 10> kEventCategories = {
     "forward", "backward",  "frozen_forward", "cache_read", "cache_write",
     "send",    "recv",      "allreduce",      "optimizer",  "transition"};
+
+// The Event::category of a schedule action, for both back ends.
+[[nodiscard]] const char* action_category(ActionKind kind);
 
 // A track is one row of the timeline: a GPU (one thread per GPU of a node)
 // or a link (one thread per link), grouped by node (one process per node;

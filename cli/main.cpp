@@ -16,6 +16,7 @@
 #include "planner/cost_model.hpp"
 #include "planner/run_plan.hpp"
 #include "planner/schedule.hpp"
+#include "exec/trainer.hpp"
 #include "sim/driver.hpp"
 #include "traces/diff.hpp"
 
@@ -87,6 +88,26 @@ int run_simulate_cmd(const SimulateArgs& a) {
   ep::sim::write_outputs(r, out);
   std::cout << ep::sim::format_result(r) << "\nwrote " << out << "/{summary.json,epochs.csv,chunks.csv"
             << (r.trace.events.empty() ? "" : ",trace.json") << "}\n";
+  return 0;
+}
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string out;
+};
+
+int run_train_cmd(const TrainArgs& a) {
+  const ep::Config config = ep::load_config(a.config, a.overrides);
+  const std::string out = a.out.empty() ? default_out(a.config, "train") : a.out;
+  ep::exec::TrainOptions opt;
+  opt.out_dir = out;
+  opt.progress = progress_bar("training");
+  opt.log = [](const std::string& line) { std::cout << line << std::endl; };
+  const ep::exec::TrainResult r = ep::exec::train(config, opt);
+  std::printf("trained %d epochs in %.1f s, final test accuracy %.2f%%\n", config.training.epochs, r.total_s,
+              100 * r.final_accuracy);
+  std::cout << "wrote " << out << "/{summary.json,epochs.csv,trace.json,grad_norms.csv,plan.json,weights.bin}\n";
   return 0;
 }
 
@@ -316,6 +337,12 @@ int main(int argc, char** argv) {
   sweep_cmd->add_flag("--exact", sweep.exact, "Simulate every iteration");
 
   std::string diff_first, diff_second;
+  TrainArgs train;
+  auto* train_cmd = app.add_subcommand("train", "Train for real with LibTorch, one process driving one pipeline");
+  train_cmd->add_option("config", train.config, "TOML config file")->required()->check(CLI::ExistingFile);
+  train_cmd->add_option("--set", train.overrides, "Override a config key")->take_all();
+  train_cmd->add_option("--out", train.out, "Output folder (default out/train/<config name>)");
+
   auto* trace_cmd = app.add_subcommand("trace", "Work with trace files");
   trace_cmd->require_subcommand(1);
   auto* diff_cmd = trace_cmd->add_subcommand(
@@ -336,6 +363,7 @@ int main(int argc, char** argv) {
     if (*sched_cmd) return run_schedule_cmd(sched);
     if (*sim_cmd) return run_simulate_cmd(simulate);
     if (*sweep_cmd) return run_sweep_cmd(sweep);
+    if (*train_cmd) return run_train_cmd(train);
     if (*diff_cmd) {
       const ep::trace::Trace a = ep::trace::read_chrome_trace(diff_first);
       const ep::trace::Trace b = ep::trace::read_chrome_trace(diff_second);

@@ -1,0 +1,320 @@
+#include "exec/model.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <numbers>
+
+#include "planner/error.hpp"
+
+namespace ep::exec {
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// FNV-1a of the name mixed with the seed: the parameter's own stream.
+std::uint64_t stream_seed(std::uint64_t seed, const std::string& name) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const unsigned char ch : name) h = (h ^ ch) * 1099511628211ULL;
+  std::uint64_t s = seed ^ h;
+  return splitmix64(s);
+}
+
+// N(0, std) by Box-Muller on 53-bit uniforms: the same values everywhere.
+at::Tensor normal_tensor(const std::vector<std::int64_t>& shape, double std, std::uint64_t state) {
+  at::Tensor t = at::empty(shape, at::kFloat);
+  float* out = t.data_ptr<float>();
+  const std::int64_t n = t.numel();
+  const auto uniform = [&] { return (static_cast<double>(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53; };
+  for (std::int64_t i = 0; i < n; i += 2) {
+    const double r = std::sqrt(-2.0 * std::log(uniform()));
+    const double a = 2.0 * std::numbers::pi * uniform();
+    out[i] = static_cast<float>(std * r * std::cos(a));
+    if (i + 1 < n) out[i + 1] = static_cast<float>(std * r * std::sin(a));
+  }
+  return t;
+}
+
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+  return at::layer_norm(x, {x.size(-1)}, w, b, eps);
+}
+
+// Multi-head self-attention on [B, S, H] with a fused QKV projection.
+at::Tensor attention(const at::Tensor& x, const at::Tensor& qkv_w, const at::Tensor& qkv_b,
+                     const at::Tensor& out_w, const at::Tensor& out_b, int heads) {
+  const std::int64_t B = x.size(0), S = x.size(1), H = x.size(2), d = H / heads;
+  const auto qkv = at::linear(x, qkv_w, qkv_b).view({B, S, 3, heads, d}).permute({2, 0, 3, 1, 4});
+  const at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // [B, heads, S, d]
+  const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+  const at::Tensor context = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({B, S, H});
+  return at::linear(context, out_w, out_b);
+}
+
+struct Dims {
+  std::int64_t H, I, heads, classes;
+  bool pre_ln;     // ViT: pre-LN, eps 1e-12 as HF's ViT; BERT: post-LN
+  double ln_eps = 1e-12;
+};
+
+class Attention final : public Sublayer {
+ public:
+  Attention(const std::string& name, const Dims& d, std::uint64_t seed) : Sublayer(name), d_(d) {
+    add("qkv.weight", {3 * d.H, d.H}, Init::Normal, seed);
+    add("qkv.bias", {3 * d.H}, Init::Zeros, seed);
+    add("out.weight", {d.H, d.H}, Init::Normal, seed);
+    add("out.bias", {d.H}, Init::Zeros, seed);
+    add("ln.weight", {d.H}, Init::Ones, seed);
+    add("ln.bias", {d.H}, Init::Zeros, seed);
+  }
+  at::Tensor forward(const at::Tensor& x) const override {
+    const auto& p = params();
+    const auto attn = [&](const at::Tensor& in) {
+      return attention(in, p[0].tensor, p[1].tensor, p[2].tensor, p[3].tensor, static_cast<int>(d_.heads));
+    };
+    if (d_.pre_ln) return x + attn(layer_norm(x, p[4].tensor, p[5].tensor, d_.ln_eps));
+    return layer_norm(x + attn(x), p[4].tensor, p[5].tensor, d_.ln_eps);
+  }
+
+ private:
+  Dims d_;
+};
+
+class Mlp final : public Sublayer {
+ public:
+  Mlp(const std::string& name, const Dims& d, std::uint64_t seed) : Sublayer(name), d_(d) {
+    add("fc1.weight", {d.I, d.H}, Init::Normal, seed);
+    add("fc1.bias", {d.I}, Init::Zeros, seed);
+    add("fc2.weight", {d.H, d.I}, Init::Normal, seed);
+    add("fc2.bias", {d.H}, Init::Zeros, seed);
+    add("ln.weight", {d.H}, Init::Ones, seed);
+    add("ln.bias", {d.H}, Init::Zeros, seed);
+  }
+  at::Tensor forward(const at::Tensor& x) const override {
+    const auto& p = params();
+    const auto mlp = [&](const at::Tensor& in) {
+      return at::linear(at::gelu(at::linear(in, p[0].tensor, p[1].tensor)), p[2].tensor, p[3].tensor);
+    };
+    if (d_.pre_ln) return x + mlp(layer_norm(x, p[4].tensor, p[5].tensor, d_.ln_eps));
+    return layer_norm(x + mlp(x), p[4].tensor, p[5].tensor, d_.ln_eps);
+  }
+
+ private:
+  Dims d_;
+};
+
+class VitStem final : public Sublayer {
+ public:
+  VitStem(const ModelConfig& m, const Dims& d, std::uint64_t seed) : Sublayer("stem"), patch_(m.patch_size) {
+    add("patch.weight", {d.H, m.num_channels, m.patch_size, m.patch_size}, Init::Normal, seed);
+    add("patch.bias", {d.H}, Init::Zeros, seed);
+    add("cls_token", {1, 1, d.H}, Init::Normal, seed);
+    add("position", {1, m.tokens(), d.H}, Init::Normal, seed);
+  }
+  at::Tensor forward(const at::Tensor& x) const override {
+    const auto& p = params();
+    const at::Tensor patches = at::conv2d(x, p[0].tensor, p[1].tensor, {patch_, patch_})
+                                   .flatten(2)
+                                   .transpose(1, 2);  // [B, N, H]
+    const at::Tensor cls = p[2].tensor.expand({x.size(0), 1, p[2].tensor.size(2)});
+    return at::cat({cls, patches}, 1) + p[3].tensor;
+  }
+
+ private:
+  std::int64_t patch_;
+};
+
+class BertStem final : public Sublayer {
+ public:
+  BertStem(const ModelConfig& m, const Dims& d, std::uint64_t seed) : Sublayer("stem"), d_(d) {
+    add("word.weight", {m.vocab_size, d.H}, Init::Normal, seed);
+    add("position.weight", {m.max_position_embeddings, d.H}, Init::Normal, seed);
+    add("token_type.weight", {m.type_vocab_size, d.H}, Init::Normal, seed);
+    add("ln.weight", {d.H}, Init::Ones, seed);
+    add("ln.bias", {d.H}, Init::Zeros, seed);
+  }
+  // Token types are all 0: single-segment inputs.
+  at::Tensor forward(const at::Tensor& ids) const override {
+    const auto& p = params();
+    const std::int64_t S = ids.size(1);
+    const at::Tensor positions = at::arange(S, ids.options().dtype(at::kLong));
+    const at::Tensor x = at::embedding(p[0].tensor, ids) + at::embedding(p[1].tensor, positions) +
+                         p[2].tensor[0];
+    return layer_norm(x, p[3].tensor, p[4].tensor, d_.ln_eps);
+  }
+
+ private:
+  Dims d_;
+};
+
+class VitHead final : public Sublayer {
+ public:
+  VitHead(const Dims& d, std::uint64_t seed) : Sublayer("head"), d_(d) {
+    add("ln.weight", {d.H}, Init::Ones, seed);
+    add("ln.bias", {d.H}, Init::Zeros, seed);
+    add("classifier.weight", {d.classes, d.H}, Init::Normal, seed);
+    add("classifier.bias", {d.classes}, Init::Zeros, seed);
+  }
+  at::Tensor forward(const at::Tensor& x) const override {
+    const auto& p = params();
+    const at::Tensor cls = x.select(1, 0);
+    return at::linear(layer_norm(cls, p[0].tensor, p[1].tensor, d_.ln_eps), p[2].tensor, p[3].tensor);
+  }
+
+ private:
+  Dims d_;
+};
+
+class BertHead final : public Sublayer {
+ public:
+  BertHead(const Dims& d, std::uint64_t seed) : Sublayer("head") {
+    add("pooler.weight", {d.H, d.H}, Init::Normal, seed);
+    add("pooler.bias", {d.H}, Init::Zeros, seed);
+    add("classifier.weight", {d.classes, d.H}, Init::Normal, seed);
+    add("classifier.bias", {d.classes}, Init::Zeros, seed);
+  }
+  at::Tensor forward(const at::Tensor& x) const override {
+    const auto& p = params();
+    const at::Tensor pooled = at::tanh(at::linear(x.select(1, 0), p[0].tensor, p[1].tensor));
+    return at::linear(pooled, p[2].tensor, p[3].tensor);
+  }
+};
+
+constexpr char kWeightsMagic[8] = {'E', 'P', 'W', 'E', 'I', 'G', 'H', 'T'};
+
+}  // namespace
+
+std::int64_t Sublayer::num_params() const {
+  std::int64_t n = 0;
+  for (const auto& p : params_) n += p.tensor.numel();
+  return n;
+}
+
+void Sublayer::to(const at::Device& device) {
+  for (auto& p : params_)
+    if (p.tensor.device() != device) p.tensor.set_data(p.tensor.data().to(device));
+}
+
+void Sublayer::set_requires_grad(bool trainable) {
+  for (auto& p : params_) {
+    p.tensor.requires_grad_(trainable);
+    if (!trainable) p.tensor.mutable_grad().reset();
+  }
+}
+
+at::Tensor Sublayer::add(const std::string& local_name, std::vector<std::int64_t> shape, Init init,
+                         std::uint64_t seed) {
+  const std::string full = name_ + "." + local_name;
+  at::Tensor t = init == Init::Normal ? normal_tensor(shape, 0.02, stream_seed(seed, full))
+                 : init == Init::Zeros ? at::zeros(shape, at::kFloat)
+                                       : at::ones(shape, at::kFloat);
+  params_.push_back({full, t});
+  return t;
+}
+
+Model::Model(const ModelConfig& m, std::uint64_t seed) : spec_(build_model_spec(m, Precision::FP32)) {
+  const bool vit = m.family == ModelFamily::ViT;
+  const Dims d{m.hidden_size, m.intermediate_size, m.num_attention_heads, m.num_labels, vit};
+  if (vit) sublayers_.push_back(std::make_unique<VitStem>(m, d, seed));
+  else sublayers_.push_back(std::make_unique<BertStem>(m, d, seed));
+  for (int l = 0; l < m.num_hidden_layers; ++l) {
+    sublayers_.push_back(std::make_unique<Attention>("att." + std::to_string(l), d, seed));
+    sublayers_.push_back(std::make_unique<Mlp>("mlp." + std::to_string(l), d, seed));
+  }
+  if (vit) sublayers_.push_back(std::make_unique<VitHead>(d, seed));
+  else sublayers_.push_back(std::make_unique<BertHead>(d, seed));
+  for (std::size_t i = 0; i < sublayers_.size(); ++i)
+    if (sublayers_[i]->name() != spec_.sublayers[i].name)
+      throw Error("model: sublayer " + std::to_string(i) + " is '" + sublayers_[i]->name() +
+                  "', the planner's is '" + spec_.sublayers[i].name + "'");
+}
+
+at::Tensor Model::forward(SublayerRange range, at::Tensor x) const {
+  for (int i = range.first; i < range.last; ++i) x = sublayers_[i]->forward(x);
+  return x;
+}
+
+std::vector<NamedTensor> Model::named_params() const {
+  std::vector<NamedTensor> all;
+  for (const auto& s : sublayers_) all.insert(all.end(), s->params().begin(), s->params().end());
+  return all;
+}
+
+// Layout (little-endian): "EPWEIGHT", u64 count, then per parameter:
+// u32 name length, name bytes, u32 ndim, i64 dims[ndim], f32 values.
+void Model::save(const std::string& path) const {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw Error(path + ": cannot open for writing");
+  const auto put = [&](const void* p, std::size_t n) { out.write(static_cast<const char*>(p), static_cast<std::streamsize>(n)); };
+  const std::vector<NamedTensor> all = named_params();
+  const std::uint64_t count = all.size();
+  put(kWeightsMagic, sizeof kWeightsMagic);
+  put(&count, sizeof count);
+  for (const auto& p : all) {
+    const at::Tensor t = p.tensor.detach().to(at::kCPU, at::kFloat).contiguous();
+    const auto len = static_cast<std::uint32_t>(p.name.size());
+    const auto ndim = static_cast<std::uint32_t>(t.dim());
+    put(&len, sizeof len);
+    put(p.name.data(), len);
+    put(&ndim, sizeof ndim);
+    put(t.sizes().data(), ndim * sizeof(std::int64_t));
+    put(t.data_ptr<float>(), t.numel() * sizeof(float));
+  }
+  out.close();
+  if (!out) throw Error(path + ": write failed");
+}
+
+void Model::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  const auto get = [&](void* p, std::size_t n, const std::string& what) {
+    if (!in.read(static_cast<char*>(p), static_cast<std::streamsize>(n)))
+      throw Error(path + ": truncated while reading " + what);
+  };
+  char magic[sizeof kWeightsMagic];
+  get(magic, sizeof magic, "the header");
+  if (std::memcmp(magic, kWeightsMagic, sizeof magic) != 0)
+    throw Error(path + ": not an ElasticPipe weights file (expected magic EPWEIGHT)");
+  std::uint64_t count = 0;
+  get(&count, sizeof count, "the header");
+  std::map<std::string, at::Tensor> by_name;
+  for (const auto& p : named_params()) by_name.emplace(p.name, p.tensor);
+  if (count != by_name.size())
+    throw Error(path + ": holds " + std::to_string(count) + " parameters, the model has " +
+                std::to_string(by_name.size()));
+  for (std::uint64_t i = 0; i < count; ++i) {
+    std::uint32_t len = 0, ndim = 0;
+    get(&len, sizeof len, "parameter " + std::to_string(i));
+    if (len > 4096) throw Error(path + ": parameter " + std::to_string(i) + ": name length " + std::to_string(len));
+    std::string name(len, '\0');
+    get(name.data(), len, "parameter " + std::to_string(i));
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) throw Error(path + ": parameter '" + name + "' is not in the model");
+    get(&ndim, sizeof ndim, name);
+    std::vector<std::int64_t> dims(ndim > 8 ? 0 : ndim);
+    if (ndim > 8) throw Error(path + ": parameter '" + name + "': " + std::to_string(ndim) + " dimensions");
+    get(dims.data(), ndim * sizeof(std::int64_t), name);
+    if (at::IntArrayRef(dims) != it->second.sizes())
+      throw Error(path + ": parameter '" + name + "': shape " + c10::str(at::IntArrayRef(dims)) +
+                  ", the model's is " + c10::str(it->second.sizes()));
+    at::Tensor values = at::empty(dims, at::kFloat);
+    get(values.data_ptr<float>(), values.numel() * sizeof(float), name);
+    at::NoGradGuard no_grad;
+    it->second.copy_(values);
+  }
+}
+
+at::Tensor weighted_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& weights,
+                                  double denominator) {
+  const at::Tensor per_sample = at::cross_entropy_loss(logits.to(at::kFloat), labels, {}, at::Reduction::None);
+  return (per_sample * weights).sum() / denominator;
+}
+
+}  // namespace ep::exec

@@ -1,0 +1,98 @@
+// The models at sublayer granularity, exactly the planner's list
+// (model_spec.hpp): stem, att.0, mlp.0, …, att.{L-1}, mlp.{L-1}, head. Each
+// sublayer owns its parameters by name and is a pure function of its input,
+// so a stage is just a run of sublayers and a partition boundary can fall
+// after any of them. Written on ATen ops, not torch::nn: parameter names,
+// initialisation and placement stay ours, and the file compiles on narrow
+// headers.
+//   ViT (pre-LN): stem = patch conv + class token + position embedding;
+//     att = x + Attn(LN(x)); mlp = x + FC2(GELU(FC1(LN(x))));
+//     head = Linear(LN(x)[:, 0]).
+//   BERT (post-LN): stem = LN(word + position + type embedding);
+//     att = LN(x + Attn(x)); mlp = LN(x + FC2(GELU(FC1(x))));
+//     head = Linear(tanh(Linear(x[:, 0]))) (pooler + classifier).
+// No dropout: runs are deterministic, and a pipelined run equals a
+// single-device one.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "planner/model_spec.hpp"
+
+namespace ep::exec {
+
+struct NamedTensor {
+  std::string name;  // "att.3.qkv.weight"
+  at::Tensor tensor;
+};
+
+class Sublayer {
+ public:
+  explicit Sublayer(std::string name) : name_(std::move(name)) {}
+  virtual ~Sublayer() = default;
+  Sublayer(const Sublayer&) = delete;
+  Sublayer& operator=(const Sublayer&) = delete;
+
+  [[nodiscard]] const std::string& name() const { return name_; }
+  // ViT stem: float [B, C, H, W]; BERT stem: int64 token ids [B, S];
+  // att/mlp: [B, S, H]; head: [B, S, H] -> logits [B, classes].
+  [[nodiscard]] virtual at::Tensor forward(const at::Tensor& x) const = 0;
+  [[nodiscard]] std::vector<NamedTensor>& params() { return params_; }
+  [[nodiscard]] const std::vector<NamedTensor>& params() const { return params_; }
+  [[nodiscard]] std::int64_t num_params() const;
+  // Moves the parameters (keeping their names and values) to `device`.
+  void to(const at::Device& device);
+  void set_requires_grad(bool trainable);
+
+ protected:
+  enum class Init { Normal, Zeros, Ones };  // Normal: N(0, 0.02), as BERT and ViT
+  // Registers parameter "<sublayer name>.<local_name>", initialised from
+  // its own stream of `seed`.
+  at::Tensor add(const std::string& local_name, std::vector<std::int64_t> shape, Init init,
+                 std::uint64_t seed);
+
+ private:
+  std::string name_;
+  std::vector<NamedTensor> params_;
+};
+
+class Model {
+ public:
+  // Sizes from the config; weights from the seed only: each parameter is
+  // drawn from its own splitmix64 stream keyed by (seed, name), so it does
+  // not depend on the order of construction or on the device.
+  Model(const ModelConfig& config, std::uint64_t seed);
+
+  [[nodiscard]] const ModelSpec& spec() const { return spec_; }
+  [[nodiscard]] int num_sublayers() const { return static_cast<int>(sublayers_.size()); }
+  [[nodiscard]] Sublayer& sublayer(int i) { return *sublayers_.at(i); }
+  [[nodiscard]] const Sublayer& sublayer(int i) const { return *sublayers_.at(i); }
+  // Sublayers [range.first, range.last) applied in order.
+  [[nodiscard]] at::Tensor forward(SublayerRange range, at::Tensor x) const;
+  [[nodiscard]] std::vector<NamedTensor> named_params() const;
+
+  // Binary weights file keyed by parameter name (layout in model.cpp). load
+  // requires exactly this model's names and shapes and throws ep::Error
+  // naming the file and the first mismatch; values land on each
+  // parameter's current device.
+  void save(const std::string& path) const;
+  void load(const std::string& path);
+
+ private:
+  ModelSpec spec_;
+  std::vector<std::unique_ptr<Sublayer>> sublayers_;
+};
+
+// Loss of a micro-batch with per-sample weights (0 for masked sampler
+// slots): Σ weight · cross-entropy / denominator, with the denominator the
+// real samples of the whole batch, so summing micro-batches gives the
+// batch mean.
+[[nodiscard]] at::Tensor weighted_cross_entropy(const at::Tensor& logits, const at::Tensor& labels,
+                                                const at::Tensor& weights, double denominator);
+
+}  // namespace ep::exec

@@ -1,0 +1,393 @@
+#include "exec/pipeline.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+
+#include "exec/cache.hpp"
+#include "exec/torch_compat.hpp"
+#include "planner/error.hpp"
+
+namespace ep::exec {
+namespace {
+
+// What one stage keeps of a micro-batch between its forward and backward.
+struct Saved {
+  at::Tensor input;   // the autograd leaf the stage's active sublayers start from
+  at::Tensor output;  // active sublayers' output (empty when recomputed)
+  at::Tensor loss;    // last stage only
+};
+
+enum class Message : unsigned char { Activation, Gradient, FrozenOutput };
+using Key = std::tuple<Message, int, int>;  // (what, receiving stage, micro-batch)
+
+// Hand-off between stages, across or within devices. take() blocks until
+// the entry is there; abort() wakes everyone when a worker fails, so a
+// failure never hangs the pipeline.
+class Mailbox {
+ public:
+  void put(const Key& key, at::Tensor t) {
+    {
+      std::lock_guard lock(mutex_);
+      box_[key] = std::move(t);
+    }
+    cv_.notify_all();
+  }
+  at::Tensor take(const Key& key) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return aborted_ || box_.count(key) > 0; });
+    if (aborted_) throw Error("pipeline aborted by a failing worker");
+    at::Tensor t = std::move(box_.at(key));
+    box_.erase(key);
+    return t;
+  }
+  void wait(const Key& key) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return aborted_ || box_.count(key) > 0; });
+    if (aborted_) throw Error("pipeline aborted by a failing worker");
+  }
+  void abort() {
+    {
+      std::lock_guard lock(mutex_);
+      aborted_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<Key, at::Tensor> box_;
+  bool aborted_ = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point origin) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count();
+}
+
+}  // namespace
+
+struct Pipeline::Job {
+  const Schedule* schedule = nullptr;
+  std::span<const MicroBatch> batches;
+  double real_samples = 1;
+  double lr = 0;
+  int cache_valid_layers = -1;
+  std::optional<std::chrono::steady_clock::time_point> origin;
+  Mailbox mailbox;
+  std::vector<std::map<int, Saved>> saved;       // per stage, per micro-batch
+  std::vector<at::Tensor> loss, correct;         // per micro-batch, on the last device
+  std::vector<at::Tensor> sublayer_grad_sq;      // per sublayer, at OptimizerStep
+  std::vector<std::vector<ActionRecord>> records;  // per device
+  std::exception_ptr error;
+};
+
+Pipeline::Pipeline(Model& model, Optimizer& optimizer, PipelineOptions options)
+    : model_(model), optimizer_(optimizer), options_(std::move(options)) {
+  if (options_.devices.empty()) throw Error("pipeline: no devices");
+  for (int d = 0; d < static_cast<int>(options_.devices.size()); ++d)
+    workers_.emplace_back([this, d] { worker_main(d); });
+}
+
+Pipeline::~Pipeline() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void Pipeline::configure(const Partition& partition, int K, int v) {
+  if (K > static_cast<int>(options_.devices.size()))
+    throw Error("pipeline: the plan needs K = " + std::to_string(K) + " devices, " +
+                std::to_string(options_.devices.size()) + " are configured");
+  if (partition.K() != K * v) throw Error("pipeline: partition has " + std::to_string(partition.K()) +
+                                          " stages, expected K*v = " + std::to_string(K * v));
+  partition_ = partition;
+  K_ = K;
+  v_ = v;
+  for (int i = 0; i < model_.num_sublayers(); ++i) {
+    Sublayer& sub = model_.sublayer(i);
+    const at::Device device = device_of_sublayer(i);
+    const bool trainable = i >= partition.frozen_end;
+    sub.to(device);
+    sub.set_requires_grad(trainable);
+    for (const auto& p : sub.params()) {
+      if (trainable) {
+        optimizer_.add(p.name);
+        optimizer_.to(p.name, device);
+      } else {
+        optimizer_.remove(p.name);
+      }
+    }
+  }
+}
+
+at::Device Pipeline::device_of_sublayer(int sublayer) const {
+  if (sublayer < partition_.bounds.front()) return options_.devices[0];  // F_frozen
+  for (int s = 0; s < partition_.K(); ++s)
+    if (sublayer < partition_.bounds[s + 1]) return options_.devices[s % K_];
+  throw Error("pipeline: sublayer " + std::to_string(sublayer) + " is in no stage");
+}
+
+IterationResult Pipeline::run(const Schedule& schedule, std::span<const MicroBatch> batches, double real_samples,
+                              double lr, int cache_valid_layers,
+                              std::optional<std::chrono::steady_clock::time_point> origin) {
+  if (schedule.K != K_ || schedule.v != v_)
+    throw Error("pipeline: schedule for K=" + std::to_string(schedule.K) + ", v=" + std::to_string(schedule.v) +
+                ", configured for K=" + std::to_string(K_) + ", v=" + std::to_string(v_));
+  if (static_cast<int>(batches.size()) != schedule.M)
+    throw Error("pipeline: " + std::to_string(batches.size()) + " micro-batches for M=" + std::to_string(schedule.M));
+  for (const auto& p : model_.named_params()) p.tensor.mutable_grad().reset();
+
+  Job job;
+  job.schedule = &schedule;
+  job.batches = batches;
+  job.real_samples = real_samples;
+  job.lr = lr;
+  job.cache_valid_layers = cache_valid_layers;
+  job.origin = origin;
+  job.saved.resize(schedule.num_stages());
+  job.loss.resize(schedule.M);
+  job.correct.resize(schedule.M);
+  job.sublayer_grad_sq.resize(model_.num_sublayers());
+  job.records.resize(schedule.K);
+  {
+    std::unique_lock lock(mutex_);
+    job_ = &job;
+    finished_ = 0;
+    ++generation_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return finished_ == schedule.K; });
+    job_ = nullptr;
+  }
+  if (job.error) std::rethrow_exception(job.error);
+
+  IterationResult result;
+  for (int m = 0; m < schedule.M; ++m) {
+    if (job.loss[m].defined()) result.loss += job.loss[m].item<double>();
+    if (job.correct[m].defined()) result.correct += job.correct[m].item<std::int64_t>();
+  }
+  const bool stepped = std::any_of(job.sublayer_grad_sq.begin(), job.sublayer_grad_sq.end(),
+                                   [](const at::Tensor& t) { return t.defined(); });
+  if (stepped) {
+    result.layer_grad_sq.assign(model_.spec().num_layers(), 0.0);
+    for (int i = 0; i < model_.num_sublayers(); ++i) {
+      const int layer = model_.spec().sublayers[i].layer;
+      const bool transformer = model_.spec().sublayers[i].kind == SublayerKind::Attention ||
+                               model_.spec().sublayers[i].kind == SublayerKind::Mlp;
+      if (transformer && job.sublayer_grad_sq[i].defined())
+        result.layer_grad_sq[layer] += job.sublayer_grad_sq[i].item<double>();
+    }
+  }
+  for (auto& r : job.records) result.records.insert(result.records.end(), r.begin(), r.end());
+  return result;
+}
+
+void Pipeline::worker_main(int device) {
+  // lazy_init first: its first call in a thread would otherwise reset the
+  // thread's OpenMP team size to the process-wide setting.
+  at::internal::lazy_init_num_threads();
+  at::set_num_threads(std::max(1, options_.threads_per_worker));
+  compat::set_autocast(options_.devices[device].type(), options_.bf16_autocast, at::kBFloat16);
+  std::uint64_t seen = 0;
+  while (true) {
+    Job* job = nullptr;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || (job_ != nullptr && generation_ != seen); });
+      if (stop_) return;
+      seen = generation_;
+      // A device outside this schedule's K must not touch the job at all:
+      // run() returns (and the job dies) once the K devices are done.
+      if (device >= job_->schedule->K) continue;
+      job = job_;
+    }
+    try {
+      run_device(device, *job);
+    } catch (...) {
+      {
+        std::lock_guard lock(mutex_);
+        if (!job->error) job->error = std::current_exception();
+      }
+      job->mailbox.abort();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      ++finished_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void Pipeline::run_device(int device, Job& job) {
+  const Schedule& schedule = *job.schedule;
+  const Partition& part = partition_;
+  const int stages = schedule.num_stages();
+  const at::Device dev = options_.devices[device];
+  const int frozen_end = part.frozen_end;
+  const bool has_frozen_model = part.bounds.front() > 0;  // F_frozen on device 0
+  const int frozen_layers = part.frozen_layers;
+  std::map<int, at::Tensor> frozen_in, frozen_out;  // device 0: FZ's input (advance) and output, per micro-batch
+
+  const auto recompute = [&](int s) {
+    return options_.checkpointing == Checkpointing::Always ||
+           (options_.checkpointing == Checkpointing::ExceptLast && s != stages - 1);
+  };
+  // Stage s's own frozen sublayers (no AutoPipe: the prefix stays in place).
+  const auto inner_frozen = [&](int s) {
+    return s == 0 && has_frozen_model ? SublayerRange{0, 0} : part.hosted_frozen(s);
+  };
+  // Active sublayers exist before stage s: its input needs a gradient.
+  const auto needs_input_grad = [&](int s) { return s > 0 && part.bounds[s] > frozen_end; };
+  const auto active_forward = [&](int s, int m, Saved& saved) {
+    at::Tensor out = model_.forward(part.active(s), saved.input);
+    if (s == stages - 1) {
+      const MicroBatch& mb = job.batches[m];
+      const at::Tensor labels = mb.labels.to(dev), weights = mb.weights.to(dev);
+      saved.loss = weighted_cross_entropy(out, labels, weights, job.real_samples);
+      if (!job.loss[m].defined()) {  // recorded once, at the forward
+        job.loss[m] = saved.loss.detach();
+        job.correct[m] = ((out.argmax(-1) == labels) * (weights > 0)).sum();
+      }
+    }
+    return out;
+  };
+  const auto stage_params = [&](int s) {
+    std::vector<NamedTensor> ps;
+    for (int i = part.active(s).first; i < part.active(s).last; ++i)
+      for (const auto& p : model_.sublayer(i).params()) ps.push_back(p);
+    return ps;
+  };
+
+  for (const Action& a : schedule.devices[device]) {
+    const double start = job.origin ? seconds_since(*job.origin) : 0;
+    const int s = a.stage, m = a.microbatch;
+    switch (a.kind) {
+      case ActionKind::CacheRead: {
+        if (!cache_) throw Error("pipeline: the schedule reads the activation cache, none is set");
+        const bool advance = job.cache_valid_layers > 0;
+        at::Tensor t = cache_->read(job.batches[m].indices, advance ? job.cache_valid_layers : frozen_layers, dev);
+        if (advance) frozen_in[m] = t;
+        else job.mailbox.put({Message::FrozenOutput, 0, m}, t);
+        break;
+      }
+      case ActionKind::FrozenForward: {
+        const bool advance = job.cache_valid_layers > 0;
+        at::NoGradGuard no_grad;
+        at::Tensor in = advance ? frozen_in.at(m) : job.batches[m].input.to(dev);
+        const SublayerRange run{advance ? ModelSpec::first_sublayer_of_layer(job.cache_valid_layers) : 0,
+                                part.bounds.front()};
+        at::Tensor out = model_.forward(run, in);
+        frozen_in.erase(m);
+        frozen_out[m] = out;
+        job.mailbox.put({Message::FrozenOutput, 0, m}, out);
+        break;
+      }
+      case ActionKind::CacheWrite:
+        if (!cache_) throw Error("pipeline: the schedule writes the activation cache, none is set");
+        cache_->write(job.batches[m].indices, frozen_out.at(m), frozen_layers);
+        frozen_out.erase(m);
+        break;
+      case ActionKind::Forward: {
+        at::Tensor x;
+        if (s > 0) x = job.mailbox.take({Message::Activation, s, m});
+        else if (has_frozen_model) x = job.mailbox.take({Message::FrozenOutput, 0, m});
+        else x = job.batches[m].input.to(dev);
+        const SublayerRange inner = inner_frozen(s);
+        if (!inner.empty()) {
+          at::NoGradGuard no_grad;
+          x = model_.forward(inner, x);
+        }
+        Saved& saved = job.saved[s][m];
+        saved.input = x.detach().requires_grad_(needs_input_grad(s));
+        at::Tensor out;
+        if (recompute(s)) {
+          at::NoGradGuard no_grad;
+          out = active_forward(s, m, saved);
+        } else {
+          out = active_forward(s, m, saved);
+          saved.output = out;
+        }
+        if (s + 1 < stages) {
+          // Same device: hand over now; else the SendAct carries it.
+          if (schedule.device_of(s + 1) == device) job.mailbox.put({Message::Activation, s + 1, m}, out.detach());
+          else saved.output = saved.output.defined() ? saved.output : out;
+        }
+        break;
+      }
+      case ActionKind::SendAct: {
+        const at::Device peer = options_.devices[a.peer_device];
+        job.mailbox.put({Message::Activation, s + 1, m}, job.saved[s].at(m).output.detach().to(peer));
+        if (recompute(s)) job.saved[s].at(m).output = at::Tensor();
+        break;
+      }
+      case ActionKind::RecvAct:
+        job.mailbox.wait({Message::Activation, s, m});
+        break;
+      case ActionKind::Backward: {
+        Saved saved = std::move(job.saved[s].at(m));
+        job.saved[s].erase(m);
+        const bool trains = !part.active(s).empty();
+        at::Tensor grad_out;
+        if (s + 1 < stages) grad_out = job.mailbox.take({Message::Gradient, s, m});
+        at::Tensor grad_in;
+        if (trains || needs_input_grad(s)) {
+          if (recompute(s)) saved.output = active_forward(s, m, saved);
+          if (s == stages - 1) torch::autograd::backward({saved.loss});
+          else if (grad_out.defined()) torch::autograd::backward({saved.output}, {grad_out});
+          if (needs_input_grad(s)) grad_in = saved.input.grad();
+        }
+        if (s > 0) {
+          if (schedule.device_of(s - 1) == device) job.mailbox.put({Message::Gradient, s - 1, m}, grad_in);
+          else job.saved[s][m] = Saved{grad_in, {}, {}};  // kept for the SendGrad
+        }
+        break;
+      }
+      case ActionKind::SendGrad: {
+        const at::Device peer = options_.devices[a.peer_device];
+        at::Tensor g = std::move(job.saved[s].at(m).input);
+        job.saved[s].erase(m);
+        job.mailbox.put({Message::Gradient, s - 1, m}, g.defined() ? g.to(peer) : g);
+        break;
+      }
+      case ActionKind::RecvGrad:
+        job.mailbox.wait({Message::Gradient, s, m});
+        break;
+      case ActionKind::OptimizerStep: {
+        const std::vector<NamedTensor> params = stage_params(s);
+        for (int i = part.active(s).first; i < part.active(s).last; ++i) {
+          at::Tensor sq = at::zeros({}, at::TensorOptions().device(dev).dtype(at::kDouble));
+          for (const auto& p : model_.sublayer(i).params())
+            if (p.tensor.grad().defined()) sq = sq + p.tensor.grad().to(at::kDouble).square().sum();
+          job.sublayer_grad_sq[i] = sq;
+        }
+        optimizer_.step(params, job.lr);
+        break;
+      }
+      case ActionKind::AllReduce:
+        throw Error("pipeline: the schedule all-reduces across replicas; data parallelism runs one "
+                    "process per pipeline (elasticpipe train --nproc, issue 5)");
+    }
+    if (job.origin) {
+      if (dev.is_cuda()) compat::synchronize(dev);  // CUDA work is asynchronous: time what ran
+      job.records[device].push_back({a, device, start, seconds_since(*job.origin)});
+    }
+  }
+}
+
+at::Tensor Pipeline::infer(const at::Tensor& input) {
+  at::NoGradGuard no_grad;
+  at::Tensor x = input;
+  for (int i = 0; i < model_.num_sublayers(); ++i) {
+    const at::Device dev = device_of_sublayer(i);
+    if (x.device() != dev) x = x.to(dev);
+    x = model_.sublayer(i).forward(x);
+  }
+  return x;
+}
+
+}  // namespace ep::exec

@@ -1,0 +1,126 @@
+// The stage runtime: carries out one iteration of a lowered planner Schedule
+// with real tensors. One worker thread per pipeline device runs that
+// device's action list in order; stages exchange activations and gradients
+// through a mailbox keyed by (kind, stage, micro-batch), so a receive blocks
+// until its send has happened, exactly the dependencies the planner's
+// `simulate` assumes. Each stage's forward keeps its input (a fresh autograd
+// leaf) and output; its backward runs autograd on that sub-graph only and
+// hands the input's gradient to the previous stage. Frozen sublayers run
+// without autograd; a stage with nothing to train and nothing trainable
+// before it does no backward and sends no gradient (an empty message).
+// The pipeline decides nothing: partition, K, v, M and the order of work
+// all come from the Plan and its Schedule.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "exec/model.hpp"
+#include "exec/optimizer.hpp"
+#include "planner/partition.hpp"
+#include "planner/schedule.hpp"
+
+namespace ep::exec {
+
+class ActivationCache;
+
+struct MicroBatch {
+  at::Tensor input;    // stem input, CPU; moved to the first device by the pipeline
+  at::Tensor labels;   // int64 [n]
+  at::Tensor weights;  // float [n]: 1 for a real sample, 0 for a masked sampler slot
+  std::vector<std::int64_t> indices;  // dataset index per sample, -1 when masked
+};
+
+struct ActionRecord {
+  Action action;
+  int device = 0;
+  double start_s = 0;  // seconds since the run's origin
+  double end_s = 0;
+};
+
+struct IterationResult {
+  double loss = 0;           // Σ over micro-batches: the batch's mean loss
+  std::int64_t correct = 0;  // real samples classified right
+  // Per Transformer layer, ‖g‖² over its attention and MLP parameters,
+  // measured at each stage's OptimizerStep (before the update); empty when
+  // the schedule has no OptimizerStep.
+  std::vector<double> layer_grad_sq;
+  std::vector<ActionRecord> records;  // when traced
+};
+
+struct PipelineOptions {
+  std::vector<at::Device> devices;  // K workers' devices
+  int threads_per_worker = 1;
+  bool bf16_autocast = false;
+  Checkpointing checkpointing = Checkpointing::Never;
+};
+
+class Pipeline {
+ public:
+  Pipeline(Model& model, Optimizer& optimizer, PipelineOptions options);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // Places every sublayer per `partition` (stage s on device s % K, F_frozen
+  // on device 0), marks the frozen prefix untrainable and takes it out of
+  // the optimizer, adds the active parameters (their state, if any, is
+  // kept and moved along). Weights are moved, never re-initialised.
+  void configure(const Partition& partition, int K, int v);
+  [[nodiscard]] const Partition& partition() const { return partition_; }
+  // Device and trainable flag of each sublayer as configured.
+  [[nodiscard]] at::Device device_of_sublayer(int sublayer) const;
+
+  // The activation cache CacheRead/CacheWrite use, and the frozen depth (in
+  // layers) its entries hold before this iteration (Advance reads those).
+  void set_cache(ActivationCache* cache) { cache_ = cache; }
+
+  // Runs `schedule` (lowered, checked) on `batches` (schedule.M of them).
+  // `real_samples` is the whole batch's count of real samples (the loss
+  // denominator). `cache_valid_layers` as in IterationSetup (-1 steady).
+  // Gradients are zeroed first; an OptimizerStep in the schedule applies
+  // `lr`. Times are recorded when `origin` is given.
+  IterationResult run(const Schedule& schedule, std::span<const MicroBatch> batches, double real_samples,
+                      double lr, int cache_valid_layers = -1,
+                      std::optional<std::chrono::steady_clock::time_point> origin = {});
+
+  // Forward only, no autograd, all sublayers in order on their devices: the
+  // logits of `input` (evaluation).
+  [[nodiscard]] at::Tensor infer(const at::Tensor& input);
+
+ private:
+  struct Job;
+  void worker_main(int device);
+  void run_device(int device, Job& job);
+
+  Model& model_;
+  Optimizer& optimizer_;
+  PipelineOptions options_;
+  Partition partition_;
+  int K_ = 1;
+  int v_ = 1;
+  ActivationCache* cache_ = nullptr;
+
+  // Worker pool: one persistent thread per device.
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  Job* job_ = nullptr;
+  std::uint64_t generation_ = 0;
+  int finished_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace ep::exec

@@ -1,0 +1,6 @@
+// Torch first: Debian's c10 logs through glog, whose CHECK macro would
+// replace Catch's. Precompiled for every exec test file.
+#pragma once
+#include <ATen/ATen.h>
+#undef CHECK
+#include <catch2/catch.hpp>

@@ -1,0 +1,440 @@
+// The executor's torch-free datasets: the IDX reader on small files written
+// here (gzip and plain, good and bad), Fashion-MNIST loading on fake and on
+// the real Debian files, and the synthetic generators' determinism and
+// learnability.
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "exec/data.hpp"
+#include "planner/error.hpp"
+
+using namespace ep;
+using namespace ep::exec;
+using Catch::Matchers::Contains;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using Bytes = std::vector<std::uint8_t>;
+
+// A fresh directory under the system temp dir, removed with everything in it.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("ep-test-data-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  [[nodiscard]] std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+void put_be32(Bytes& b, std::uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) b.push_back(static_cast<std::uint8_t>(v >> shift));
+}
+
+Bytes idx_bytes(std::uint32_t magic, const std::vector<std::uint32_t>& dims, const Bytes& data) {
+  Bytes b;
+  put_be32(b, magic);
+  for (std::uint32_t d : dims) put_be32(b, d);
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
+void write_file(const std::string& path, const Bytes& bytes, bool gzip) {
+  if (gzip) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    if (!bytes.empty())
+      REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
+              static_cast<int>(bytes.size()));
+    REQUIRE(gzclose(f) == Z_OK);
+  } else {
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+  }
+}
+
+Bytes iota_bytes(std::size_t n, int step = 1) {
+  Bytes b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::uint8_t>((i * step) % 256);
+  return b;
+}
+
+// A fake Fashion-MNIST directory: n images whose pixel (y, x) of sample s
+// is (s + y * 28 + x) % 256, labels s % 10, both splits alike.
+void write_fake_fashion(const TempDir& dir, std::uint32_t n, bool gzip = true) {
+  Bytes pixels(n * 28 * 28), labels(n);
+  for (std::uint32_t s = 0; s < n; ++s) {
+    labels[s] = static_cast<std::uint8_t>(s % 10);
+    for (std::uint32_t j = 0; j < 28 * 28; ++j)
+      pixels[s * 784 + j] = static_cast<std::uint8_t>((s + j) % 256);
+  }
+  const std::string ext = gzip ? ".gz" : "";
+  for (const std::string split : {"train", "t10k"}) {
+    write_file(dir.file(split + "-images-idx3-ubyte" + ext), idx_bytes(0x803, {n, 28, 28}, pixels),
+               gzip);
+    write_file(dir.file(split + "-labels-idx1-ubyte" + ext), idx_bytes(0x801, {n}, labels), gzip);
+  }
+}
+
+float normalised(float raw) { return (raw / 255.0f - 0.2860f) / 0.3530f; }
+
+std::vector<std::int64_t> class_counts(const Dataset& d) {
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(d.num_classes));
+  for (std::int64_t l : d.labels) {
+    REQUIRE(l >= 0);
+    REQUIRE(l < d.num_classes);
+    ++counts[static_cast<std::size_t>(l)];
+  }
+  return counts;
+}
+
+// Nearest class mean, fit on `train`, accuracy on `test`.
+double nearest_mean_accuracy(const Dataset& train, const Dataset& test) {
+  const auto n = static_cast<std::size_t>(train.sample_numel());
+  const auto k = static_cast<std::size_t>(train.num_classes);
+  std::vector<double> means(k * n);
+  const auto counts = class_counts(train);
+  for (std::size_t i = 0; i < train.labels.size(); ++i)
+    for (std::size_t j = 0; j < n; ++j)
+      means[static_cast<std::size_t>(train.labels[i]) * n + j] += train.pixels[i * n + j];
+  for (std::size_t c = 0; c < k; ++c)
+    for (std::size_t j = 0; j < n; ++j)
+      means[c * n + j] /= static_cast<double>(std::max<std::int64_t>(counts[c], 1));
+  int correct = 0;
+  for (std::size_t i = 0; i < test.labels.size(); ++i) {
+    std::size_t best = 0;
+    double best_dist = INFINITY;
+    for (std::size_t c = 0; c < k; ++c) {
+      double dist = 0;
+      for (std::size_t j = 0; j < n; ++j)
+        dist += std::pow(test.pixels[i * n + j] - means[c * n + j], 2);
+      if (dist < best_dist) best_dist = dist, best = c;
+    }
+    correct += static_cast<std::int64_t>(best) == test.labels[i];
+  }
+  return static_cast<double>(correct) / static_cast<double>(test.labels.size());
+}
+
+// Count-the-keywords: a token is class c's keyword when, in the train split,
+// it occurs in class c at least 3x as often as in any other class; a test
+// sequence is the class with the most keyword occurrences.
+double keyword_rule_accuracy(const Dataset& train, const Dataset& test) {
+  const auto k = static_cast<std::size_t>(train.num_classes);
+  std::map<std::int64_t, std::vector<int>> per_class;  // token -> occurrences per class
+  for (std::size_t i = 0; i < train.labels.size(); ++i)
+    for (int p = 1; p < train.seq_length; ++p) {
+      auto& v = per_class[train.tokens[i * static_cast<std::size_t>(train.seq_length) + p]];
+      v.resize(k);
+      ++v[static_cast<std::size_t>(train.labels[i])];
+    }
+  std::map<std::int64_t, std::size_t> keyword_class;
+  for (const auto& [token, v] : per_class) {
+    const auto top = static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+    int runner_up = 0;
+    for (std::size_t c = 0; c < k; ++c)
+      if (c != top) runner_up = std::max(runner_up, v[c]);
+    if (v[top] >= 20 && v[top] >= 3 * runner_up) keyword_class[token] = top;
+  }
+  int correct = 0;
+  for (std::size_t i = 0; i < test.labels.size(); ++i) {
+    std::vector<int> votes(k);
+    for (int p = 1; p < test.seq_length; ++p) {
+      const auto it =
+          keyword_class.find(test.tokens[i * static_cast<std::size_t>(test.seq_length) + p]);
+      if (it != keyword_class.end()) ++votes[it->second];
+    }
+    correct += std::max_element(votes.begin(), votes.end()) - votes.begin() == test.labels[i];
+  }
+  return static_cast<double>(correct) / static_cast<double>(test.labels.size());
+}
+
+}  // namespace
+
+// ---- read_idx -------------------------------------------------------------------
+
+TEST_CASE("read_idx round-trips dims and data from gzip and plain files") {
+  TempDir dir;
+  for (bool gzip : {false, true}) {
+    CAPTURE(gzip);
+    const std::string images = dir.file(gzip ? "i.gz" : "i"),
+                      labels = dir.file(gzip ? "l.gz" : "l");
+    write_file(images, idx_bytes(0x803, {2, 3, 4}, iota_bytes(24, 7)), gzip);
+    write_file(labels, idx_bytes(0x801, {5}, iota_bytes(5)), gzip);
+    const IdxArray a = read_idx(images, 3);
+    CHECK(a.dims == std::vector<int>{2, 3, 4});
+    CHECK(a.data == iota_bytes(24, 7));
+    const IdxArray b = read_idx(labels, 1);
+    CHECK(b.dims == std::vector<int>{5});
+    CHECK(b.data == iota_bytes(5));
+  }
+}
+
+TEST_CASE("read_idx rejects a wrong magic, naming the path and both magics") {
+  TempDir dir;
+  const std::string path = dir.file("train-images-idx3-ubyte.gz");
+  write_file(path, idx_bytes(0x801, {3}, iota_bytes(3)), true);
+  CHECK_THROWS_AS(read_idx(path, 3), ep::Error);
+  CHECK_THROWS_WITH(read_idx(path, 3), Contains(path) && Contains("magic") &&
+                                           Contains("expected IDX magic 0x00000803") &&
+                                           Contains("found 0x00000801"));
+  write_file(path, idx_bytes(0x08030000, {1, 1, 1}, {0}), true);  // a little-endian writer
+  CHECK_THROWS_WITH(read_idx(path, 3), Contains("found 0x08030000"));
+}
+
+TEST_CASE("read_idx reports truncated data and truncated headers") {
+  TempDir dir;
+  for (bool gzip : {false, true}) {
+    CAPTURE(gzip);
+    const std::string path = dir.file(gzip ? "t.gz" : "t");
+    write_file(path, idx_bytes(0x803, {10, 28, 28}, iota_bytes(1000)), gzip);
+    CHECK_THROWS_WITH(
+        read_idx(path, 3),
+        Contains(path) &&
+            Contains("truncated: expected 7840 bytes of data after the header, found 1000"));
+    write_file(path, Bytes{0, 0, 8, 3, 0, 0, 0, 10, 0, 0}, gzip);
+    CHECK_THROWS_WITH(read_idx(path, 3),
+                      Contains("truncated: expected 16 bytes of IDX header, found 10"));
+    write_file(path, Bytes{0, 0}, gzip);
+    CHECK_THROWS_WITH(read_idx(path, 1), Contains("truncated") && Contains("found 2"));
+    write_file(path, Bytes{}, gzip);
+    CHECK_THROWS_WITH(read_idx(path, 1), Contains("truncated") && Contains("found 0"));
+  }
+  SECTION("a gzip stream cut off in the middle") {
+    const std::string path = dir.file("cut.gz");
+    Bytes noise(20000);
+    for (std::size_t i = 0; i < noise.size(); ++i)
+      noise[i] = static_cast<std::uint8_t>((i * i * 2654435761u) >> 13);
+    write_file(path, idx_bytes(0x801, {20000}, noise), true);
+    fs::resize_file(path, fs::file_size(path) / 2);
+    CHECK_THROWS_WITH(read_idx(path, 1), Contains(path) && Contains("truncated"));
+  }
+}
+
+TEST_CASE("read_idx rejects absurd dims, extra bytes, corrupt gzip and missing files") {
+  TempDir dir;
+  const std::string path = dir.file("x");
+  write_file(path, idx_bytes(0x803, {0, 28, 28}, {}), false);
+  CHECK_THROWS_WITH(read_idx(path, 3), Contains(path) && Contains("expected dim 0 > 0, found 0"));
+  write_file(path, idx_bytes(0x803, {2, 0xFFFFFFFF, 28}, {}), false);
+  CHECK_THROWS_WITH(read_idx(path, 3), Contains("expected dim 1 > 0, found -1"));
+  write_file(path, idx_bytes(0x803, {65536, 65536, 2}, {}), false);  // 2^33 bytes: not allocated
+  CHECK_THROWS_WITH(read_idx(path, 3), Contains("at most 2^31 elements"));
+  write_file(path, idx_bytes(0x801, {3}, iota_bytes(4)), false);
+  CHECK_THROWS_WITH(read_idx(path, 1), Contains("expected the end of the file after 3 bytes"));
+  write_file(path, Bytes{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+             false);
+  CHECK_THROWS_WITH(read_idx(path, 1), Contains(path) && Contains("gzip"));
+  CHECK_THROWS_WITH(read_idx(dir.file("absent.gz"), 1),
+                    Contains(dir.file("absent.gz")) && Contains("cannot open"));
+}
+
+// ---- Fashion-MNIST ----------------------------------------------------------------
+
+TEST_CASE("fashion_mnist_dir names the missing path and the Debian package") {
+  TempDir dir;
+  const std::string missing = dir.file("no-such-dir");
+  CHECK_THROWS_WITH(fashion_mnist_dir(missing), Contains(missing) &&
+                                                    Contains("dataset-fashion-mnist") &&
+                                                    Contains("data.path"));
+  write_fake_fashion(dir, 2);
+  CHECK(fashion_mnist_dir(dir.path.string()) == dir.path.string());
+  fs::remove(dir.file("t10k-labels-idx1-ubyte.gz"));
+  CHECK_THROWS_WITH(
+      fashion_mnist_dir(dir.path.string()),
+      Contains(dir.file("t10k-labels-idx1-ubyte.gz")) && Contains("dataset-fashion-mnist"));
+}
+
+TEST_CASE("load_fashion_mnist normalises, pads, downsamples and limits small fake files") {
+  TempDir dir;
+  write_fake_fashion(dir, 12, /*gzip=*/false);  // plain files are found too
+  const Dataset d28 = load_fashion_mnist(dir.path.string(), true, 28, 0);
+  CHECK(d28.name == "fashion-mnist/train");
+  CHECK(d28.size == 12);
+  CHECK(d28.num_classes == 10);
+  CHECK(d28.sample_numel() == 28 * 28);
+  CHECK(d28.labels[11] == 1);
+  CHECK(d28.pixels[5 * 784 + 3 * 28 + 4] == Approx(normalised((5 + 3 * 28 + 4) % 256)));
+
+  const Dataset d32 = load_fashion_mnist(dir.path.string(), false, 32, 5);
+  CHECK(d32.name == "fashion-mnist/test");
+  CHECK(d32.size == 5);
+  CHECK(d32.labels.size() == 5);
+  CHECK(d32.height == 32);
+  CHECK(d32.width == 32);
+  CHECK(d32.pixels.size() == 5u * 32 * 32);
+  CHECK(d32.pixels[0] == Approx(normalised(0)));  // the border is a black pixel
+  CHECK(d32.pixels[4 * 1024 + 31 * 32 + 31] == Approx(normalised(0)));
+  CHECK(d32.pixels[4 * 1024 + 2 * 32 + 2] == Approx(normalised(4)));  // (0, 0) of sample 4
+  CHECK(d32.pixels[1 * 1024 + 29 * 32 + 29] == Approx(normalised((1 + 27 * 28 + 27) % 256)));
+
+  const Dataset d14 = load_fashion_mnist(dir.path.string(), true, 14, 3);  // 2x2 averages
+  for (int y = 0; y < 14; ++y)
+    for (int x = 0; x < 14; ++x) {
+      float sum = 0;
+      for (int j : {0, 1, 28, 29}) sum += static_cast<float>((2 + 2 * y * 28 + 2 * x + j) % 256);
+      CHECK(d14.pixels[2 * 196 + static_cast<std::size_t>(y * 14 + x)] ==
+            Approx(normalised(sum / 4)).margin(1e-5));
+    }
+  const Dataset d9 = load_fashion_mnist(dir.path.string(), true, 9, 1);  // 28/9: uneven areas
+  CHECK(d9.pixels.size() == 81u);
+
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 13),
+                    Contains("train-images-idx3-ubyte") && Contains("at least 13 samples") &&
+                        Contains("found 12"));
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 0, 0), Contains("image_size"));
+}
+
+TEST_CASE("load_fashion_mnist checks counts, labels and image dims") {
+  TempDir dir;
+  write_fake_fashion(dir, 4);
+  const std::string labels = dir.file("train-labels-idx1-ubyte.gz");
+  const std::string images = dir.file("train-images-idx3-ubyte.gz");
+  write_file(labels, idx_bytes(0x801, {3}, {0, 1, 2}), true);
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 0),
+                    Contains(labels) && Contains("expected 4 labels") && Contains("found 3"));
+  write_file(labels, idx_bytes(0x801, {4}, {0, 1, 10, 2}), true);
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 0),
+                    Contains(labels) && Contains("label 2 in [0, 10), found 10"));
+  write_file(labels, idx_bytes(0x801, {4}, {0, 1, 2, 3}), true);
+  write_file(images, idx_bytes(0x803, {4, 32, 32}, Bytes(4 * 32 * 32)), true);
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 0),
+                    Contains(images) && Contains("expected 28x28 images, found 32x32"));
+}
+
+TEST_CASE("The real Fashion-MNIST files load with the expected sizes and statistics") {
+  const std::string root = "/usr/share/datasets/fashion-mnist";
+  if (!fs::is_directory(root)) {
+    WARN("skipped: " << root << " is absent (apt-get install dataset-fashion-mnist)");
+    return;
+  }
+  CHECK(fashion_mnist_dir("") == root);
+  const Dataset train = load_fashion_mnist("", true, 32, 0);
+  REQUIRE(train.size == 60000);
+  CHECK(train.height == 32);
+  CHECK(train.width == 32);
+  CHECK(train.pixels.size() == 60000u * 32 * 32);
+  double sum = 0, sum_sq = 0;
+  for (std::size_t s = 0; s < 60000; ++s)
+    for (int y = 2; y < 30; ++y)
+      for (int x = 2; x < 30; ++x) {
+        const double v = train.pixels[s * 1024 + static_cast<std::size_t>(y * 32 + x)];
+        sum += v;
+        sum_sq += v * v;
+      }
+  const double n = 60000.0 * 28 * 28, mean = sum / n;
+  CHECK(std::abs(mean) < 0.05);
+  CHECK(std::sqrt(sum_sq / n - mean * mean) == Approx(1.0).margin(0.05));
+  CHECK(train.pixels[0] == Approx(normalised(0)));
+  const auto counts = class_counts(train);
+  CHECK(std::count(counts.begin(), counts.end(), 6000) == 10);
+
+  const Dataset test = load_fashion_mnist("", false, 28, 0);
+  CHECK(test.size == 10000);
+  const auto test_counts = class_counts(test);
+  CHECK(std::count(test_counts.begin(), test_counts.end(), 0) == 0);
+  const Dataset first = load_fashion_mnist("", false, 28, 100);
+  CHECK(first.size == 100);
+  CHECK(std::equal(first.labels.begin(), first.labels.end(), test.labels.begin()));
+  CHECK(std::equal(first.pixels.begin(), first.pixels.end(), test.pixels.begin()));
+  CHECK_THROWS_WITH(load_fashion_mnist("", false, 28, 10001), Contains("at least 10001 samples"));
+}
+
+// ---- Synthetic data ----------------------------------------------------------------
+
+TEST_CASE("synthetic_images is deterministic per seed and differs across seeds and splits") {
+  const Dataset a = synthetic_images(300, 3, 8, 10, 42, true);
+  const Dataset b = synthetic_images(300, 3, 8, 10, 42, true);
+  CHECK(a.name == "synthetic-images/train");
+  CHECK(a.sample_numel() == 3 * 8 * 8);
+  CHECK(a.pixels.size() == 300u * 192);
+  CHECK(a.pixels == b.pixels);
+  CHECK(a.labels == b.labels);
+  CHECK(synthetic_images(300, 3, 8, 10, 43, true).pixels != a.pixels);
+  CHECK(synthetic_images(300, 3, 8, 10, 42, false).pixels != a.pixels);
+  const Dataset prefix = synthetic_images(50, 3, 8, 10, 42, true);
+  CHECK(std::equal(prefix.pixels.begin(), prefix.pixels.end(), a.pixels.begin()));
+  const auto counts = class_counts(a);
+  CHECK(std::count(counts.begin(), counts.end(), 0) == 0);
+  double sum = 0, sum_sq = 0;
+  for (float v : a.pixels) sum += v, sum_sq += v * v;
+  const auto n = static_cast<double>(a.pixels.size());
+  CHECK(std::abs(sum / n) < 0.2);
+  CHECK(std::sqrt(sum_sq / n) == Approx(1.0).margin(0.2));
+}
+
+TEST_CASE("synthetic_images are learnable: nearest class mean generalises to the test split") {
+  for (int channels : {1, 3}) {
+    CAPTURE(channels);
+    const Dataset train = synthetic_images(1000, channels, 8, 10, 7, true);
+    const Dataset test = synthetic_images(500, channels, 8, 10, 7, false);
+    const auto counts = class_counts(test);
+    CHECK(std::count(counts.begin(), counts.end(), 0) == 0);
+    CHECK(nearest_mean_accuracy(train, test) > 0.9);
+  }
+}
+
+TEST_CASE("synthetic_tokens is deterministic, starts with [CLS] and keeps ids in the vocabulary") {
+  const Dataset a = synthetic_tokens(400, 32, 1000, 4, 42, true);
+  CHECK(a.name == "synthetic-tokens/train");
+  CHECK(a.kind == SampleKind::Tokens);
+  CHECK(a.sample_numel() == 32);
+  CHECK(a.tokens == synthetic_tokens(400, 32, 1000, 4, 42, true).tokens);
+  CHECK(a.labels == synthetic_tokens(400, 32, 1000, 4, 42, true).labels);
+  CHECK(a.tokens != synthetic_tokens(400, 32, 1000, 4, 43, true).tokens);
+  CHECK(a.tokens != synthetic_tokens(400, 32, 1000, 4, 42, false).tokens);
+  for (std::size_t i = 0; i < a.tokens.size(); ++i) {
+    if (i % 32 == 0) {
+      REQUIRE(a.tokens[i] == 0);
+    } else {
+      REQUIRE(a.tokens[i] >= 1);
+      REQUIRE(a.tokens[i] < 1000);
+    }
+  }
+  const auto counts = class_counts(a);
+  CHECK(std::count(counts.begin(), counts.end(), 0) == 0);
+  const Dataset tiny = synthetic_tokens(200, 2, 12, 10, 1, true);  // one keyword per class
+  const auto tiny_counts = class_counts(tiny);
+  CHECK(std::count(tiny_counts.begin(), tiny_counts.end(), 0) == 0);
+}
+
+TEST_CASE("synthetic_tokens are learnable by counting keywords") {
+  for (int num_classes : {2, 4, 10}) {
+    CAPTURE(num_classes);
+    const Dataset train = synthetic_tokens(2000, 32, 2000, num_classes, 5, true);
+    const Dataset test = synthetic_tokens(500, 32, 2000, num_classes, 5, false);
+    CHECK(keyword_rule_accuracy(train, test) > 0.9);
+  }
+}
+
+TEST_CASE("The synthetic generators reject impossible shapes with an ep::Error") {
+  CHECK_THROWS_WITH(synthetic_images(0, 1, 8, 10, 1, true),
+                    Contains("synthetic-images/train") && Contains("size >= 1"));
+  CHECK_THROWS_WITH(synthetic_images(10, 1, 8, 0, 1, true), Contains("num_classes >= 1"));
+  CHECK_THROWS_WITH(synthetic_images(1 << 30, 3, 224, 10, 1, true),
+                    Contains("at most 2^31 elements"));
+  CHECK_THROWS_WITH(synthetic_tokens(10, 1, 100, 2, 1, false),
+                    Contains("synthetic-tokens/test") && Contains("seq_length"));
+  CHECK_THROWS_WITH(synthetic_tokens(10, 8, 11, 10, 1, true),
+                    Contains("vocab_size") && Contains("found 11"));
+  CHECK_THROWS_AS(synthetic_tokens(10, 8, 11, 10, 1, true), ep::Error);
+}

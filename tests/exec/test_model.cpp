@@ -1,0 +1,142 @@
+// Models match the planner's sublayer list; weights are a function of the
+// seed and survive a save/load by name; the optimizer is torch.optim's.
+#include "tests/exec/pch.hpp"
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "exec/model.hpp"
+#include "exec/optimizer.hpp"
+
+namespace {
+
+using namespace ep;
+
+ModelConfig random_config(std::mt19937& rng, ModelFamily family) {
+  ModelConfig m;
+  m.family = family;
+  m.num_hidden_layers = 1 + rng() % 4;
+  m.num_attention_heads = 1 + rng() % 4;
+  m.hidden_size = m.num_attention_heads * (2 + rng() % 6);
+  m.intermediate_size = 4 + rng() % 40;
+  m.num_labels = 2 + rng() % 9;
+  if (family == ModelFamily::ViT) {
+    m.patch_size = 2 + rng() % 3;
+    m.image_size = m.patch_size * (1 + rng() % 4);
+    m.num_channels = 1 + rng() % 3;
+  } else {
+    m.seq_length = 2 + rng() % 10;
+    m.vocab_size = 5 + rng() % 50;
+    m.max_position_embeddings = m.seq_length + rng() % 5;
+  }
+  return m;
+}
+
+std::string temp_file(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()))).string();
+}
+
+}  // namespace
+
+TEST_CASE("every sublayer has the planner's name and parameter count, and maps shapes as the next expects") {
+  std::mt19937 rng(4);
+  for (int i = 0; i < 40; ++i) {
+    const ModelConfig m = random_config(rng, i % 2 ? ModelFamily::Bert : ModelFamily::ViT);
+    const exec::Model model(m, i);
+    const ModelSpec& spec = model.spec();
+    REQUIRE(model.num_sublayers() == spec.num_sublayers());
+    for (int s = 0; s < spec.num_sublayers(); ++s) {
+      INFO(spec.sublayers[s].name);
+      CHECK(model.sublayer(s).name() == spec.sublayers[s].name);
+      CHECK(model.sublayer(s).num_params() == static_cast<std::int64_t>(spec.sublayers[s].params));
+    }
+    const at::Tensor x = m.family == ModelFamily::ViT
+                             ? at::randn({3, m.num_channels, m.image_size, m.image_size})
+                             : at::randint(0, m.vocab_size, {3, m.seq_length}, at::kLong);
+    const at::Tensor hidden = model.forward({0, 1}, x);
+    CHECK(hidden.sizes() == at::IntArrayRef({3, m.tokens(), m.hidden_size}));
+    CHECK(model.forward({0, spec.num_sublayers()}, x).sizes() == at::IntArrayRef({3, m.num_labels}));
+  }
+}
+
+TEST_CASE("weights depend on the seed only, and save/load by name restores them bit for bit") {
+  std::mt19937 rng(8);
+  const ModelConfig m = random_config(rng, ModelFamily::ViT);
+  exec::Model a(m, 1), b(m, 1), c(m, 2);
+  const auto pa = a.named_params(), pb = b.named_params(), pc = c.named_params();
+  bool all_same_c = true;
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    CHECK(at::equal(pa[i].tensor, pb[i].tensor));
+    all_same_c = all_same_c && at::equal(pa[i].tensor, pc[i].tensor);
+  }
+  CHECK_FALSE(all_same_c);
+  const std::string path = temp_file("ep_weights_");
+  a.save(path);
+  c.load(path);
+  for (std::size_t i = 0; i < pa.size(); ++i) CHECK(at::equal(pa[i].tensor, c.named_params()[i].tensor));
+
+  // Another shape, a truncated file and a foreign file are refused by name.
+  ModelConfig wider = m;
+  wider.intermediate_size += 1;
+  exec::Model w(wider, 1);
+  CHECK_THROWS_WITH(w.load(path), Catch::Contains("mlp.0.fc1.weight") && Catch::Contains("shape"));
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 7);
+  CHECK_THROWS_WITH(c.load(path), Catch::Contains("truncated"));
+  std::ofstream(path) << "not weights";
+  CHECK_THROWS_WITH(c.load(path), Catch::Contains("EPWEIGHT"));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("SGD, Adam and AdamW updates equal torch::optim's") {
+  for (const ep::Optimizer kind : {ep::Optimizer::SGD, ep::Optimizer::Adam, ep::Optimizer::AdamW}) {
+    INFO(to_string(kind));
+    TrainingConfig t;
+    t.optimizer = kind;
+    t.lr = 0.01;
+    t.momentum = 0.9;
+    t.weight_decay = 0.05;
+    at::manual_seed(2);
+    at::Tensor ours = at::randn({7, 5}).requires_grad_(true);
+    at::Tensor theirs = ours.detach().clone().requires_grad_(true);
+    exec::Optimizer opt(t);
+    opt.add("w");
+    std::unique_ptr<torch::optim::Optimizer> ref;
+    if (kind == ep::Optimizer::SGD)
+      ref = std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{theirs},
+                                                torch::optim::SGDOptions(t.lr).momentum(t.momentum).weight_decay(t.weight_decay));
+    else if (kind == ep::Optimizer::Adam)
+      ref = std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{theirs},
+                                                 torch::optim::AdamOptions(t.lr).weight_decay(t.weight_decay));
+    else
+      ref = std::make_unique<torch::optim::AdamW>(std::vector<at::Tensor>{theirs},
+                                                  torch::optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
+    for (int step = 0; step < 20; ++step) {
+      const at::Tensor g = at::randn({7, 5});
+      ours.mutable_grad() = g.clone();
+      theirs.mutable_grad() = g.clone();
+      opt.step({{"w", ours}}, t.lr);
+      ref->step();
+    }
+    CHECK(at::allclose(ours.detach(), theirs.detach(), 1e-6, 1e-7));
+  }
+}
+
+TEST_CASE("the learning rate warms up linearly, then follows its schedule to zero") {
+  TrainingConfig t;
+  t.lr = 0.1;
+  t.warmup_steps = 10;
+  t.lr_schedule = LrSchedule::Cosine;
+  CHECK(exec::learning_rate(t, 0, 110) == Approx(0.01));
+  CHECK(exec::learning_rate(t, 9, 110) == Approx(0.1));
+  CHECK(exec::learning_rate(t, 60, 110) == Approx(0.05));
+  CHECK(exec::learning_rate(t, 110, 110) == Approx(0.0).margin(1e-12));
+  t.lr_schedule = LrSchedule::Linear;
+  CHECK(exec::learning_rate(t, 35, 110) == Approx(0.075));
+  t.lr_schedule = LrSchedule::Constant;
+  CHECK(exec::learning_rate(t, 100, 110) == Approx(0.1));
+}

@@ -1,0 +1,275 @@
+// The stage runtime against one device: every schedule, stage count and
+// micro-batch count gives the loss and gradients of the whole model run at
+// once, before and after a transition that freezes layers and repacks.
+#include "tests/exec/pch.hpp"
+
+#include <map>
+#include <random>
+
+#include "exec/model.hpp"
+#include "exec/optimizer.hpp"
+#include "exec/pipeline.hpp"
+#include "planner/autopipe.hpp"
+
+namespace {
+
+using namespace ep;
+using namespace ep::exec;
+
+ModelConfig tiny(ModelFamily family) {
+  ModelConfig m;
+  m.family = family;
+  m.num_hidden_layers = 4;
+  m.hidden_size = 16;
+  m.intermediate_size = 32;
+  m.num_attention_heads = 2;
+  m.num_labels = 5;
+  if (family == ModelFamily::ViT) {
+    m.image_size = 8;
+    m.patch_size = 4;
+    m.num_channels = 1;
+  } else {
+    m.seq_length = 6;
+    m.vocab_size = 30;
+    m.max_position_embeddings = 8;
+  }
+  return m;
+}
+
+// SGD with momentum: its state (the momentum buffer) must survive a
+// transition, and unlike Adam it does not turn 1e-7 gradient noise on a
+// near-zero gradient into a full-size step, so weights stay comparable.
+TrainingConfig sgd() {
+  TrainingConfig t;
+  t.optimizer = ep::Optimizer::SGD;
+  t.lr = 0.05;
+  t.momentum = 0.9;
+  t.weight_decay = 0.01;
+  t.batch_size = 12;
+  return t;
+}
+
+at::Tensor inputs(const ModelConfig& m, int B, int seed) {
+  at::manual_seed(seed);
+  if (m.family == ModelFamily::ViT) return at::randn({B, m.num_channels, m.image_size, m.image_size});
+  return at::randint(1, m.vocab_size, {B, m.seq_length}, at::kLong);
+}
+
+std::vector<MicroBatch> split(const at::Tensor& x, const at::Tensor& y, int M) {
+  std::vector<MicroBatch> out;
+  std::int64_t at = 0;
+  for (const int n : micro_batch_sizes(static_cast<int>(x.size(0)), M)) {
+    MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
+    for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
+    out.push_back(mb);
+    at += n;
+  }
+  return out;
+}
+
+// bounds[0] = frozen_end: F_frozen on the first device (AutoPipe's layout).
+Partition random_partition(int sublayers, int frozen_layers, int stages, std::mt19937& rng) {
+  Partition p;
+  p.frozen_layers = frozen_layers;
+  p.frozen_end = ModelSpec::frozen_prefix(frozen_layers).last;
+  std::vector<int> cuts;
+  for (int i = p.frozen_end + 1; i < sublayers; ++i) cuts.push_back(i);
+  std::shuffle(cuts.begin(), cuts.end(), rng);
+  cuts.resize(stages - 1);
+  std::sort(cuts.begin(), cuts.end());
+  p.bounds.push_back(p.frozen_end);
+  p.bounds.insert(p.bounds.end(), cuts.begin(), cuts.end());
+  p.bounds.push_back(sublayers);
+  return p;
+}
+
+Schedule schedule_for(ScheduleKind kind, int K, int M, int v, const Partition& p, bool step) {
+  ScheduleOptions o;
+  o.kind = kind;
+  o.K = K;
+  o.M = M;
+  o.v = v;
+  o.optimizer_step = step;
+  if (p.bounds.front() > 0) o.frozen_input = FrozenInput::Forward;
+  Schedule s = build_schedule(o);
+  check_schedule(s);
+  return s;
+}
+
+std::vector<at::Device> cpus(int K) { return std::vector<at::Device>(K, at::Device(at::kCPU)); }
+
+// One trained model and its optimizer, run through a pipeline.
+struct Run {
+  Model model;
+  exec::Optimizer optimizer;
+  Pipeline pipeline;
+  Run(const ModelConfig& m, int workers, Checkpointing ckpt = Checkpointing::Never)
+      : model(m, 7), optimizer(sgd()), pipeline(model, optimizer, {cpus(workers), 1, false, ckpt}) {}
+};
+
+std::map<std::string, at::Tensor> grads(const Model& model) {
+  std::map<std::string, at::Tensor> g;
+  for (const auto& p : model.named_params())
+    if (p.tensor.grad().defined()) g[p.name] = p.tensor.grad().clone();
+  return g;
+}
+
+void require_close(const std::map<std::string, at::Tensor>& a, const std::map<std::string, at::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, t] : a) {
+    INFO(name);
+    REQUIRE(b.count(name));
+    CHECK(at::allclose(t, b.at(name), 1e-5, 1e-5));
+  }
+}
+
+const ScheduleKind kKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::LoopingBreadthFirst,
+                               ScheduleKind::LoopingDepthFirst};
+
+}  // namespace
+
+TEST_CASE("every schedule on 1, 2 and 4 stages gives one device's loss and gradients") {
+  std::mt19937 rng(5);
+  for (const ModelFamily family : {ModelFamily::ViT, ModelFamily::Bert}) {
+    const ModelConfig m = tiny(family);
+    const at::Tensor x = inputs(m, 12, 1);
+    const at::Tensor y = at::randint(0, m.num_labels, {12}, at::kLong);
+    Run ref(m, 1);
+    const int n = ref.model.num_sublayers();
+    ref.pipeline.configure(random_partition(n, 0, 1, rng), 1, 1);
+    const auto mb1 = split(x, y, 1);
+    const double ref_loss = ref.pipeline.run(schedule_for(ScheduleKind::GPipe, 1, 1, 1, ref.pipeline.partition(), false),
+                                             mb1, 12, 0).loss;
+    const auto ref_grads = grads(ref.model);
+    for (const ScheduleKind kind : kKinds)
+      for (const int K : {1, 2, 4}) {
+        const bool looping = kind == ScheduleKind::LoopingBreadthFirst || kind == ScheduleKind::LoopingDepthFirst;
+        const int v = looping && 2 * K <= n ? 2 : 1;
+        if (looping && v == 1) continue;
+        for (const int M : {K, 2 * K, 3 * K}) {
+          if (M > 12) continue;
+          INFO(to_string(kind) << " K=" << K << " M=" << M << " v=" << v << " " << to_string(family));
+          Run run(m, K);
+          run.pipeline.configure(random_partition(n, 0, K * v, rng), K, v);
+          const auto result =
+              run.pipeline.run(schedule_for(kind, K, M, v, run.pipeline.partition(), false), split(x, y, M), 12, 0);
+          CHECK(result.loss == Approx(ref_loss).epsilon(1e-5));
+          require_close(grads(run.model), ref_grads);
+        }
+      }
+  }
+}
+
+TEST_CASE("activation recomputation changes memory, not the gradients") {
+  std::mt19937 rng(9);
+  const ModelConfig m = tiny(ModelFamily::ViT);
+  const at::Tensor x = inputs(m, 8, 2);
+  const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
+  std::vector<std::map<std::string, at::Tensor>> results;
+  for (const Checkpointing c : {Checkpointing::Never, Checkpointing::ExceptLast, Checkpointing::Always}) {
+    Run run(m, 2, c);
+    std::mt19937 same(3);
+    run.pipeline.configure(random_partition(run.model.num_sublayers(), 1, 2, same), 2, 1);
+    (void)run.pipeline.run(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, run.pipeline.partition(), false),
+                           split(x, y, 4), 8, 0);
+    results.push_back(grads(run.model));
+  }
+  require_close(results[1], results[0]);
+  require_close(results[2], results[0]);
+}
+
+TEST_CASE("after a transition that freezes layers and repacks, training matches one device bit for bit in weights "
+          "and within 1e-5 in loss") {
+  std::mt19937 rng(13);
+  const ModelConfig m = tiny(ModelFamily::ViT);
+  const TrainingConfig t = sgd();
+  for (int trial = 0; trial < 4; ++trial) {
+    const int frozen = 1 + trial % 3;
+    const int K_after = trial % 2 == 0 ? 2 : 1;
+    const ScheduleKind kind = kKinds[trial];
+    const bool looping = kind == ScheduleKind::LoopingBreadthFirst || kind == ScheduleKind::LoopingDepthFirst;
+    INFO("trial " << trial << " frozen=" << frozen << " K 4->" << K_after << " " << to_string(kind));
+    Run ref(m, 1), run(m, 4);
+    const int n = ref.model.num_sublayers();
+    std::vector<double> ref_losses, losses;
+    ref.pipeline.configure(random_partition(n, 0, 1, rng), 1, 1);
+    int K = 4, v = looping ? 2 : 1;
+    run.pipeline.configure(random_partition(n, 0, K * v, rng), K, v);
+    for (int it = 0; it < 5; ++it) {
+      if (it == 2) {  // the transition: freeze `frozen` layers, repack onto K_after devices
+        std::map<std::string, at::Tensor> before;
+        for (const auto& p : run.model.named_params()) before[p.name] = p.tensor.detach().clone();
+        ref.pipeline.configure(random_partition(n, frozen, 1, rng), 1, 1);
+        K = K_after;
+        v = looping && 2 * K <= n - ModelSpec::frozen_prefix(frozen).last ? 2 : 1;
+        run.pipeline.configure(random_partition(n, frozen, K * v, rng), K, v);
+        for (const auto& p : run.model.named_params()) CHECK(at::equal(p.tensor.detach(), before.at(p.name)));
+        // Frozen parameters leave the optimizer; active ones keep their state.
+        for (int i = 0; i < n; ++i)
+          for (const auto& p : run.model.sublayer(i).params())
+            CHECK(run.optimizer.contains(p.name) == (i >= run.pipeline.partition().frozen_end));
+      }
+      const at::Tensor x = inputs(m, 12, 100 + it);
+      const at::Tensor y = at::randint(0, m.num_labels, {12}, at::kLong);
+      const Partition& rp = ref.pipeline.partition();
+      const Partition& pp = run.pipeline.partition();
+      const double lr = learning_rate(t, it, 5);
+      ref_losses.push_back(ref.pipeline.run(schedule_for(ScheduleKind::GPipe, 1, 1, 1, rp, true), split(x, y, 1), 12, lr).loss);
+      const auto frozen_before = run.pipeline.partition().frozen_end;
+      std::map<std::string, at::Tensor> frozen_weights;
+      for (int i = 0; i < frozen_before; ++i)
+        for (const auto& p : run.model.sublayer(i).params()) frozen_weights[p.name] = p.tensor.detach().clone();
+      const ScheduleKind used = looping && v == 1 ? ScheduleKind::OneFOneB : kind;
+      losses.push_back(run.pipeline.run(schedule_for(used, K, 2 * K, v, pp, true), split(x, y, 2 * K), 12, lr).loss);
+      for (int i = 0; i < frozen_before; ++i)
+        for (const auto& p : run.model.sublayer(i).params()) {
+          CHECK(at::equal(p.tensor.detach(), frozen_weights.at(p.name)));
+          CHECK_FALSE(p.tensor.grad().defined());
+        }
+    }
+    for (std::size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(ref_losses[i]).epsilon(1e-5));
+    for (const auto& p : ref.model.named_params()) {
+      INFO(p.name);
+      const auto other = run.model.named_params();
+      const auto it = std::find_if(other.begin(), other.end(), [&](const NamedTensor& q) { return q.name == p.name; });
+      CHECK(at::allclose(p.tensor.detach(), it->tensor.detach(), 1e-5, 1e-5));
+    }
+  }
+}
+
+TEST_CASE("a stage with nothing to train works: no optimizer state, no gradient received") {
+  // Without AutoPipe the frozen prefix stays inside its stages: stage 0
+  // holds only frozen sublayers.
+  const ModelConfig m = tiny(ModelFamily::ViT);
+  Run ref(m, 1), run(m, 2);
+  const int n = run.model.num_sublayers();
+  Partition p;
+  p.frozen_layers = 2;
+  p.frozen_end = ModelSpec::frozen_prefix(2).last;
+  p.bounds = {0, p.frozen_end, n};
+  run.pipeline.configure(p, 2, 1);
+  Partition single{2, p.frozen_end, {0, n}};
+  ref.pipeline.configure(single, 1, 1);
+  const at::Tensor x = inputs(m, 8, 4);
+  const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
+  const double a = run.pipeline.run(schedule_for(ScheduleKind::GPipe, 2, 4, 1, p, true), split(x, y, 4), 8, 0.01).loss;
+  const double b = ref.pipeline.run(schedule_for(ScheduleKind::GPipe, 1, 1, 1, single, true), split(x, y, 1), 8, 0.01).loss;
+  CHECK(a == Approx(b).epsilon(1e-5));
+  for (int i = 0; i < p.frozen_end; ++i)
+    for (const auto& q : run.model.sublayer(i).params()) CHECK_FALSE(run.optimizer.contains(q.name));
+}
+
+TEST_CASE("a failing stage stops the whole pipeline with its error instead of hanging") {
+  const ModelConfig m = tiny(ModelFamily::ViT);
+  Run run(m, 2);
+  std::mt19937 rng(1);
+  run.pipeline.configure(random_partition(run.model.num_sublayers(), 0, 2, rng), 2, 1);
+  const at::Tensor x = at::randn({4, 1, 6, 6});  // wrong image size: the stem fails on device 0
+  const at::Tensor y = at::zeros({4}, at::kLong);
+  CHECK_THROWS(run.pipeline.run(schedule_for(ScheduleKind::GPipe, 2, 2, 1, run.pipeline.partition(), false),
+                                split(x, y, 2), 4, 0));
+  // The pipeline is usable afterwards.
+  const at::Tensor good = inputs(m, 4, 3);
+  CHECK(run.pipeline.run(schedule_for(ScheduleKind::GPipe, 2, 2, 1, run.pipeline.partition(), false),
+                         split(good, y, 2), 4, 0).loss > 0);
+}

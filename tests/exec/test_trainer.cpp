@@ -1,0 +1,134 @@
+// Whole training runs on tiny synthetic configs: deterministic, learning,
+// freezing per the plan, and refusing what one process cannot run.
+#include "tests/exec/pch.hpp"
+
+#include <filesystem>
+
+#include "exec/trainer.hpp"
+#include "planner/freeze.hpp"
+#include "traces/trace.hpp"
+
+namespace {
+
+using namespace ep;
+
+const char* kTiny = R"(
+[cluster]
+name = "test"
+nodes = 1
+gpus_per_node = 4
+[cluster.device]
+peak_flops_per_s = 50e9
+memory_bytes = 4e9
+memory_bandwidth_bytes_per_s = 10e9
+[cluster.intra_node]
+bandwidth_bytes_per_s = 5e9
+latency_s = 20e-6
+[cluster.inter_node]
+bandwidth_bytes_per_s = 1e9
+latency_s = 50e-6
+[cluster.host]
+memory_bytes = 2e9
+memory_bandwidth_bytes_per_s = 5e9
+disk_bandwidth_bytes_per_s = 500e6
+[model]
+family = "vit"
+num_hidden_layers = 4
+hidden_size = 16
+intermediate_size = 32
+num_attention_heads = 2
+image_size = 8
+patch_size = 4
+num_channels = 1
+num_labels = 4
+[data]
+name = "synthetic-images"
+num_train_samples = 240
+num_test_samples = 64
+[training]
+epochs = 3
+batch_size = 16
+optimizer = "adamw"
+lr = 3e-3
+seed = 3
+checkpointing = "never"
+[planner]
+alpha = 0.5
+freeze_policy = "gradient_norm"
+partitioner = "optimal"
+compression = "memory"
+K = 4
+M_max_factor = 2
+cache = "off"
+schedule = "1f1b"
+autodp = false
+[exec]
+threads_per_worker = 1
+)";
+
+Config tiny(const Overrides& o = {}) { return parse_config(kTiny, "tiny.toml", o); }
+
+}  // namespace
+
+TEST_CASE("the same config and seed give the same loss sequence twice") {
+  for (const char* schedule : {"\"gpipe\"", "\"1f1b\"", "\"looping_df\""}) {
+    INFO(schedule);
+    const Config c = tiny({std::string("planner.schedule=") + schedule,
+                           schedule[1] == 'l' ? "planner.virtual_stages=2" : "planner.virtual_stages=1"});
+    const exec::TrainResult a = exec::train(c, {});
+    const exec::TrainResult b = exec::train(c, {});
+    REQUIRE(a.iteration_losses.size() == 45);
+    CHECK(a.iteration_losses == b.iteration_losses);
+    CHECK(a.epochs.back().loss < a.epochs.front().loss);  // it learns
+  }
+}
+
+TEST_CASE("training freezes per the gradient-norm policy, and the simulator can replay the recorded norms") {
+  const auto dir = std::filesystem::temp_directory_path() / ("ep_train_" + std::to_string(::getpid()));
+  const Config c = tiny();
+  exec::TrainOptions o;
+  o.out_dir = dir.string();
+  const exec::TrainResult r = exec::train(c, o);
+  REQUIRE(r.grad_norms.size() == 2);  // freeze steps after epochs 1 and 2
+  // Eq. 1 decides from the measured norms: replaying them plans the same frozen counts.
+  const GradNormTrace recorded = load_grad_norm_trace((dir / "grad_norms.csv").string(), 4);
+  CHECK(recorded.steps == r.grad_norms);
+  const Config replay = tiny({"planner.freeze_policy=\"replay\"",
+                              "planner.replay_grad_norms_file=\"" + (dir / "grad_norms.csv").string() + "\""});
+  const FreezeTimeline t = freeze_timeline(replay, 2);
+  for (int e = 0; e < 3; ++e) CHECK(t.frozen[e] == r.epochs[e].frozen_layers);
+  CHECK(r.epochs.back().frozen_layers > 0);
+  // The trace and metrics read back with the shared readers.
+  const trace::Trace tr = trace::read_chrome_trace((dir / "trace.json").string());
+  CHECK(tr.source == "exec");
+  CHECK(std::any_of(tr.events.begin(), tr.events.end(), [](const trace::Event& e) { return e.category == "transition"; }));
+  CHECK((trace::read_epoch_csv((dir / "epochs.csv").string()) == r.epochs));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("what one process cannot run is refused up front with the config's file:line") {
+  CHECK_THROWS_WITH(exec::train(tiny({"planner.autodp=true"}), {}),
+                    Catch::Contains("--set planner.autodp") && Catch::Contains("replicas at K = 2"));
+  CHECK_THROWS_WITH(exec::train(tiny({"planner.K=2"}), {}), Catch::Contains("planner.K"));
+  std::string text = kTiny;
+  const std::string needle = "name = \"synthetic-images\"";
+  text.replace(text.find(needle), needle.size(), "name = \"imagenet\"");
+  const Config bad = parse_config(text, "bad.toml");
+  CHECK_THROWS_WITH(exec::train(bad, {}), Catch::StartsWith("bad.toml:31:") && Catch::Contains("key 'data.name'"));
+  CHECK_THROWS_WITH(exec::train(bad, {}), Catch::Contains("fashion-mnist|synthetic-images|synthetic-tokens"));
+  CHECK_THROWS_WITH(exec::train(tiny({"data.name=\"fashion-mnist\"", "data.path=\"/nonexistent/fmnist\"",
+                                      "model.num_labels=10"}), {}),
+                    Catch::Contains("/nonexistent/fmnist") && Catch::Contains("dataset-fashion-mnist"));
+}
+
+TEST_CASE("a BERT-style encoder trains on synthetic token sequences") {
+  std::string text = kTiny;
+  const auto vit_keys = text.find("image_size = 8");
+  text.replace(vit_keys, text.find("num_labels") - vit_keys,
+               "seq_length = 12\nvocab_size = 40\nmax_position_embeddings = 16\n");
+  text.replace(text.find("\"vit\""), 5, "\"bert\"");
+  const Config c = parse_config(text, "bert.toml", {"data.name=\"synthetic-tokens\"", "training.epochs=2"});
+  const exec::TrainResult r = exec::train(c, {});
+  CHECK(r.epochs.back().loss < r.epochs.front().loss);
+  CHECK(r.final_accuracy > 0.25);
+}

@@ -15,6 +15,7 @@
 #include <numeric>
 
 #include "planner/error.hpp"
+#include "planner/random.hpp"
 
 namespace ep::exec {
 namespace {
@@ -137,27 +138,14 @@ std::vector<std::vector<Tap>> resize_taps(int in, int out) {
 
 // ---- Synthetic data ---------------------------------------------------------
 
-// splitmix64 (Steele, Lea and Flood, 2014): its output is fixed by its
-// definition, unlike std:: distributions, so synthetic data is identical on
-// every platform and standard library (no a*b+c either, which FMA
-// contraction could round differently).
-struct SplitMix64 {
-  std::uint64_t state;
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  std::uint64_t below(std::uint64_t n) { return next() % n; }  // bias < n / 2^64
-  // About N(0, 1): four 24-bit uniforms summed (Irwin-Hall), centred, scaled
-  // to variance 1. Summed as integers: exact in any evaluation order.
-  float normal() {
-    const auto sum = (next() >> 40) + (next() >> 40) + (next() >> 40) + (next() >> 40);
-    const double centred = static_cast<double>(static_cast<std::int64_t>(sum) - (1ll << 25));
-    return static_cast<float>(centred * 0x1p-24 * 1.7320508075688772);
-  }
-};
+// About N(0, 1): four 24-bit uniforms summed (Irwin-Hall), centred, scaled
+// to variance 1. Summed as integers: exact in any evaluation order, so the
+// data is the same on every platform (no a*b+c that FMA could round).
+float normal(SplitMix64& g) {
+  const auto sum = (g.next() >> 40) + (g.next() >> 40) + (g.next() >> 40) + (g.next() >> 40);
+  const double centred = static_cast<double>(static_cast<std::int64_t>(sum) - (1ll << 25));
+  return static_cast<float>(centred * 0x1p-24 * 1.7320508075688772);
+}
 
 // Stream tags: prototypes and keywords are shared by the splits, samples not.
 enum : std::uint64_t { kPrototypes = 1, kKeywords = 2, kTrainSamples = 3, kTestSamples = 4 };
@@ -165,10 +153,10 @@ enum : std::uint64_t { kPrototypes = 1, kKeywords = 2, kTrainSamples = 3, kTestS
 // An independent generator for (seed, tag, index), e.g. one per sample, so
 // that sample i never depends on how many samples come before it.
 SplitMix64 stream(std::uint64_t seed, std::uint64_t tag, std::uint64_t index) {
-  SplitMix64 g{seed};
-  g.state = g.next() + tag;
-  g.state = g.next() + index;
-  return SplitMix64{g.next()};
+  SplitMix64 g(seed);
+  SplitMix64 h(g.next() + tag);
+  SplitMix64 k(h.next() + index);
+  return SplitMix64(k.next());
 }
 
 }  // namespace
@@ -298,7 +286,7 @@ Dataset synthetic_images(std::int64_t size, int channels, int image_size, int nu
 
   for (std::size_t c = 0; c < static_cast<std::size_t>(num_classes); ++c) {
     SplitMix64 g = stream(seed, kPrototypes, c);
-    for (std::size_t j = 0; j < per; ++j) prototypes[c * per + j] = g.normal();
+    for (std::size_t j = 0; j < per; ++j) prototypes[c * per + j] = normal(g);
   }
   // Prototype and noise each have variance 1; 1/sqrt(2) brings the sum back to std 1.
   constexpr float kInvSqrt2 = 0.70710678f;
@@ -309,7 +297,7 @@ Dataset synthetic_images(std::int64_t size, int channels, int image_size, int nu
     d.labels[i] = static_cast<std::int64_t>(c);
     const float* proto = prototypes.data() + c * per;
     float* out = d.pixels.data() + i * per;
-    for (std::size_t j = 0; j < per; ++j) out[j] = (proto[j] + g.normal()) * kInvSqrt2;
+    for (std::size_t j = 0; j < per; ++j) out[j] = (proto[j] + normal(g)) * kInvSqrt2;
   }
   return d;
 }

@@ -9,31 +9,26 @@
 #include <numbers>
 
 #include "planner/error.hpp"
+#include "planner/random.hpp"
 
 namespace ep::exec {
 namespace {
 
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
 
 // FNV-1a of the name mixed with the seed: the parameter's own stream.
 std::uint64_t stream_seed(std::uint64_t seed, const std::string& name) {
   std::uint64_t h = 1469598103934665603ULL;
   for (const unsigned char ch : name) h = (h ^ ch) * 1099511628211ULL;
-  std::uint64_t s = seed ^ h;
-  return splitmix64(s);
+  return mix64(seed ^ h);
 }
 
 // N(0, std) by Box-Muller on 53-bit uniforms: the same values everywhere.
-at::Tensor normal_tensor(const std::vector<std::int64_t>& shape, double std, std::uint64_t state) {
+at::Tensor normal_tensor(const std::vector<std::int64_t>& shape, double std, std::uint64_t seed) {
   at::Tensor t = at::empty(shape, at::kFloat);
   float* out = t.data_ptr<float>();
   const std::int64_t n = t.numel();
-  const auto uniform = [&] { return (static_cast<double>(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53; };
+  SplitMix64 rng(seed);
+  const auto uniform = [&] { return rng.uniform(); };
   for (std::int64_t i = 0; i < n; i += 2) {
     const double r = std::sqrt(-2.0 * std::log(uniform()));
     const double a = 2.0 * std::numbers::pi * uniform();

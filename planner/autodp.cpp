@@ -1,5 +1,7 @@
 #include "planner/autodp.hpp"
 
+#include "planner/random.hpp"
+
 #include <algorithm>
 #include <iterator>
 #include <ostream>
@@ -69,31 +71,6 @@ void check_consumed(std::int64_t consumed, std::int64_t slots) {
   }
 }
 
-std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
-
-// splitmix64 (Steele, Lea, Flood 2014), as in Vigna's reference code.
-class SplitMix64 {
- public:
-  explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() { return mix64(state_ += kGolden); }
-  // Uniform in [0, n), n >= 1, without modulo bias (rejection).
-  std::uint64_t below(std::uint64_t n) {
-    const std::uint64_t threshold = (0 - n) % n;  // 2^64 mod n
-    for (;;) {
-      const std::uint64_t x = next();
-      if (x >= threshold) return x % n;
-    }
-  }
-
- private:
-  std::uint64_t state_;
-};
 
 }  // namespace
 

@@ -585,6 +585,30 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
   return c;
 }
 
+std::map<std::string, std::string> describe(const Config& c) {
+  const auto num = [](double v) {
+    std::ostringstream os;
+    os.precision(17);
+    os << v;
+    return os.str();
+  };
+  const auto& pc = c.planner;
+  return {{"model", to_string(c.model.family) + " L=" + std::to_string(c.model.num_hidden_layers)},
+          {"data", c.data.name},
+          {"cluster", std::to_string(c.cluster.nodes) + "x" + std::to_string(c.cluster.gpus_per_node) + " " +
+                          c.cluster.device.name},
+          {"alpha", num(pc.alpha)},
+          {"lambda_frozen", num(pc.lambda_frozen)},
+          {"K0", std::to_string(pc.K)},
+          {"freeze_policy", to_string(pc.freeze_policy)},
+          {"partitioner", to_string(pc.partitioner)},
+          {"compression", to_string(pc.compression)},
+          {"schedule", to_string(pc.schedule)},
+          {"epochs", std::to_string(c.training.epochs)},
+          {"batch_size", std::to_string(c.training.batch_size)},
+          {"num_train_samples", std::to_string(c.data.num_train_samples)}};
+}
+
 Error Config::error(const std::string& key, const std::string& expected, const std::string& found) const {
   const auto it = positions.find(key);
   return config_error(it != positions.end() ? it->second : SourcePos{source, 0, 0}, key, expected, found);

@@ -149,7 +149,7 @@ struct SimConfig {
 enum class ExecDevice { CPU, CUDA };
 struct ExecConfig {
   ExecDevice device = ExecDevice::CPU;  // cuda: stage device k is cuda:(k mod visible GPUs)
-  int threads_per_worker = 0;  // intra-op threads per stage worker; 0: cores / K, at least 1
+  int threads_per_worker = 0;  // intra-op threads per stage worker; 0: cores / K of the plan, at least 1
   int trace_iterations = 2;    // iterations traced (every action) at the start of each epoch
   int eval_batch_size = 0;     // test-set batch; 0: training.batch_size
 };
@@ -181,6 +181,11 @@ Config load_config(const std::string& path, const Overrides& overrides = {});
 // Same, from TOML text (tests); `origin` names it in messages.
 Config parse_config(const std::string& toml_text, const std::string& origin,
                     const Overrides& overrides = {});
+
+// The config's headline values (model, data, cluster, alpha, lambda_frozen,
+// K0, policies, epochs, batch), as trace metadata: both back ends write
+// them, and the figures read alpha from them.
+[[nodiscard]] std::map<std::string, std::string> describe(const Config&);
 
 // Names as written in config files, for printing.
 std::string to_string(ModelFamily);

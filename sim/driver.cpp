@@ -422,29 +422,9 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
   out.trace.config = config.source;
   out.trace.mode = opt.modes.empty() ? "" : to_string(opt.modes.back());
   // The knobs a figure needs to label a run (alpha for the freeze curve, ...).
-  const auto num = [](double v) {
-    std::ostringstream os;
-    os.precision(17);
-    os << v;
-    return os.str();
-  };
-  const auto& pc = config.planner;
-  out.trace.metadata = {{"network_model", "SimGrid CM02, crosstraffic off"},
-                        {"cost_model", cost.name()},
-                        {"model", to_string(config.model.family) + " L=" + std::to_string(config.model.num_hidden_layers)},
-                        {"data", config.data.name},
-                        {"cluster", std::to_string(config.cluster.nodes) + "x" + std::to_string(config.cluster.gpus_per_node) +
-                                        " " + config.cluster.device.name},
-                        {"alpha", num(pc.alpha)},
-                        {"lambda_frozen", num(pc.lambda_frozen)},
-                        {"K0", std::to_string(pc.K)},
-                        {"freeze_policy", to_string(pc.freeze_policy)},
-                        {"partitioner", to_string(pc.partitioner)},
-                        {"compression", to_string(pc.compression)},
-                        {"schedule", to_string(pc.schedule)},
-                        {"epochs", std::to_string(config.training.epochs)},
-                        {"batch_size", std::to_string(config.training.batch_size)},
-                        {"num_train_samples", std::to_string(config.data.num_train_samples)}};
+  out.trace.metadata = describe(config);
+  out.trace.metadata["network_model"] = "SimGrid CM02, crosstraffic off";
+  out.trace.metadata["cost_model"] = cost.name();
   out.summary.source = "sim";
   out.summary.config = config.source;
   out.summary.metadata = out.trace.metadata;

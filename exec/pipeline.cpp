@@ -188,10 +188,7 @@ IterationResult Pipeline::run(const Schedule& schedule, std::span<const MicroBat
 }
 
 void Pipeline::worker_main(int device) {
-  // lazy_init first: its first call in a thread would otherwise reset the
-  // thread's OpenMP team size to the process-wide setting.
-  at::internal::lazy_init_num_threads();
-  at::set_num_threads(std::max(1, options_.threads_per_worker));
+  int threads = 0;
   compat::set_autocast(options_.devices[device].type(), options_.bf16_autocast, at::kBFloat16);
   std::uint64_t seen = 0;
   while (true) {
@@ -206,6 +203,10 @@ void Pipeline::worker_main(int device) {
       if (device >= job_->schedule->K) continue;
       job = job_;
     }
+    // With fewer devices in the plan, each worker may use more cores.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int want = options_.threads_per_worker > 0 ? options_.threads_per_worker : std::max(1, cores / job->schedule->K);
+    if (want != threads) compat::set_thread_count(threads = want);
     try {
       run_device(device, *job);
     } catch (...) {

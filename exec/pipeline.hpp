@@ -62,7 +62,7 @@ struct IterationResult {
 
 struct PipelineOptions {
   std::vector<at::Device> devices;  // K workers' devices
-  int threads_per_worker = 1;
+  int threads_per_worker = 0;  // intra-op threads per worker; 0: cores / K of the current plan, at least 1
   bool bf16_autocast = false;
   Checkpointing checkpointing = Checkpointing::Never;
 };

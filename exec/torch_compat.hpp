@@ -3,6 +3,7 @@
 // against the API both share. Issue 5's c10d differences go here too.
 #pragma once
 
+#include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/Device.h>
 #include <c10/core/DeviceType.h>
@@ -14,6 +15,16 @@ namespace ep::exec::compat {
 
 inline constexpr bool kTorch24OrLater =
     TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4);
+
+// Intra-op threads of the calling thread. ATen's first parallel region in a
+// thread re-applies the process-wide count (the last set_num_threads of any
+// thread), so a thread that sets its own count must initialise first, or a
+// stage worker can silently switch team size and its results their
+// rounding (seen as non-deterministic losses).
+inline void set_thread_count(int n) {
+  at::internal::lazy_init_num_threads();
+  at::set_num_threads(n);
+}
 
 // Autocast state is thread-local: each stage worker sets its own.
 inline void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType dtype) {

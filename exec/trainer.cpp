@@ -19,6 +19,7 @@
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
+#include "exec/torch_compat.hpp"
 #include "planner/freeze.hpp"
 #include "planner/run_plan.hpp"
 
@@ -235,11 +236,10 @@ TrainResult train(const Config& c, const TrainOptions& opt) {
   exec::Optimizer optimizer(c.training);
   const std::vector<at::Device> devs = devices(c);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  PipelineOptions po{devs, c.exec.threads_per_worker > 0 ? c.exec.threads_per_worker : std::max(1, cores / c.planner.K),
-                     c.training.precision == Precision::BF16, c.training.checkpointing};
+  PipelineOptions po{devs, c.exec.threads_per_worker, c.training.precision == Precision::BF16,
+                     c.training.checkpointing};
   Pipeline pipeline(model, optimizer, po);
-  // Evaluation runs on this thread.
-  at::set_num_threads(cores);
+  compat::set_thread_count(cores);  // evaluation runs on this thread
 
   const SamplerSpec sampler{data.train.size, 1, c.training.seed};
   const std::int64_t per_epoch = iterations_in_epoch(sampler, 0, 1, batch);
@@ -251,9 +251,11 @@ TrainResult train(const Config& c, const TrainOptions& opt) {
   tb.trace.source = "exec";
   tb.trace.config = c.source;
   tb.trace.mode = "train";
-  tb.trace.metadata = {{"device", to_string(c.exec.device)},
-                       {"threads_per_worker", std::to_string(po.threads_per_worker)},
-                       {"schedule", to_string(c.planner.schedule)}};
+  tb.trace.metadata = describe(c);
+  tb.trace.metadata["device"] = to_string(c.exec.device);
+  tb.trace.metadata["threads_per_worker"] = po.threads_per_worker > 0 ? std::to_string(po.threads_per_worker)
+                                                                      : "cores/K, " + std::to_string(cores) + " cores";
+  tb.trace.metadata["libtorch"] = TORCH_VERSION;
 
   TrainResult result;
   const Clock::time_point origin = Clock::now();
@@ -302,10 +304,12 @@ TrainResult train(const Config& c, const TrainOptions& opt) {
       const std::string what = "transition frozen " + std::to_string(frozen_before) + "->" +
                                std::to_string(plan->frozen_layers) + " K " + std::to_string(K_before) + "->" +
                                std::to_string(plan->K);
-      tb.transition(seconds(origin, t0), seconds(origin, t1), epoch, what);
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "%s (%.3f s)", what.c_str(), transition_s);
-      log(buf);
+      if (plan->frozen_layers != frozen_before || plan->K != K_before) {  // else nothing moved
+        tb.transition(seconds(origin, t0), seconds(origin, t1), epoch, what);
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s (%.3f s)", what.c_str(), transition_s);
+        log(buf);
+      }
     }
     const bool fill = plan->cache_fill_from >= 0 && epoch == plan->first_epoch;
     const Schedule& sched = fill ? fill_schedule : schedule;

@@ -1,0 +1,109 @@
+// Executor throughput against a plain single-process LibTorch loop on the
+// same model, batch and optimizer (torch::optim::AdamW), on this machine.
+//   ./build/bench_exec [config] [iterations] [repeats]
+// Prints the median samples/s of each over `repeats` runs of `iterations`
+// (after 3 warm-up iterations) and their ratios, measured in one run.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "exec/model.hpp"
+#include "exec/optimizer.hpp"
+#include "exec/pipeline.hpp"
+#include "exec/torch_compat.hpp"
+#include "planner/run_plan.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<ep::exec::MicroBatch> batches(const ep::ModelConfig& m, int batch, int M) {
+  at::manual_seed(0);
+  const at::Tensor x = at::randn({batch, m.num_channels, m.image_size, m.image_size});
+  const at::Tensor y = at::randint(0, m.num_labels, {batch}, at::kLong);
+  std::vector<ep::exec::MicroBatch> out;
+  std::int64_t at = 0;
+  for (const int n : ep::micro_batch_sizes(batch, M)) {
+    out.push_back({x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), std::vector<std::int64_t>(n, -1)});
+    at += n;
+  }
+  return out;
+}
+
+// Samples/s of the executor running `plan`'s schedule with K workers.
+double executor(const ep::Config& c, const ep::RunPlanner& planner, const ep::Plan& plan, int iterations, int threads) {
+  ep::exec::Model model(c.model, 1);
+  ep::exec::Optimizer opt(c.training);
+  ep::exec::Pipeline pipe(model, opt, {std::vector<at::Device>(plan.K, at::Device(at::kCPU)), threads, false,
+                                       c.training.checkpointing});
+  pipe.configure(plan.partition, plan.K, plan.v);
+  const ep::Schedule s = ep::build_schedule(ep::schedule_options(planner.context(), ep::iteration_setup(c, plan, false)));
+  const auto mbs = batches(c.model, c.training.batch_size, plan.M);
+  for (int i = 0; i < 3; ++i) (void)pipe.run(s, mbs, c.training.batch_size, 1e-4);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iterations; ++i) (void)pipe.run(s, mbs, c.training.batch_size, 1e-4);
+  return iterations * c.training.batch_size / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The loop a LibTorch user writes: forward, loss, backward, step.
+double plain_loop(const ep::Config& c, int iterations) {
+  ep::exec::Model model(c.model, 1);
+  std::vector<at::Tensor> params;
+  for (auto& p : model.named_params()) params.push_back(p.tensor.requires_grad_(true));
+  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-4).weight_decay(c.training.weight_decay));
+  const auto mb = batches(c.model, c.training.batch_size, 1).front();
+  const ep::SublayerRange all{0, model.num_sublayers()};
+  const auto step = [&] {
+    opt.zero_grad();
+    const at::Tensor loss = at::cross_entropy_loss(model.forward(all, mb.input), mb.labels);
+    torch::autograd::backward({loss});
+    opt.step();
+  };
+  for (int i = 0; i < 3; ++i) step();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iterations; ++i) step();
+  return iterations * c.training.batch_size / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string path = argc > 1 ? argv[1] : EP_SOURCE_DIR "/configs/fashion_mnist_vit_tiny.toml";
+  const int iterations = argc > 2 ? std::atoi(argv[2]) : 30;
+  const int repeats = argc > 3 ? std::atoi(argv[3]) : 5;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ep::exec::compat::set_thread_count(cores);
+  const ep::Config c = ep::load_config(path);
+  const ep::AnalyticCostModel cost(c.cluster, c.training);
+  ep::RunPlanner planner(c, cost);
+  const ep::Plan first = planner.next(0);  // the config's K, as planned
+  const ep::Config single_cfg = ep::load_config(path, {"planner.K=1", "cluster.gpus_per_node=1", "planner.chunk_search=false", "planner.M=1"});
+  ep::RunPlanner single_planner(single_cfg, cost);
+  const ep::Plan single = single_planner.next(0);
+
+  std::vector<double> plain, exec1, execK;
+  for (int r = 0; r < repeats; ++r) {
+    plain.push_back(plain_loop(c, iterations));
+    exec1.push_back(executor(single_cfg, single_planner, single, iterations, 0));
+    execK.push_back(executor(c, planner, first, iterations, 0));
+  }
+  std::printf("model %s L=%d H=%d, batch %d, %d cores, %d iterations x %d repeats (medians)\n",
+              ep::to_string(c.model.family).c_str(), c.model.num_hidden_layers, c.model.hidden_size,
+              c.training.batch_size, cores, iterations, repeats);
+  std::printf("plain LibTorch loop          %8.1f samples/s\n", median(plain));
+  std::printf("executor K=1 M=1             %8.1f samples/s  ratio %.3f\n", median(exec1), median(exec1) / median(plain));
+  std::printf("executor K=%d M=%d (%s)   %8.1f samples/s  ratio %.3f\n", first.K, first.M,
+              ep::to_string(c.planner.schedule).c_str(), median(execK), median(execK) / median(plain));
+  return 0;
+}

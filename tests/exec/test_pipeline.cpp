@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 
+#include "exec/cache.hpp"
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
@@ -83,14 +84,15 @@ Partition random_partition(int sublayers, int frozen_layers, int stages, std::mt
   return p;
 }
 
-Schedule schedule_for(ScheduleKind kind, int K, int M, int v, const Partition& p, bool step) {
+Schedule schedule_for(ScheduleKind kind, int K, int M, int v, const Partition& p, bool step,
+                      FrozenInput frozen_input = FrozenInput::Forward) {
   ScheduleOptions o;
   o.kind = kind;
   o.K = K;
   o.M = M;
   o.v = v;
   o.optimizer_step = step;
-  if (p.bounds.front() > 0) o.frozen_input = FrozenInput::Forward;
+  if (p.bounds.front() > 0) o.frozen_input = frozen_input;
   Schedule s = build_schedule(o);
   check_schedule(s);
   return s;
@@ -272,4 +274,44 @@ TEST_CASE("a failing stage stops the whole pipeline with its error instead of ha
   const at::Tensor good = inputs(m, 4, 3);
   CHECK(run.pipeline.run(schedule_for(ScheduleKind::GPipe, 2, 2, 1, run.pipeline.partition(), false),
                          split(good, y, 2), 4, 0).loss > 0);
+}
+
+TEST_CASE("the cached path gives recomputation's loss and gradients, and advancing stale entries gives the "
+          "activations recomputed from the input") {
+  const ModelConfig m = tiny(ModelFamily::ViT);
+  const at::Tensor x = inputs(m, 12, 6);
+  const at::Tensor y = at::randint(0, m.num_labels, {12}, at::kLong);
+  const auto mbs = split(x, y, 4);
+  std::mt19937 rng(2);
+  Run run(m, 2);
+  const int n = run.model.num_sublayers();
+  ActivationCache cache(12);
+  run.pipeline.set_cache(&cache);
+  for (const int frozen : {1, 3}) {
+    INFO("frozen " << frozen);
+    std::mt19937 same(frozen);
+    const Partition p = random_partition(n, frozen, 2, same);
+    run.pipeline.configure(p, 2, 1);
+    const auto iterate = [&](FrozenInput in, int valid) {
+      const IterationResult r =
+          run.pipeline.run(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, p, false, in), mbs, 12, 0, valid);
+      return std::pair{r.loss, grads(run.model)};
+    };
+    const auto [ref_loss, ref_grads] = iterate(FrozenInput::Forward, -1);
+    // First the cache is filled (from nothing, or by advancing depth-1 entries
+    // through the newly frozen layers), then read.
+    const auto [fill_loss, fill_grads] =
+        frozen == 1 ? iterate(FrozenInput::ForwardAndCacheWrite, 0) : iterate(FrozenInput::Advance, 1);
+    CHECK(fill_loss == Approx(ref_loss).epsilon(1e-6));
+    require_close(fill_grads, ref_grads);
+    at::NoGradGuard no_grad;
+    const at::Tensor recomputed = run.model.forward(ModelSpec::frozen_prefix(frozen), x);
+    CHECK(at::allclose(cache.read({0, 5, 11}, frozen, at::kCPU), recomputed.index_select(0, at::tensor({0, 5, 11})),
+                       1e-6, 1e-6));
+    const auto [read_loss, read_grads] = iterate(FrozenInput::CacheRead, -1);
+    CHECK(read_loss == Approx(ref_loss).epsilon(1e-6));
+    require_close(read_grads, ref_grads);
+  }
+  // A read at the wrong depth is an error, not stale activations.
+  CHECK_THROWS_WITH(cache.read({0}, 1, at::kCPU), Catch::Contains("holds depth 3, expected 1"));
 }

@@ -1,8 +1,11 @@
-// Executor throughput against a plain single-process LibTorch loop on the
-// same model, batch and optimizer (torch::optim::AdamW), on this machine.
+// Executor throughput on this machine, medians of interleaved repeats:
+// 1. against a plain single-process LibTorch loop on the same model, batch
+//    and optimizer (torch::optim::AdamW);
+// 2. for each plan of the config's own run (its freeze steps, steady state:
+//    cache read when the plan caches), relative to the first plan: what
+//    freezing and repartitioning buy per iteration, free of the drift that
+//    separates two whole training runs on a shared machine.
 //   ./build/bench_exec [config] [iterations] [repeats]
-// Prints the median samples/s of each over `repeats` runs of `iterations`
-// (after 3 warm-up iterations) and their ratios, measured in one run.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -13,6 +16,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "exec/cache.hpp"
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
@@ -35,21 +39,33 @@ std::vector<ep::exec::MicroBatch> batches(const ep::ModelConfig& m, int batch, i
   std::vector<ep::exec::MicroBatch> out;
   std::int64_t at = 0;
   for (const int n : ep::micro_batch_sizes(batch, M)) {
-    out.push_back({x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), std::vector<std::int64_t>(n, -1)});
+    std::vector<std::int64_t> idx(n);
+    for (int i = 0; i < n; ++i) idx[i] = at + i;  // cache keys
+    out.push_back({x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), idx});
     at += n;
   }
   return out;
 }
 
-// Samples/s of the executor running `plan`'s schedule with K workers.
-double executor(const ep::Config& c, const ep::RunPlanner& planner, const ep::Plan& plan, int iterations, int threads) {
+// Samples/s of the executor running `plan`'s steady-state schedule (after
+// filling the cache once, when the plan caches) with K workers.
+double executor(const ep::Config& c, const ep::PlanContext& ctx, const ep::Plan& plan, int iterations,
+                int threads) {
   ep::exec::Model model(c.model, 1);
   ep::exec::Optimizer opt(c.training);
   ep::exec::Pipeline pipe(model, opt, {std::vector<at::Device>(plan.K, at::Device(at::kCPU)), threads, false,
                                        c.training.checkpointing});
   pipe.configure(plan.partition, plan.K, plan.v);
-  const ep::Schedule s = ep::build_schedule(ep::schedule_options(planner.context(), ep::iteration_setup(c, plan, false)));
+  ep::exec::ActivationCache cache(c.training.batch_size);
+  pipe.set_cache(&cache);
   const auto mbs = batches(c.model, c.training.batch_size, plan.M);
+  ep::IterationSetup setup = ep::iteration_setup(c, plan, false);
+  if (plan.cache.on) {
+    setup.cache_valid_layers = 0;
+    (void)pipe.run(ep::build_schedule(ep::schedule_options(ctx, setup)), mbs, c.training.batch_size, 1e-4, 0);
+    setup.cache_valid_layers = -1;
+  }
+  const ep::Schedule s = ep::build_schedule(ep::schedule_options(ctx, setup));
   for (int i = 0; i < 3; ++i) (void)pipe.run(s, mbs, c.training.batch_size, 1e-4);
   const auto t0 = Clock::now();
   for (int i = 0; i < iterations; ++i) (void)pipe.run(s, mbs, c.training.batch_size, 1e-4);
@@ -86,24 +102,38 @@ int main(int argc, char** argv) {
   ep::exec::compat::set_thread_count(cores);
   const ep::Config c = ep::load_config(path);
   const ep::AnalyticCostModel cost(c.cluster, c.training);
-  ep::RunPlanner planner(c, cost);
-  const ep::Plan first = planner.next(0);  // the config's K, as planned
-  const ep::Config single_cfg = ep::load_config(path, {"planner.K=1", "cluster.gpus_per_node=1", "planner.chunk_search=false", "planner.M=1"});
-  ep::RunPlanner single_planner(single_cfg, cost);
-  const ep::Plan single = single_planner.next(0);
+  const ep::PlanContext ctx(c, cost);
+  const ep::RunPlan run = ep::plan_run(c, cost);
+  const ep::Config single_cfg =
+      ep::load_config(path, {"planner.K=1", "cluster.gpus_per_node=1", "planner.chunk_search=false", "planner.M=1"});
+  const ep::PlanContext single_ctx(single_cfg, cost);
+  const ep::Plan single = ep::plan_run(single_cfg, cost).plans.front();
 
-  std::vector<double> plain, exec1, execK;
+  // Distinct plans of the run (a plan equal to the previous one in frozen
+  // layers, K, M and cache is the same iteration).
+  std::vector<const ep::Plan*> plans;
+  for (const ep::Plan& p : run.plans)
+    if (plans.empty() || p.frozen_layers != plans.back()->frozen_layers || p.K != plans.back()->K ||
+        p.M != plans.back()->M || p.cache.on != plans.back()->cache.on)
+      plans.push_back(&p);
+  std::vector<double> plain, exec1;
+  std::vector<std::vector<double>> per_plan(plans.size());
   for (int r = 0; r < repeats; ++r) {
     plain.push_back(plain_loop(c, iterations));
-    exec1.push_back(executor(single_cfg, single_planner, single, iterations, 0));
-    execK.push_back(executor(c, planner, first, iterations, 0));
+    exec1.push_back(executor(single_cfg, single_ctx, single, iterations, 0));
+    for (std::size_t i = 0; i < plans.size(); ++i) per_plan[i].push_back(executor(c, ctx, *plans[i], iterations, 0));
   }
-  std::printf("model %s L=%d H=%d, batch %d, %d cores, %d iterations x %d repeats (medians)\n",
-              ep::to_string(c.model.family).c_str(), c.model.num_hidden_layers, c.model.hidden_size,
+  std::printf("%s: model %s L=%d H=%d, batch %d, %d cores, %d iterations x %d repeats, interleaved (medians)\n",
+              path.c_str(), ep::to_string(c.model.family).c_str(), c.model.num_hidden_layers, c.model.hidden_size,
               c.training.batch_size, cores, iterations, repeats);
-  std::printf("plain LibTorch loop          %8.1f samples/s\n", median(plain));
-  std::printf("executor K=1 M=1             %8.1f samples/s  ratio %.3f\n", median(exec1), median(exec1) / median(plain));
-  std::printf("executor K=%d M=%d (%s)   %8.1f samples/s  ratio %.3f\n", first.K, first.M,
-              ep::to_string(c.planner.schedule).c_str(), median(execK), median(execK) / median(plain));
+  std::printf("plain LibTorch loop (1 thread pool)        %8.1f samples/s\n", median(plain));
+  std::printf("executor K=1 M=1                           %8.1f samples/s  %.3fx plain\n", median(exec1),
+              median(exec1) / median(plain));
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const ep::Plan& p = *plans[i];
+    std::printf("executor plan T=%d frozen %d K=%d M=%d %-9s %8.1f samples/s  %.3fx plain  %.3fx plan 0\n",
+                p.freeze_step, p.frozen_layers, p.K, p.M, p.cache.on ? "cache" : "no cache", median(per_plan[i]),
+                median(per_plan[i]) / median(plain), median(per_plan[i]) / median(per_plan[0]));
+  }
   return 0;
 }

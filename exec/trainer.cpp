@@ -43,7 +43,9 @@ void check_runnable(const Config& c) {
     throw c.error("model.num_channels", "1 for fashion-mnist (grey images)", std::to_string(c.model.num_channels));
   if (name == "fashion-mnist" && c.model.num_labels != 10)
     throw c.error("model.num_labels", "10 for fashion-mnist", std::to_string(c.model.num_labels));
-  for (int K = c.planner.K; K >= 1; K /= 2) {
+  // Every K a plan can reach: K0, and its halvings when AutoPipe compresses.
+  const bool compresses = c.planner.autopipe && c.planner.compression != CompressionKind::None;
+  for (int K = c.planner.K; K >= 1; K = compresses ? K / 2 : 0) {
     const ReplicaLayout layout = replica_layout(c, K);
     if (layout.replicas > 1)
       throw c.error(c.planner.autodp ? "planner.autodp" : "planner.K",

@@ -110,6 +110,9 @@ TEST_CASE("what one process cannot run is refused up front with the config's fil
   CHECK_THROWS_WITH(exec::train(tiny({"planner.autodp=true"}), {}),
                     Catch::Contains("--set planner.autodp") && Catch::Contains("replicas at K = 2"));
   CHECK_THROWS_WITH(exec::train(tiny({"planner.K=2"}), {}), Catch::Contains("planner.K"));
+  // Without compression K never shrinks, so AutoDP never adds a replica.
+  CHECK(exec::train(tiny({"planner.autodp=true", "planner.compression=\"none\"", "training.epochs=1"}), {})
+            .epochs.size() == 1);
   std::string text = kTiny;
   const std::string needle = "name = \"synthetic-images\"";
   text.replace(text.find(needle), needle.size(), "name = \"imagenet\"");

@@ -141,7 +141,7 @@ for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte 
 done
 expect_rc 2 "train on a wrong-magic IDX file" -- "$bin" train "$fm" --set "data.path=\"$tmp/badidx\""
 expect_text "wrong magic is named" "magic"
-expect_rc 2 "train with AutoDP replicas" -- "$bin" train "$fm" --set planner.autodp=true
+expect_rc 2 "train with AutoDP replicas" -- "$bin" train "$fm" --set planner.autodp=true --set 'planner.compression="memory"'
 expect_text "replicas refused with the key" "key 'planner.autodp'"
 expect_rc 2 "train on a simulated-only dataset" -- "$bin" train "$root/configs/paper/vit_cifar100.toml"
 expect_text "dataset name refused at file:line" "vit_cifar100.toml:"

@@ -372,6 +372,8 @@ TrainResult train(const Config& c, const TrainOptions& opt) {
     m.accuracy = evaluate(pipeline, data.test, eval_batch);
     result.epochs.push_back(m);
     log(format_epoch(m, c.training.epochs, L));
+    // Rewritten every epoch: a run that fails later keeps what it measured.
+    if (!opt.out_dir.empty()) write_epoch_csv(result.epochs, (std::filesystem::path(opt.out_dir) / "epochs.csv").string());
   }
   result.total_s = train_time;
   result.final_accuracy = result.epochs.empty() ? -1 : result.epochs.back().accuracy;
@@ -379,7 +381,6 @@ TrainResult train(const Config& c, const TrainOptions& opt) {
   if (!opt.out_dir.empty()) {
     const std::filesystem::path out(opt.out_dir);
     write_chrome_trace(tb.trace, (out / "trace.json").string());
-    write_epoch_csv(result.epochs, (out / "epochs.csv").string());
     trace::RunSummary summary;
     summary.source = "exec";
     summary.config = c.source;

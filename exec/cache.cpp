@@ -38,23 +38,10 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
     if (i < 0) continue;
     if (i >= static_cast<std::int64_t>(entries_.size()))
       throw Error("activation cache: sample index " + std::to_string(i) + " out of range");
-    if (!entries_[i].defined()) ++count_;
     entries_[i] = host[static_cast<std::int64_t>(k)].clone();
     depth_[i] = depth;
     if (entry_shape_.empty()) entry_shape_ = entries_[i].sizes().vec();
   }
-}
-
-std::int64_t ActivationCache::entries() const {
-  std::lock_guard lock(mutex_);
-  return count_;
-}
-
-double ActivationCache::bytes() const {
-  std::lock_guard lock(mutex_);
-  double per = 4;
-  for (const auto d : entry_shape_) per *= static_cast<double>(d);
-  return entry_shape_.empty() ? 0 : per * static_cast<double>(count_);
 }
 
 }  // namespace ep::exec

@@ -22,15 +22,12 @@ class ActivationCache {
   [[nodiscard]] at::Tensor read(const std::vector<std::int64_t>& indices, int depth, const at::Device& device);
   // Stores row i of `values` (on any device) for indices[i] >= 0.
   void write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth);
-  [[nodiscard]] std::int64_t entries() const;
-  [[nodiscard]] double bytes() const;
 
  private:
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::vector<at::Tensor> entries_;
   std::vector<int> depth_;
   std::vector<std::int64_t> entry_shape_;
-  std::int64_t count_ = 0;
 };
 
 }  // namespace ep::exec

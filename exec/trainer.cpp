@@ -200,9 +200,7 @@ struct Traced {
       const ActionKind k = rec.action.kind;
       const double d = rec.end_s - rec.start_s;
       if (k == ActionKind::Forward || k == ActionKind::Backward) fb += d;
-      if (k == ActionKind::Forward || k == ActionKind::Backward || k == ActionKind::FrozenForward ||
-          k == ActionKind::OptimizerStep)
-        busy += d;
+      if (is_compute(k)) busy += d;
     }
     compute_s += busy / K;
     bubble += hi > lo ? 1 - fb / (K * (hi - lo)) : 0;

@@ -66,6 +66,11 @@ int parse_int_field(std::string_view text, std::string_view what, int line) {
 
 }  // namespace
 
+bool is_compute(ActionKind k) {
+  return k == ActionKind::Forward || k == ActionKind::Backward || k == ActionKind::FrozenForward ||
+         k == ActionKind::OptimizerStep;
+}
+
 bool is_transfer(ActionKind k) {
   return k == ActionKind::SendAct || k == ActionKind::RecvAct || k == ActionKind::SendGrad ||
          k == ActionKind::RecvGrad;

@@ -46,6 +46,8 @@ struct Action {
 };
 
 [[nodiscard]] bool is_transfer(ActionKind);
+// Work a device computes: F, B, the frozen forward and the optimizer step.
+[[nodiscard]] bool is_compute(ActionKind);
 [[nodiscard]] std::string to_string(const Action&);
 // Strict inverse of to_string; `>peer` / `<peer` is optional on transfers
 // (torch's unlowered text). Throws ep::Error quoting the text.

@@ -27,10 +27,6 @@ double now() { return s4u::Engine::get_clock(); }
 void wait_all(const std::vector<s4u::CommPtr>& comms) { s4u::Comm::wait_all(comms); }
 
 bool is_recv(ActionKind k) { return k == ActionKind::RecvAct || k == ActionKind::RecvGrad; }
-bool is_compute(ActionKind k) {
-  return k == ActionKind::Forward || k == ActionKind::Backward || k == ActionKind::FrozenForward ||
-         k == ActionKind::OptimizerStep;
-}
 
 const char* category(ActionKind k) { return trace::action_category(k); }
 

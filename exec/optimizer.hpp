@@ -34,6 +34,9 @@ class Optimizer {
   [[nodiscard]] bool contains(const std::string& name) const { return state_.count(name) > 0; }
   [[nodiscard]] std::size_t size() const { return state_.size(); }
   [[nodiscard]] const std::map<std::string, ParamState>& state() const { return state_; }
+  // Adds `name` or replaces its state: restoring a checkpoint or a peer's
+  // state (state.hpp).
+  void set_state(const std::string& name, ParamState s) { state_[name] = std::move(s); }
   // Moves the state tensors of `name` with its parameter.
   void to(const std::string& name, const at::Device& device);
 

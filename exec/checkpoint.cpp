@@ -1,0 +1,193 @@
+#include "exec/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <utility>
+
+#include "planner/error.hpp"
+
+namespace ep::exec {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::string step_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%010lld", static_cast<long long>(step));
+  return buf;
+}
+
+// "<prefix><digits>" -> the number; nullopt for anything else.
+std::optional<std::int64_t> parse_number(std::string_view s, std::string_view prefix) {
+  if (!s.starts_with(prefix)) return std::nullopt;
+  s.remove_prefix(prefix.size());
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+// Writes and fsyncs a file: the data is on disk before any rename
+// publishes it.
+void write_file(const fs::path& path, std::span<const std::uint8_t> bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(path.string() + ": cannot create: " + errno_text());
+  const std::uint8_t* p = bytes.data();
+  std::size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string err = errno_text();
+      ::close(fd);
+      throw Error(path.string() + ": write failed: " + err);
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const std::string err = errno_text();
+    ::close(fd);
+    throw Error(path.string() + ": fsync failed: " + err);
+  }
+  if (::close(fd) != 0) throw Error(path.string() + ": close failed: " + errno_text());
+}
+
+// A rename is durable only once its directory is fsync'd.
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw Error(dir.string() + ": cannot open directory: " + errno_text());
+  const int rc = ::fsync(fd);
+  const std::string err = rc != 0 ? errno_text() : "";
+  ::close(fd);
+  if (rc != 0) throw Error(dir.string() + ": fsync failed: " + err);
+}
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    throw Error(from.string() + ": cannot rename to " + to.string() + ": " + errno_text());
+}
+
+void remove_or_throw(const fs::path& path) {
+  std::error_code ec;
+  // state.bin first: a removal cut short leaves a dir no reader accepts.
+  fs::remove(path / "state.bin", ec);
+  if (!ec) fs::remove_all(path, ec);
+  if (ec) throw Error(path.string() + ": cannot remove: " + ec.message());
+}
+
+// Keeps `just_written` and the keep-1 highest other steps; removes older
+// step dirs and the .tmp-* leftovers of earlier steps (crashed writers).
+void prune(const fs::path& root, std::int64_t just_written, int keep) {
+  std::vector<std::pair<std::int64_t, fs::path>> steps;
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (const auto s = parse_number(name, "step-"); s && *s != just_written) {
+      steps.emplace_back(*s, entry.path());
+    } else if (name.starts_with(".tmp-")) {
+      // .tmp-<step>-<pid>: one of an earlier step cannot still be in use.
+      const std::string_view rest = std::string_view(name).substr(5);
+      const auto dash = rest.find('-');
+      const auto s = parse_number(rest.substr(0, dash), "");
+      if (dash != std::string_view::npos && s && *s < just_written) stale.push_back(entry.path());
+    }
+  }
+  if (ec) throw Error(root.string() + ": cannot list: " + ec.message());
+  std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = static_cast<std::size_t>(keep - 1); i < steps.size(); ++i) remove_or_throw(steps[i].second);
+  for (const auto& path : stale) remove_or_throw(path);
+}
+
+std::vector<std::uint8_t> read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": missing or unreadable");
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  if (size < 0 || !in) throw Error(path.string() + ": unreadable");
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) throw Error(path.string() + ": read failed");
+  return bytes;
+}
+
+}  // namespace
+
+void write_checkpoint(const std::string& dir, std::int64_t step, std::span<const std::uint8_t> state, int keep) {
+  if (keep < 1) throw Error("write_checkpoint: keep must be at least 1, got " + std::to_string(keep));
+  if (step < 0) throw Error("write_checkpoint: negative step " + std::to_string(step));
+  const fs::path root(dir);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) throw Error(dir + ": cannot create checkpoint directory: " + ec.message());
+
+  const std::string name = step_name(step);
+  const std::string pid = std::to_string(::getpid());
+  const fs::path final_dir = root / name;
+  const fs::path tmp = root / (".tmp-" + std::to_string(step) + "-" + pid);
+  fs::remove_all(tmp, ec);  // our pid's own leftover from an earlier life
+  if (!fs::create_directory(tmp, ec) || ec) throw Error(tmp.string() + ": cannot create: " + ec.message());
+  write_file(tmp / "state.bin", state);
+  fsync_dir(tmp);
+  if (fs::exists(final_dir)) {
+    // A directory cannot be renamed over a non-empty one; replacing the file
+    // is just as atomic, and `latest` stays valid throughout.
+    rename_or_throw(tmp / "state.bin", final_dir / "state.bin");
+    fsync_dir(final_dir);
+    fs::remove_all(tmp, ec);
+  } else {
+    rename_or_throw(tmp, final_dir);
+  }
+  fsync_dir(root);
+
+  const std::string text = name + "\n";
+  const fs::path latest_tmp = root / (".latest.tmp-" + pid);
+  write_file(latest_tmp, {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()});
+  rename_or_throw(latest_tmp, root / "latest");
+  fsync_dir(root);
+  // Only after `latest` moved on: it never names a removed dir.
+  prune(root, step, keep);
+}
+
+LoadedCheckpoint read_checkpoint(const std::string& dir) {
+  // "ckpt/step-5/" names its dir by the part before the slash.
+  fs::path root = fs::path(dir).lexically_normal();
+  if (!root.has_filename() && root.has_parent_path()) root = root.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) throw Error(dir + ": no such checkpoint directory");
+
+  LoadedCheckpoint out;
+  fs::path state_path = root / "state.bin";
+  if (fs::exists(state_path, ec)) {  // DIR is a step dir itself
+    out.step = parse_number(root.filename().string(), "step-").value_or(-1);
+  } else {
+    const fs::path latest = root / "latest";
+    std::ifstream in(latest);
+    std::string name;
+    if (!in || !std::getline(in, name))
+      throw Error(latest.string() + ": missing or unreadable (no complete checkpoint in " + dir + ")");
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    const auto step = parse_number(name, "step-");
+    if (!step) throw Error(latest.string() + ": names '" + name + "', not a step-<n> directory");
+    out.step = *step;
+    state_path = root / name / "state.bin";
+  }
+  out.path = state_path.string();
+  out.state = read_file(state_path);
+  return out;
+}
+
+}  // namespace ep::exec

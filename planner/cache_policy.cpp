@@ -9,7 +9,7 @@ namespace ep {
 std::string to_string(CacheTier t) { return t == CacheTier::HostMemory ? "host" : "disk"; }
 
 CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostModel& cost,
-                           int frozen_layers, int micro_batch) {
+                           int frozen_layers, int micro_batch, const MeasuredCache* measured) {
   CacheDecision d;
   const SublayerRange prefix = ModelSpec::frozen_prefix(frozen_layers);
   if (prefix.empty()) {
@@ -26,10 +26,14 @@ CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostMod
   d.tier = d.bytes_per_node <= c.cluster.host.memory_bytes ? CacheTier::HostMemory : CacheTier::Disk;
   d.read_s = cost.cache_read_s(per_sample * micro_batch, d.tier);
   d.frozen_forward_s = stage_frozen_forward_s(cost, spec, prefix, micro_batch);
+  if (measured) {
+    d.read_s = measured->read_s;
+    d.frozen_forward_s = measured->frozen_forward_s;
+  }
   std::ostringstream why;
   why.precision(3);
-  why << "read " << d.read_s * 1e3 << " ms (" << to_string(d.tier) << ") vs frozen forward "
-      << d.frozen_forward_s * 1e3 << " ms per micro-batch";
+  why << (measured ? "measured: read " : "read ") << d.read_s * 1e3 << " ms (" << to_string(d.tier) << ") vs frozen forward "
+      << d.frozen_forward_s * 1e3 << " ms per " << (measured ? "batch" : "micro-batch");
   switch (c.planner.cache) {
     case CachePolicyKind::Off: d.on = false; d.reason = "cache = off"; break;
     case CachePolicyKind::On: d.on = true; d.reason = "cache = on; " + why.str(); break;

@@ -17,10 +17,20 @@ struct CacheDecision {
   std::string reason;
 };
 
+// A back end's measurement for one frozen depth: reading `micro_batch`
+// samples from the cache, and running them through the frozen prefix.
+struct MeasuredCache {
+  double read_s = 0;
+  double frozen_forward_s = 0;
+};
+
 // `micro_batch`: samples per read. Policy off/on is obeyed (on with nothing
-// frozen, or without AutoPipe, is off: there is no separate frozen output to cache).
+// frozen, or without AutoPipe, is off: there is no separate frozen output to
+// cache). With `measured`, auto compares the measured times instead of the
+// cost model's.
 [[nodiscard]] CacheDecision decide_cache(const Config&, const ModelSpec&, const CostModel&,
-                                         int frozen_layers, int micro_batch);
+                                         int frozen_layers, int micro_batch,
+                                         const MeasuredCache* measured = nullptr);
 
 [[nodiscard]] std::string to_string(CacheTier);
 

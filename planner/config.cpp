@@ -31,6 +31,8 @@ constexpr EnumName<LrSchedule> kLrSchedules[] = {{LrSchedule::Constant, "constan
                                                  {LrSchedule::Linear, "linear"}};
 constexpr EnumName<Precision> kPrecisions[] = {{Precision::FP32, "fp32"},
                                                {Precision::BF16, "bf16"}};
+constexpr EnumName<BatchPolicy> kBatchPolicies[] = {{BatchPolicy::PerPipeline, "per_pipeline"},
+                                                    {BatchPolicy::LrScaled, "lr_scaled"}};
 constexpr EnumName<ExecDevice> kExecDevices[] = {{ExecDevice::CPU, "cpu"}, {ExecDevice::CUDA, "cuda"}};
 constexpr EnumName<Checkpointing> kCheckpointing[] = {
     {Checkpointing::Never, "never"},
@@ -404,6 +406,7 @@ void read_training(Reader& r, TrainingConfig& t) {
   t.seed = static_cast<std::uint64_t>(seed);
   r.choice("training.precision", t.precision, kPrecisions, false);
   r.choice("training.checkpointing", t.checkpointing, kCheckpointing, false);
+  r.choice("training.batch_policy", t.batch_policy, kBatchPolicies, false);
   if (t.epochs < 1) r.fail("training.epochs", "an integer >= 1", std::to_string(t.epochs));
   if (t.batch_size < 1) r.fail("training.batch_size", "an integer >= 1", std::to_string(t.batch_size));
   if (!(t.lr > 0)) r.fail("training.lr", "a number > 0", fmt(t.lr));
@@ -524,9 +527,23 @@ void read_exec(Reader& r, ExecConfig& e) {
   r.integer("exec.threads_per_worker", e.threads_per_worker, false);
   r.integer("exec.trace_iterations", e.trace_iterations, false);
   r.integer("exec.eval_batch_size", e.eval_batch_size, false);
+  r.number("exec.collective_timeout_s", e.collective_timeout_s, false);
+  r.integer("exec.checkpoint_every", e.checkpoint_every, false);
+  r.integer("exec.checkpoint_keep", e.checkpoint_keep, false);
+  r.path("exec.cache_memory_dir", e.cache_memory_dir);
+  r.path("exec.cache_disk_dir", e.cache_disk_dir);
+  r.integer("exec.prefetch_iterations", e.prefetch_iterations, false);
+  r.integer("exec.chunk_search_iterations", e.chunk_search_iterations, false);
+  r.path("exec.chunk_memo", e.chunk_memo);
+  r.boolean("exec.record_samples", e.record_samples);
   for (auto [key, v] : {std::pair{"exec.threads_per_worker", e.threads_per_worker},
-                        {"exec.trace_iterations", e.trace_iterations}, {"exec.eval_batch_size", e.eval_batch_size}})
+                        {"exec.trace_iterations", e.trace_iterations}, {"exec.eval_batch_size", e.eval_batch_size},
+                        {"exec.checkpoint_every", e.checkpoint_every}, {"exec.prefetch_iterations", e.prefetch_iterations},
+                        {"exec.chunk_search_iterations", e.chunk_search_iterations}})
     if (v < 0) r.fail(key, "an integer >= 0", std::to_string(v));
+  if (e.checkpoint_keep < 1) r.fail("exec.checkpoint_keep", "an integer >= 1", std::to_string(e.checkpoint_keep));
+  if (!(e.collective_timeout_s > 0))
+    r.fail("exec.collective_timeout_s", "a number of seconds > 0", fmt(e.collective_timeout_s));
 }
 
 void read_sim(Reader& r, SimConfig& s) {
@@ -624,6 +641,7 @@ std::string to_string(ExecDevice v) { return enum_name(kExecDevices, v); }
 std::string to_string(LrSchedule v) { return enum_name(kLrSchedules, v); }
 std::string to_string(Precision v) { return enum_name(kPrecisions, v); }
 std::string to_string(Checkpointing v) { return enum_name(kCheckpointing, v); }
+std::string to_string(BatchPolicy v) { return enum_name(kBatchPolicies, v); }
 std::string to_string(FreezePolicyKind v) { return enum_name(kFreezePolicies, v); }
 std::string to_string(FreezeRounding v) { return enum_name(kRoundings, v); }
 std::string to_string(PartitionerKind v) { return enum_name(kPartitioners, v); }

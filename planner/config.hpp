@@ -89,6 +89,8 @@ enum class Precision { FP32, BF16 };
 // Activation recomputation, as torchgpipe / torch Pipe's `checkpoint`.
 enum class Checkpointing { Never, ExceptLast, Always };
 
+enum class BatchPolicy { PerPipeline, LrScaled };
+
 struct TrainingConfig {
   int epochs = 1;
   int batch_size = 0;  // per pipeline, N_bs
@@ -101,6 +103,12 @@ struct TrainingConfig {
   std::uint64_t seed = 0;
   Precision precision = Precision::FP32;
   Checkpointing checkpointing = Checkpointing::ExceptLast;
+  // How data parallelism scales (AutoDP adds replicas as layers freeze):
+  // per_pipeline (the paper's): each pipeline keeps batch_size, so the
+  // global batch grows with the replicas at the same lr; lr_scaled: the
+  // same, with lr multiplied by replicas / initial replicas (the linear
+  // scaling rule).
+  BatchPolicy batch_policy = BatchPolicy::PerPipeline;
 };
 
 enum class FreezePolicyKind { None, Alpha, GradientNorm, Replay };
@@ -152,6 +160,21 @@ struct ExecConfig {
   int threads_per_worker = 0;  // intra-op threads per stage worker; 0: cores / K of the plan, at least 1
   int trace_iterations = 2;    // iterations traced (every action) at the start of each epoch
   int eval_batch_size = 0;     // test-set batch; 0: training.batch_size
+  // Multi-process (train --nproc / torchrun / mpirun).
+  double collective_timeout_s = 300;  // any collective or state transfer; then the job fails naming rank and operation
+  int checkpoint_every = 0;      // iterations between checkpoints (0: at epoch ends only); written under <out>/checkpoints
+  int checkpoint_keep = 2;       // newest checkpoints kept
+  // AutoCache's node-shared file: host-memory tier on a tmpfs, disk tier on
+  // disk (empty: <out>/cache, else the system temp dir).
+  std::string cache_memory_dir = "/dev/shm";
+  std::string cache_disk_dir;
+  int prefetch_iterations = 2;   // disk tier: entries read ahead, in the sampler's order
+  // Chunk search: timed iterations per candidate M (after one warm-up); 0:
+  // the cost model ranks the candidates. Results memoised in chunk_memo
+  // (empty: ~/.cache/elasticpipe/chunk_memo.json) per (environment, K, batch).
+  int chunk_search_iterations = 2;
+  std::string chunk_memo;
+  bool record_samples = false;   // audit: <out>/samples/rank<r>.csv, every sample each replica trained on
 };
 
 struct Config {
@@ -193,6 +216,7 @@ std::string to_string(Optimizer);
 std::string to_string(LrSchedule);
 std::string to_string(Precision);
 std::string to_string(Checkpointing);
+std::string to_string(BatchPolicy);
 std::string to_string(FreezePolicyKind);
 std::string to_string(FreezeRounding);
 std::string to_string(PartitionerKind);

@@ -65,7 +65,9 @@ const Plan& RunPlanner::next(int frozen_layers) {
   plan.v = pc.virtual_stages;
   // The cache is judged per sample of a whole per-pipeline batch: the
   // read/recompute comparison does not depend on how it is split.
-  plan.cache = decide_cache(c, ctx_.spec, ctx_.cost, plan.frozen_layers, c.training.batch_size);
+  const auto measured = measured_cache_.find(plan.frozen_layers);
+  plan.cache = decide_cache(c, ctx_.spec, ctx_.cost, plan.frozen_layers, c.training.batch_size,
+                            measured == measured_cache_.end() ? nullptr : &measured->second);
   const bool moved = T > 0 && plan.frozen_layers > run_.plans.back().frozen_layers;
   if (pc.autopipe && moved) {
     plan.compression = compress(ctx_, plan.frozen_layers, K_, plan.cache.on);
@@ -76,6 +78,8 @@ const Plan& RunPlanner::next(int frozen_layers) {
   plan.partition = plan_partition(ctx_, plan.frozen_layers, K * plan.v, plan.cache.on);
   plan.layout = replica_layout(c, K);
   if (T > 0) plan.woken_ranks = plan.layout.newly_active(run_.plans.back().layout);
+  if (c.training.batch_policy == BatchPolicy::LrScaled && T > 0)
+    plan.lr_scale = static_cast<double>(plan.layout.replicas) / run_.plans.front().layout.replicas;
   plan.stage_loads = stage_loads_paper(ctx_.spec, plan.partition, pc.lambda_frozen);
 
   if (plan.cache.on) {
@@ -260,6 +264,7 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
                      {"replicas", p.layout.replicas},
                      {"active_ranks", p.layout.active_ranks},
                      {"woken_ranks", p.woken_ranks},
+                     {"lr_scale", p.lr_scale},
                      {"layout", replicas},
                      {"cache", {{"on", p.cache.on}, {"tier", to_string(p.cache.tier)},
                                 {"fill_from_layers", p.cache_fill_from}, {"fill_iteration_s", p.fill_iteration_s},

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct Plan {
   double max_device_memory_bytes = 0;
   ReplicaLayout layout;
   std::vector<int> woken_ranks;  // processes a transition into this plan starts
+  double lr_scale = 1;  // training.batch_policy: replicas / initial replicas with lr_scaled, else 1
   CacheDecision cache;
   // With the cache on, whether the plan's first epoch (re)fills it: -1 no
   // (the entries are valid), else the frozen depth the entries hold before
@@ -79,6 +81,9 @@ class RunPlanner {
   // `frozen_layers` frozen. Throws ep::Error past the last step or when
   // frozen_layers is below the previous step's or above L - min_active.
   const Plan& next(int frozen_layers);
+  // A back end's measured cache read and frozen forward (per batch) at a
+  // frozen depth; plans at that depth decide the cache on them.
+  void measured_cache(int frozen_layers, const MeasuredCache& m) { measured_cache_[frozen_layers] = m; }
   [[nodiscard]] const RunPlan& run() const { return run_; }
   [[nodiscard]] const PlanContext& context() const { return ctx_; }
 
@@ -89,6 +94,7 @@ class RunPlanner {
   SamplerSpec sampler_;
   int steps_ = 0;
   int K_ = 0;
+  std::map<int, MeasuredCache> measured_cache_;
   int cached_layers_ = 0;  // depth the cache entries hold (entries outlive a plan without cache)
   RunPlan run_;
 };

@@ -6,6 +6,9 @@
 //    freezing and repartitioning buy per iteration, free of the drift that
 //    separates two whole training runs on a shared machine.
 //   ./build/bench_exec [config] [iterations] [repeats]
+#include <unistd.h>
+#include <filesystem>
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -56,9 +59,16 @@ double executor(const ep::Config& c, const ep::PlanContext& ctx, const ep::Plan&
   ep::exec::Pipeline pipe(model, opt, {std::vector<at::Device>(plan.K, at::Device(at::kCPU)), threads, false,
                                        c.training.checkpointing});
   pipe.configure(plan.partition, plan.K, plan.v);
-  ep::exec::ActivationCache cache(c.training.batch_size);
-  pipe.set_cache(&cache);
   const auto mbs = batches(c.model, c.training.batch_size, plan.M);
+  at::Tensor probe;  // one sample's stem output: the cache entry's shape
+  {
+    at::NoGradGuard no_grad;
+    probe = model.forward({0, 1}, mbs[0].input.narrow(0, 0, 1));
+  }
+  ep::exec::ActivationCache cache((std::filesystem::temp_directory_path() /
+                                   ("elasticpipe-bench-" + std::to_string(getpid()) + ".cache")).string(),
+                                  c.training.batch_size, probe.sizes().slice(1).vec(), true);
+  pipe.set_cache(&cache);
   ep::IterationSetup setup = ep::iteration_setup(c, plan, false);
   if (plan.cache.on) {
     setup.cache_valid_layers = 0;
@@ -69,7 +79,9 @@ double executor(const ep::Config& c, const ep::PlanContext& ctx, const ep::Plan&
   for (int i = 0; i < 3; ++i) (void)pipe.run(s, mbs, c.training.batch_size, 1e-4);
   const auto t0 = Clock::now();
   for (int i = 0; i < iterations; ++i) (void)pipe.run(s, mbs, c.training.batch_size, 1e-4);
-  return iterations * c.training.batch_size / std::chrono::duration<double>(Clock::now() - t0).count();
+  const double rate = iterations * c.training.batch_size / std::chrono::duration<double>(Clock::now() - t0).count();
+  cache.remove();
+  return rate;
 }
 
 // The loop a LibTorch user writes: forward, loss, backward, step.

@@ -1,47 +1,310 @@
 #include "exec/cache.hpp"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <thread>
 
 #include "planner/error.hpp"
 
 namespace ep::exec {
 
-ActivationCache::ActivationCache(std::int64_t dataset_size)
-    : entries_(static_cast<std::size_t>(dataset_size)), depth_(static_cast<std::size_t>(dataset_size), -1) {}
+namespace {
+
+// The tags are plain int64s in a file that several processes map, so no
+// std::atomic object lives there: std::atomic_ref operates atomically on
+// them. Lock-free atomics are address-free, which is what makes them work
+// across two mappings of one page; a lock-based fallback would not.
+static_assert(std::atomic<std::int64_t>::is_always_lock_free);
+static_assert(std::atomic_ref<std::int64_t>::is_always_lock_free);
+static_assert(std::atomic_ref<std::int64_t>::required_alignment <= alignof(std::int64_t));
+
+constexpr char kMagic[8] = {'E', 'P', 'C', 'A', 'C', 'H', 'E', '1'};
+constexpr std::uint32_t kVersion = 1;
+constexpr std::size_t kMaxDims = 8;
+constexpr std::int64_t kRowAlign = 64;  // a cache line: rows written by two processes never share one
+
+// The on-file header, exactly as cache.hpp documents it.
+struct Header {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t ndim;
+  std::int64_t dataset_size;
+  std::int64_t entry_numel;
+  std::int64_t entry_stride;
+  std::int64_t tags_offset;
+  std::int64_t data_offset;
+  std::int64_t file_bytes;
+  std::int64_t shape[kMaxDims];
+};
+static_assert(sizeof(Header) == 128 && offsetof(Header, shape) == 64);
+constexpr std::int64_t kTagsOffset = sizeof(Header);
+
+std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+
+std::int64_t page_size() {
+  static const std::int64_t page = ::sysconf(_SC_PAGESIZE);
+  return page;
+}
+
+std::string posix_error(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
+// Closes the descriptor on every path out of the constructor; the mapping
+// outlives it.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+ActivationCache::ActivationCache(std::string path, std::int64_t dataset_size, std::vector<std::int64_t> entry_shape,
+                                 bool create, std::chrono::milliseconds publish_wait)
+    : path_(std::move(path)),
+      dataset_size_(dataset_size),
+      entry_shape_(std::move(entry_shape)),
+      publish_wait_(publish_wait) {
+  if (dataset_size_ <= 0) throw Error(where() + ": dataset size must be positive, got " + std::to_string(dataset_size_));
+  if (entry_shape_.empty() || entry_shape_.size() > kMaxDims)
+    throw Error(where() + ": an entry has 1 to " + std::to_string(kMaxDims) + " dimensions, got " +
+                shape_string(entry_shape_));
+  entry_numel_ = 1;
+  for (const std::int64_t d : entry_shape_) {
+    if (d <= 0) throw Error(where() + ": entry shape " + shape_string(entry_shape_) + " has a non-positive size");
+    if (entry_numel_ > std::numeric_limits<std::int64_t>::max() / 4 / d)
+      throw Error(where() + ": entry shape " + shape_string(entry_shape_) + " is too large");
+    entry_numel_ *= d;
+  }
+  entry_stride_ = round_up(entry_numel_ * 4, kRowAlign);
+  data_offset_ = round_up(kTagsOffset + 8 * dataset_size_, page_size());
+  if (dataset_size_ > (std::numeric_limits<std::int64_t>::max() - data_offset_) / entry_stride_)
+    throw Error(where() + ": " + std::to_string(dataset_size_) + " entries of " + shape_string(entry_shape_) +
+                " floats do not fit in a file");
+  file_bytes_ = data_offset_ + dataset_size_ * entry_stride_;
+
+  Fd fd;
+  if (create) {
+    // Replace, not truncate: a process still mapping an old cache at this
+    // path keeps its own inode instead of faulting (SIGBUS) on pages that
+    // truncation took away. O_EXCL: a second creator is a bug of the caller.
+    if (::unlink(path_.c_str()) != 0 && errno != ENOENT)
+      throw Error(posix_error(where() + ": cannot replace the existing file"));
+    fd.fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd.fd < 0) throw Error(posix_error(where() + ": cannot create"));
+    // A half-made file would hold its space (possibly most of /dev/shm) and
+    // look like a cache to the next opener: delete it on failure.
+    const auto fail = [&](const std::string& what) {
+      const Error e(posix_error(where() + ": " + what));
+      ::unlink(path_.c_str());
+      return e;
+    };
+    if (::ftruncate(fd.fd, file_bytes_) != 0) throw fail("cannot size to " + std::to_string(file_bytes_) + " bytes");
+    // Reserve the blocks (tmpfs pages, disk extents) now: writing through the
+    // mapping into a hole that the file system cannot fill is a SIGBUS.
+    // File systems without fallocate keep the sparse file and that risk.
+    if (::fallocate(fd.fd, 0, 0, file_bytes_) != 0 && errno != EOPNOTSUPP)
+      throw fail("cannot allocate " + std::to_string(file_bytes_) + " bytes");
+  } else {
+    fd.fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd.fd < 0) throw Error(posix_error(where() + ": cannot open"));
+    struct stat st {};
+    if (::fstat(fd.fd, &st) != 0) throw Error(posix_error(where() + ": cannot stat"));
+    Header h{};
+    if (st.st_size < static_cast<off_t>(sizeof h) || ::pread(fd.fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
+      throw Error(where() + ": " + std::to_string(st.st_size) + " bytes, too short for the header: not a cache file");
+    const auto mismatch = [&](const std::string& field, const std::string& found, const std::string& expected) {
+      return Error(where() + ": header field " + field + " is " + found + ", expected " + expected +
+                   " (the file was created for another dataset or model, or is not a cache file)");
+    };
+    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
+      std::string magic(h.magic, sizeof h.magic);
+      for (char& ch : magic)
+        if (ch < 0x20 || ch > 0x7e) ch = '?';  // any file can land here: keep the message printable
+      throw mismatch("magic", "'" + magic + "'", "'EPCACHE1'");
+    }
+    if (h.version != kVersion) throw mismatch("version", std::to_string(h.version), std::to_string(kVersion));
+    if (h.dataset_size != dataset_size_)
+      throw mismatch("dataset_size", std::to_string(h.dataset_size), std::to_string(dataset_size_));
+    const std::vector<std::int64_t> shape(h.shape, h.shape + std::min<std::size_t>(h.ndim, kMaxDims));
+    if (h.ndim != entry_shape_.size() || shape != entry_shape_)
+      throw mismatch("entry_shape", shape_string(shape), shape_string(entry_shape_));
+    // Same dataset and shape on one node give the same layout; a difference
+    // means a damaged file, which must not be mapped on trust.
+    const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> layout[] = {
+        {"entry_numel", {h.entry_numel, entry_numel_}},  {"entry_stride", {h.entry_stride, entry_stride_}},
+        {"tags_offset", {h.tags_offset, kTagsOffset}},   {"data_offset", {h.data_offset, data_offset_}},
+        {"file_bytes", {h.file_bytes, file_bytes_}},
+    };
+    for (const auto& [field, v] : layout)
+      if (v.first != v.second) throw mismatch(field, std::to_string(v.first), std::to_string(v.second));
+    if (st.st_size < file_bytes_)
+      throw Error(where() + ": the file is " + std::to_string(st.st_size) + " bytes, its header says " +
+                  std::to_string(file_bytes_) + ": truncated");
+  }
+  void* p = ::mmap(nullptr, static_cast<std::size_t>(file_bytes_), PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
+  if (p == MAP_FAILED) {
+    const Error e(posix_error(where() + ": cannot map " + std::to_string(file_bytes_) + " bytes"));
+    if (create) ::unlink(path_.c_str());
+    throw e;
+  }
+  base_ = static_cast<char*>(p);
+  if (create) {
+    // The tags are already 0 (empty): ftruncate and fallocate give zeros.
+    Header h{};
+    h.version = kVersion;
+    h.ndim = static_cast<std::uint32_t>(entry_shape_.size());
+    h.dataset_size = dataset_size_;
+    h.entry_numel = entry_numel_;
+    h.entry_stride = entry_stride_;
+    h.tags_offset = kTagsOffset;
+    h.data_offset = data_offset_;
+    h.file_bytes = file_bytes_;
+    std::copy(entry_shape_.begin(), entry_shape_.end(), h.shape);
+    std::memcpy(base_, &h, sizeof h);
+    // The magic last: a creator that dies half-way leaves a file that no
+    // opener takes for a cache.
+    std::memcpy(base_, kMagic, sizeof kMagic);
+  }
+}
+
+ActivationCache::~ActivationCache() { unmap(); }
+
+void ActivationCache::unmap() noexcept {
+  if (base_) ::munmap(base_, static_cast<std::size_t>(file_bytes_));
+  base_ = nullptr;
+}
+
+std::string ActivationCache::where() const { return "activation cache " + path_; }
+
+void ActivationCache::check_index(std::int64_t i) const {
+  if (!base_) throw Error(where() + ": used after remove()");
+  if (i >= dataset_size_)
+    throw Error(where() + ": sample index " + std::to_string(i) + " out of range [0, " +
+                std::to_string(dataset_size_) + ")");
+}
+
+std::int64_t* ActivationCache::tag(std::int64_t i) const {
+  return reinterpret_cast<std::int64_t*>(base_ + kTagsOffset) + i;
+}
+
+char* ActivationCache::row(std::int64_t i) const { return base_ + data_offset_ + i * entry_stride_; }
 
 at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int depth, const at::Device& device) {
-  std::vector<at::Tensor> rows;
-  rows.reserve(indices.size());
-  {
-    std::lock_guard lock(mutex_);
-    for (const std::int64_t i : indices) {
-      if (i < 0) {
-        if (entry_shape_.empty()) throw Error("activation cache: read before any entry was written");
-        rows.push_back(at::zeros(entry_shape_, at::kFloat));
-        continue;
-      }
-      if (i >= static_cast<std::int64_t>(entries_.size()) || depth_[i] != depth)
-        throw Error("activation cache: sample " + std::to_string(i) + " holds depth " +
-                    std::to_string(i < static_cast<std::int64_t>(depth_.size()) ? depth_[i] : -1) +
-                    ", expected " + std::to_string(depth));
-      rows.push_back(entries_[i]);
+  if (depth < 0) throw Error(where() + ": read at negative depth " + std::to_string(depth));
+  const std::int64_t want = depth + 1;
+  const auto deadline = std::chrono::steady_clock::now() + publish_wait_;
+  std::vector<std::int64_t> sizes{static_cast<std::int64_t>(indices.size())};
+  sizes.insert(sizes.end(), entry_shape_.begin(), entry_shape_.end());
+  // Pinned when bound for a GPU, so the copy there is a DMA.
+  at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda()));
+  char* dst = static_cast<char*>(out.data_ptr());
+  const std::size_t bytes = static_cast<std::size_t>(entry_bytes());
+  for (std::size_t k = 0; k < indices.size(); ++k, dst += bytes) {
+    const std::int64_t i = indices[k];
+    if (i < 0) {
+      std::memset(dst, 0, bytes);
+      continue;
     }
+    check_index(i);
+    const std::atomic_ref<std::int64_t> t(*tag(i));
+    std::int64_t found = t.load(std::memory_order_acquire);
+    // Below: the replica that owns the sample has not written it at this
+    // depth yet. Poll with a growing sleep, up to the call's deadline.
+    for (auto nap = std::chrono::microseconds(50); found < want && std::chrono::steady_clock::now() < deadline;
+         nap = std::min(nap * 2, std::chrono::microseconds(2000))) {
+      std::this_thread::sleep_for(nap);
+      found = t.load(std::memory_order_acquire);
+    }
+    if (found != want) {
+      std::string msg = where() + ": sample " + std::to_string(i) + " holds depth " + std::to_string(found - 1) +
+                        (found == 0 ? " (empty)" : "") + ", expected " + std::to_string(depth);
+      if (found < want)
+        msg += " after waiting " + std::to_string(publish_wait_.count()) +
+               " ms for the process that owns it to write it";
+      else
+        msg += ": depths only grow, so this read is at an older depth than the cache holds";
+      throw Error(msg);
+    }
+    std::memcpy(dst, row(i), bytes);
   }
-  return at::stack(rows).to(device);
+  return out.to(device);
 }
 
 void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth) {
-  const at::Tensor host = values.detach().to(at::kCPU, at::kFloat);
-  std::lock_guard lock(mutex_);
-  for (std::size_t k = 0; k < indices.size(); ++k) {
+  if (depth < 0) throw Error(where() + ": write at negative depth " + std::to_string(depth));
+  std::vector<std::int64_t> expected{static_cast<std::int64_t>(indices.size())};
+  expected.insert(expected.end(), entry_shape_.begin(), entry_shape_.end());
+  if (!values.defined() || values.sizes().vec() != expected || !at::isFloatingType(values.scalar_type()))
+    throw Error(where() + ": write of " +
+                (values.defined() ? shape_string(values.sizes().vec()) + " " + std::string(c10::toString(values.scalar_type()))
+                                  : std::string("an undefined tensor")) +
+                " for " + std::to_string(indices.size()) + " indices, expected floats " + shape_string(expected));
+  // A no-op for a contiguous CPU float32 tensor: no ATen kernel runs then.
+  const at::Tensor host = values.detach().to(at::kCPU, at::kFloat).contiguous();
+  const char* src = static_cast<const char*>(host.data_ptr());
+  const std::size_t bytes = static_cast<std::size_t>(entry_bytes());
+  const std::int64_t tag_value = depth + 1;
+  for (std::size_t k = 0; k < indices.size(); ++k, src += bytes) {
     const std::int64_t i = indices[k];
     if (i < 0) continue;
-    if (i >= static_cast<std::int64_t>(entries_.size()))
-      throw Error("activation cache: sample index " + std::to_string(i) + " out of range");
-    entries_[i] = host[static_cast<std::int64_t>(k)].clone();
-    depth_[i] = depth;
-    if (entry_shape_.empty()) entry_shape_ = entries_[i].sizes().vec();
+    check_index(i);
+    const std::atomic_ref<std::int64_t> t(*tag(i));
+    const std::int64_t held = t.load(std::memory_order_relaxed);
+    if (held > tag_value)
+      throw Error(where() + ": sample " + std::to_string(i) + " holds depth " + std::to_string(held - 1) +
+                  ", refusing to write older depth " + std::to_string(depth) + ": depths only grow");
+    std::memcpy(row(i), src, bytes);
+    t.store(tag_value, std::memory_order_release);  // publishes the row
   }
+}
+
+void ActivationCache::prefetch(const std::vector<std::int64_t>& indices) {
+  std::vector<std::int64_t> sorted;
+  sorted.reserve(indices.size());
+  for (const std::int64_t i : indices) {
+    if (i < 0) continue;
+    check_index(i);
+    sorted.push_back(i);
+  }
+  if (sorted.empty()) return;
+  if (!base_) throw Error(where() + ": used after remove()");
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  // One madvise per run of consecutive indices, over whole pages.
+  const std::int64_t page = page_size();
+  for (std::size_t a = 0; a < sorted.size();) {
+    std::size_t b = a + 1;
+    while (b < sorted.size() && sorted[b] == sorted[b - 1] + 1) ++b;
+    const std::int64_t begin = (data_offset_ + sorted[a] * entry_stride_) / page * page;
+    const std::int64_t end =
+        std::min(file_bytes_, round_up(data_offset_ + sorted[b - 1] * entry_stride_ + entry_bytes(), page));
+    if (::madvise(base_ + begin, static_cast<std::size_t>(end - begin), MADV_WILLNEED) != 0)
+      throw Error(posix_error(where() + ": madvise(WILLNEED) of samples " + std::to_string(sorted[a]) + ".." +
+                              std::to_string(sorted[b - 1])));
+    a = b;
+  }
+}
+
+void ActivationCache::remove() {
+  unmap();
+  if (::unlink(path_.c_str()) != 0) throw Error(posix_error(where() + ": cannot delete"));
 }
 
 }  // namespace ep::exec

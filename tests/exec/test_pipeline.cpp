@@ -3,6 +3,9 @@
 // once, before and after a transition that freezes layers and repacks.
 #include "tests/exec/pch.hpp"
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <map>
 #include <random>
 
@@ -285,7 +288,17 @@ TEST_CASE("the cached path gives recomputation's loss and gradients, and advanci
   std::mt19937 rng(2);
   Run run(m, 2);
   const int n = run.model.num_sublayers();
-  ActivationCache cache(12);
+  // The cache is a node-shared file: this process's own, deleted on the way out.
+  const std::string cache_file =
+      (std::filesystem::temp_directory_path() / ("ep_test_pipeline_" + std::to_string(::getpid()) + ".cache")).string();
+  ActivationCache cache(cache_file, 12, {m.tokens(), m.hidden_size}, true);
+  struct Remove {
+    const std::string& path;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    }
+  } remove_file{cache_file};
   run.pipeline.set_cache(&cache);
   for (const int frozen : {1, 3}) {
     INFO("frozen " << frozen);

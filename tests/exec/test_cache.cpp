@@ -1,0 +1,278 @@
+// The node-shared activation cache: round trips at several depths, the file
+// layout cache.hpp documents, two processes sharing one file (fork), waiting
+// for an entry another process publishes, and the errors: wrong depth,
+// header mismatch, missing file.
+#include "tests/exec/pch.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "exec/cache.hpp"
+
+namespace {
+
+using ep::exec::ActivationCache;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+namespace fs = std::filesystem;
+
+// A fresh directory per test: ctest runs test cases in parallel processes.
+struct TempDir {
+  fs::path dir;
+  TempDir() {
+    static int n = 0;
+    std::random_device rd;
+    dir = fs::temp_directory_path() /
+          ("ep_cache_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" + std::to_string(rd()));
+    fs::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  [[nodiscard]] std::string file(const std::string& name) const { return (dir / name).string(); }
+};
+
+// Runs `body` in a forked child that exits 0 on success, 1 on an exception
+// (printed). _exit: the child must not run the parent's atexit handlers
+// (Catch's report, ATen's teardown).
+pid_t spawn(const std::function<void()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int rc = 0;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+      rc = 1;
+    }
+    ::_exit(rc);
+  }
+  REQUIRE(pid > 0);
+  return pid;
+}
+
+int join(pid_t pid) {
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// `rows` at `pick` stacked: the expected read of those rows.
+at::Tensor rows_of(const at::Tensor& rows, const std::vector<std::int64_t>& pick) {
+  return rows.index_select(0, at::tensor(pick, at::kLong));
+}
+
+}  // namespace
+
+TEST_CASE("the cache gives back the rows written at each depth, and masked slots read zeros", "[cache]") {
+  TempDir tmp;
+  at::manual_seed(1);
+  ActivationCache cache(tmp.file("c"), 10, {3, 5}, true, milliseconds(0));
+  CHECK(cache.entry_bytes() == 60);
+  CHECK(cache.file_bytes() == static_cast<std::int64_t>(fs::file_size(cache.path())));
+
+  const std::vector<std::int64_t> idx{0, 3, 7, 9};
+  const at::Tensor d1 = at::randn({4, 3, 5});
+  cache.write(idx, d1, 1);
+  const at::Tensor r = cache.read({7, -1, 0, 7}, 1, at::kCPU);
+  CHECK(r.sizes().vec() == std::vector<std::int64_t>{4, 3, 5});
+  CHECK(r.scalar_type() == at::kFloat);
+  CHECK(at::equal(r[0], d1[2]));
+  CHECK(at::equal(r[1], at::zeros({3, 5})));
+  CHECK(at::equal(r[2], d1[0]));
+  CHECK(at::equal(r[3], d1[2]));
+  CHECK(cache.read({}, 1, at::kCPU).sizes().vec() == std::vector<std::int64_t>{0, 3, 5});
+
+  // Advancing to a deeper prefix; a masked slot in a write is skipped. Any
+  // float dtype and layout is stored as float32.
+  const at::Tensor d3 = at::randn({5, 5, 3}, at::kDouble).transpose(1, 2);
+  cache.write({9, -1, 0, 3, 7}, d3, 3);
+  CHECK(at::equal(cache.read({0, 3, 7, 9}, 3, at::kCPU), rows_of(d3, {2, 3, 4, 0}).to(at::kFloat)));
+  // A second instance of the same file sees the same entries.
+  ActivationCache other(tmp.file("c"), 10, {3, 5}, false, milliseconds(0));
+  CHECK(at::equal(other.read({9}, 3, at::kCPU)[0], d3[0].to(at::kFloat)));
+
+  // Older depth than the cache holds: an error at once, for reads and writes.
+  CHECK_THROWS_WITH((cache.read({3}, 1, at::kCPU)), Catch::Contains("sample 3 holds depth 3, expected 1"));
+  CHECK_THROWS_WITH((cache.write({3}, at::zeros({1, 3, 5}), 2)),
+                    Catch::Contains("sample 3 holds depth 3, refusing to write older depth 2"));
+  // Never written, no wait allowed: the error names the sample and both depths.
+  CHECK_THROWS_WITH((cache.read({0, 4}, 3, at::kCPU)), Catch::Contains("sample 4 holds depth -1 (empty), expected 3"));
+  // Bad shapes and indices.
+  CHECK_THROWS_WITH((cache.write({1, 2}, at::zeros({2, 5, 3}), 3)), Catch::Contains("expected floats [2, 3, 5]"));
+  CHECK_THROWS_WITH((cache.write({1}, at::zeros({1, 3, 5}, at::kLong), 3)), Catch::Contains("expected floats"));
+  CHECK_THROWS_WITH((cache.write({10}, at::zeros({1, 3, 5}), 3)), Catch::Contains("sample index 10 out of range"));
+  CHECK_THROWS_WITH((cache.read({10}, 3, at::kCPU)), Catch::Contains("sample index 10 out of range"));
+
+  // Creating again replaces the file: the new one is all empty, and an
+  // instance still mapping the old one keeps reading what it held.
+  ActivationCache fresh(tmp.file("c"), 10, {3, 5}, true, milliseconds(0));
+  CHECK_THROWS_WITH((fresh.read({9}, 3, at::kCPU)), Catch::Contains("sample 9 holds depth -1 (empty)"));
+  CHECK(at::equal(other.read({9}, 3, at::kCPU)[0], d3[0].to(at::kFloat)));
+}
+
+TEST_CASE("the cache file holds the layout cache.hpp documents", "[cache]") {
+  TempDir tmp;
+  at::manual_seed(2);
+  const std::int64_t N = 600;  // tags: 4800 bytes, so the data starts on the third 4 KiB page
+  ActivationCache cache(tmp.file("c"), N, {2, 3}, true);
+  const at::Tensor v = at::randn({2, 2, 3});
+  cache.write({5, 599}, v, 4);
+
+  std::ifstream in(cache.path(), std::ios::binary);
+  std::vector<char> f((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(static_cast<std::int64_t>(f.size()) == cache.file_bytes());
+  const auto i64 = [&](std::size_t at) {
+    std::int64_t x;
+    std::memcpy(&x, f.data() + at, 8);
+    return x;
+  };
+  const auto u32 = [&](std::size_t at) {
+    std::uint32_t x;
+    std::memcpy(&x, f.data() + at, 4);
+    return x;
+  };
+  const std::int64_t page = ::sysconf(_SC_PAGESIZE);
+  CHECK(std::string(f.data(), 8) == "EPCACHE1");
+  CHECK(u32(8) == 1);   // version
+  CHECK(u32(12) == 2);  // ndim
+  CHECK(i64(16) == N);
+  CHECK(i64(24) == 6);   // entry_numel
+  CHECK(i64(32) == 64);  // entry_stride: 24 bytes rounded up to 64
+  CHECK(i64(40) == 128);
+  const std::int64_t data = i64(48);
+  CHECK(data == (128 + 8 * N + page - 1) / page * page);
+  CHECK(i64(56) == data + N * 64);
+  CHECK(i64(64) == 2);
+  CHECK(i64(72) == 3);
+  CHECK(i64(80) == 0);
+  // Tags: depth + 1, 0 for empty.
+  CHECK(i64(128 + 8 * 5) == 5);
+  CHECK(i64(128 + 8 * 599) == 5);
+  CHECK(i64(128 + 8 * 6) == 0);
+  // Entries: float32, row-major, at data + i * stride.
+  std::vector<float> row(6);
+  std::memcpy(row.data(), f.data() + data + 599 * 64, 24);
+  CHECK(at::equal(at::tensor(row).view({2, 3}), v[1]));
+}
+
+TEST_CASE("two processes share the file: a reader waits for the writer's entries and gets exactly its values",
+          "[cache]") {
+  TempDir tmp;
+  const std::string path = tmp.file("shared");
+  at::manual_seed(3);
+  ActivationCache parent(path, 16, {4, 8}, true, std::chrono::seconds(10));
+  const std::vector<std::int64_t> idx{1, 4, 9, 10, 15};
+  // Made before fork: the child runs no ATen kernel (write() of a contiguous
+  // float CPU tensor only memcpy's), so the parent's thread pools do not matter.
+  const at::Tensor d2 = at::randn({5, 4, 8});
+  const at::Tensor d3 = at::randn({5, 4, 8});
+
+  // The child opens its own instance, as another replica's process would.
+  const pid_t writer = spawn([&] { ActivationCache(path, 16, {4, 8}, false).write(idx, d2, 2); });
+  REQUIRE(join(writer) == 0);
+  CHECK(at::equal(parent.read(idx, 2, at::kCPU), d2));
+  CHECK(at::equal(parent.read({15, -1, 1}, 2, at::kCPU)[2], d2[0]));
+
+  // The read starts before the child advances the entries to depth 3: the
+  // parent sees depth 2 (below), waits, and gets the depth-3 values.
+  const Clock::time_point t0 = Clock::now();
+  const pid_t late = spawn([&] {
+    ActivationCache child(path, 16, {4, 8}, false);
+    std::this_thread::sleep_for(milliseconds(100));
+    child.write(idx, d3, 3);
+  });
+  const at::Tensor got = parent.read({10, 1, 15, 4, 9}, 3, at::kCPU);
+  const double waited = ms_since(t0);
+  REQUIRE(join(late) == 0);
+  CHECK(at::equal(got, rows_of(d3, {3, 0, 4, 1, 2})));
+  CHECK(waited >= 90);
+  // Tagged above the depth read: an error at once, not a wait.
+  const Clock::time_point t2 = Clock::now();
+  CHECK_THROWS_WITH((parent.read({4}, 2, at::kCPU)),
+                    Catch::Contains("sample 4 holds depth 3, expected 2: depths only grow"));
+  CHECK(ms_since(t2) < 1000);
+
+  // An entry nobody writes: the read gives up after publish_wait, naming
+  // the sample and both depths; entries that are there do not help.
+  ActivationCache impatient(path, 16, {4, 8}, false, milliseconds(200));
+  const Clock::time_point t1 = Clock::now();
+  CHECK_THROWS_WITH((impatient.read({1, 3}, 3, at::kCPU)),
+                    Catch::Contains("sample 3 holds depth -1 (empty), expected 3 after waiting 200 ms"));
+  const double failed_after = ms_since(t1);
+  CHECK(failed_after >= 200);
+  CHECK(failed_after < 200 + 1000);
+  // Present at an older depth and never advanced: the same, with the depth found.
+  CHECK_THROWS_WITH((impatient.read({1}, 4, at::kCPU)), Catch::Contains("sample 1 holds depth 3, expected 4 after"));
+}
+
+TEST_CASE("opening a cache file checks it: missing, not a cache, or made for another dataset or shape", "[cache]") {
+  TempDir tmp;
+  const std::string path = tmp.file("c");
+  CHECK_THROWS_WITH((ActivationCache(path, 10, {3, 5}, false)),
+                    Catch::Contains(path) && Catch::Contains("cannot open: No such file or directory"));
+  { ActivationCache(path, 10, {3, 5}, true); }
+  CHECK(fs::exists(path));  // the destructor keeps the file
+  CHECK_NOTHROW(ActivationCache(path, 10, {3, 5}, false));
+  CHECK_THROWS_WITH((ActivationCache(path, 11, {3, 5}, false)),
+                    Catch::Contains(path) && Catch::Contains("header field dataset_size is 10, expected 11"));
+  CHECK_THROWS_WITH((ActivationCache(path, 10, {5, 3}, false)),
+                    Catch::Contains(path) && Catch::Contains("header field entry_shape is [3, 5], expected [5, 3]"));
+  CHECK_THROWS_WITH((ActivationCache(path, 10, {15}, false)),
+                    Catch::Contains("header field entry_shape is [3, 5], expected [15]"));
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    const std::uint32_t v = 7;
+    f.seekp(8);
+    f.write(reinterpret_cast<const char*>(&v), 4);
+  }
+  CHECK_THROWS_WITH((ActivationCache(path, 10, {3, 5}, false)), Catch::Contains("header field version is 7, expected 1"));
+  const std::string junk = tmp.file("junk");
+  std::ofstream(junk) << std::string(4096, 'x');
+  CHECK_THROWS_WITH((ActivationCache(junk, 10, {3, 5}, false)), Catch::Contains("header field magic is 'xxxxxxxx'"));
+  std::ofstream(junk) << "short";
+  CHECK_THROWS_WITH((ActivationCache(junk, 10, {3, 5}, false)), Catch::Contains("too short for the header"));
+  // A file cut short after creation.
+  { ActivationCache(path, 10, {3, 5}, true); }
+  fs::resize_file(path, fs::file_size(path) - 64);
+  CHECK_THROWS_WITH((ActivationCache(path, 10, {3, 5}, false)), Catch::Contains("truncated"));
+  // Bad arguments and an uncreatable path.
+  CHECK_THROWS_WITH((ActivationCache(path, 0, {3, 5}, true)), Catch::Contains("dataset size must be positive"));
+  CHECK_THROWS_WITH((ActivationCache(path, 10, {}, true)), Catch::Contains("1 to 8 dimensions"));
+  CHECK_THROWS_WITH((ActivationCache(path, 10, {3, 0}, true)), Catch::Contains("non-positive size"));
+  CHECK_THROWS_WITH((ActivationCache(tmp.file("no/such/dir"), 10, {3}, true)),
+                    Catch::Contains("cannot create: No such file or directory"));
+}
+
+TEST_CASE("entries larger than a page work, prefetch accepts the window, remove() deletes the file", "[cache]") {
+  TempDir tmp;
+  at::manual_seed(4);
+  ActivationCache cache(tmp.file("big"), 5, {3, 1000}, true);  // 12000 bytes an entry
+  CHECK(cache.entry_bytes() == 12000);
+  CHECK(cache.file_bytes() == static_cast<std::int64_t>(fs::file_size(cache.path())));
+  const at::Tensor v = at::randn({5, 3, 1000});
+  cache.write({4, 2, 0, 3, 1}, v, 1);
+  CHECK_NOTHROW(cache.prefetch({0, 1, 2, 3, 4, -1}));
+  CHECK_NOTHROW(cache.prefetch({3, 1, 3}));
+  CHECK_NOTHROW(cache.prefetch({}));
+  CHECK_THROWS_WITH((cache.prefetch({5})), Catch::Contains("sample index 5 out of range"));
+  CHECK(at::equal(cache.read({0, 1, 2, 3, 4}, 1, at::kCPU), rows_of(v, {2, 4, 1, 3, 0})));
+  cache.remove();
+  CHECK_FALSE(fs::exists(cache.path()));
+  CHECK_THROWS_WITH((cache.read({0}, 1, at::kCPU)), Catch::Contains("used after remove()"));
+  CHECK_THROWS_WITH((cache.remove()), Catch::Contains("cannot delete"));
+}

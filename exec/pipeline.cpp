@@ -81,6 +81,16 @@ struct Pipeline::Job {
   std::vector<at::Tensor> loss, correct;         // per micro-batch, on the last device
   std::vector<at::Tensor> sublayer_grad_sq;      // per sublayer, at OptimizerStep
   std::vector<std::vector<ActionRecord>> records;  // per device
+  // Per stage: its launched bucket all-reduces, the flat buffers and where
+  // their AllReduce records sit (end time filled in at completion).
+  struct Bucket {
+    std::shared_ptr<PendingReduce> pending;
+    at::Tensor flat;
+    std::vector<at::Tensor> grads;
+    std::size_t record = 0;
+  };
+  std::vector<std::vector<Bucket>> buckets;
+  std::vector<int> bucket_count;  // per stage: its AllReduce actions
   std::exception_ptr error;
 };
 
@@ -126,6 +136,13 @@ void Pipeline::configure(const Partition& partition, int K, int v) {
   }
 }
 
+void Pipeline::set_devices(std::vector<at::Device> devices) {
+  if (devices.size() != options_.devices.size())
+    throw Error("pipeline: " + std::to_string(devices.size()) + " devices given, the pipeline has " +
+                std::to_string(options_.devices.size()) + " workers");
+  options_.devices = std::move(devices);
+}
+
 at::Device Pipeline::device_of_sublayer(int sublayer) const {
   if (sublayer < partition_.bounds.front()) return options_.devices[0];  // F_frozen
   for (int s = 0; s < partition_.K(); ++s)
@@ -155,6 +172,11 @@ IterationResult Pipeline::run(const Schedule& schedule, std::span<const MicroBat
   job.correct.resize(schedule.M);
   job.sublayer_grad_sq.resize(model_.num_sublayers());
   job.records.resize(schedule.K);
+  job.buckets.resize(schedule.num_stages());
+  job.bucket_count.assign(schedule.num_stages(), 0);
+  for (const auto& list : schedule.devices)
+    for (const Action& a : list)
+      if (a.kind == ActionKind::AllReduce) ++job.bucket_count[a.stage];
   {
     std::unique_lock lock(mutex_);
     job_ = &job;
@@ -204,7 +226,8 @@ void Pipeline::worker_main(int device) {
       job = job_;
     }
     // With fewer devices in the plan, each worker may use more cores.
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int cores = options_.cores > 0 ? options_.cores
+                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int want = options_.threads_per_worker > 0 ? options_.threads_per_worker : std::max(1, cores / job->schedule->K);
     if (want != threads) compat::set_thread_count(threads = want);
     try {
@@ -360,6 +383,19 @@ void Pipeline::run_device(int device, Job& job) {
         break;
       case ActionKind::OptimizerStep: {
         const std::vector<NamedTensor> params = stage_params(s);
+        for (auto& b : job.buckets[s]) {  // the replicas' summed gradients, back in place
+          b.pending->wait();
+          if (job.origin)
+            job.records[device][b.record].end_s =
+                std::chrono::duration<double>(b.pending->completed_at() - *job.origin).count();
+          std::int64_t at = 0;
+          for (auto& g : b.grads) {
+            const std::int64_t n = g.numel();
+            g.copy_(b.flat.slice(0, at, at + n).view_as(g));
+            at += n;
+          }
+        }
+        job.buckets[s].clear();
         for (int i = part.active(s).first; i < part.active(s).last; ++i) {
           at::Tensor sq = at::zeros({}, at::TensorOptions().device(dev).dtype(at::kDouble));
           for (const auto& p : model_.sublayer(i).params())
@@ -369,9 +405,41 @@ void Pipeline::run_device(int device, Job& job) {
         optimizer_.step(params, job.lr);
         break;
       }
-      case ActionKind::AllReduce:
-        throw Error("pipeline: the schedule all-reduces across replicas; data parallelism runs one "
-                    "process per pipeline (elasticpipe train --nproc, issue 5)");
+      case ActionKind::AllReduce: {
+        if (!reducer_)
+          throw Error("pipeline: the schedule all-reduces across replicas and no reducer is set "
+                      "(data parallelism runs one process per pipeline: elasticpipe train --nproc)");
+        // The stage's active gradients in parameter order, cut into
+        // as many contiguous buckets as the schedule has for it of about equal
+        // bytes; every replica cuts the same way.
+        std::vector<at::Tensor> grads;
+        std::int64_t total = 0;
+        for (auto& p : stage_params(s)) {
+          at::Tensor& g = p.tensor.mutable_grad();
+          if (!g.defined()) g = at::zeros_like(p.tensor);
+          grads.push_back(g);
+          total += g.numel();
+        }
+        const int n = job.bucket_count[s];
+        std::int64_t seen = 0;
+        std::vector<at::Tensor> mine;
+        for (const auto& g : grads) {
+          const std::int64_t begin = seen;
+          seen += g.numel();
+          // Parameter g belongs to the bucket its first element falls in.
+          if (begin * n / std::max<std::int64_t>(total, 1) == a.bucket) mine.push_back(g);
+        }
+        Job::Bucket b;
+        b.grads = mine;
+        std::vector<at::Tensor> flats;
+        for (const auto& g : mine) flats.push_back(g.reshape({-1}));
+        b.flat = flats.empty() ? at::zeros({0}, at::TensorOptions().device(dev)) : at::cat(flats);
+        b.pending = reducer_->allreduce(device, b.flat,
+                                        "all-reduce of stage " + std::to_string(s) + " bucket " + std::to_string(a.bucket));
+        b.record = job.records[device].size();  // the record pushed below
+        job.buckets[s].push_back(std::move(b));
+        break;
+      }
     }
     if (job.origin) {
       if (dev.is_cuda()) compat::synchronize(dev);  // CUDA work is asynchronous: time what ran

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -35,6 +36,28 @@
 namespace ep::exec {
 
 class ActivationCache;
+
+// Data-parallel gradient reduction across pipeline replicas (exec/dist.hpp
+// on c10d). The pipeline launches a bucket's sum all-reduce at its
+// AllReduce action, so it overlaps the device's remaining backwards, and
+// waits for the stage's buckets at its OptimizerStep.
+class PendingReduce {
+ public:
+  virtual ~PendingReduce() = default;
+  // Blocks until done; throws ep::Error naming the rank and the operation
+  // (timeout or a failed peer).
+  virtual void wait() = 0;
+  // When the collective finished (valid after wait()).
+  [[nodiscard]] virtual std::chrono::steady_clock::time_point completed_at() const = 0;
+};
+
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  // Sum all-reduce of the 1-D tensor `flat` in place, on lane `lane` (the
+  // pipeline device issuing it). `what` names it in errors.
+  virtual std::shared_ptr<PendingReduce> allreduce(int lane, at::Tensor flat, const std::string& what) = 0;
+};
 
 struct MicroBatch {
   at::Tensor input;    // stem input, CPU; moved to the first device by the pipeline
@@ -65,6 +88,7 @@ struct PipelineOptions {
   int threads_per_worker = 0;  // intra-op threads per worker; 0: cores / K of the current plan, at least 1
   bool bf16_autocast = false;
   Checkpointing checkpointing = Checkpointing::Never;
+  int cores = 0;  // cores this pipeline may use (0: the machine's); processes sharing a node share them
 };
 
 class Pipeline {
@@ -86,6 +110,14 @@ class Pipeline {
   // The activation cache CacheRead/CacheWrite use, and the frozen depth (in
   // layers) its entries hold before this iteration (Advance reads those).
   void set_cache(ActivationCache* cache) { cache_ = cache; }
+  // All-reduces gradients at AllReduce actions (null: one replica, and a
+  // schedule with AllReduce actions is refused).
+  void set_reducer(GradientReducer* reducer) { reducer_ = reducer; }
+  // The devices stage workers 0..K-1 use from the next configure() on
+  // (AutoDP moves a process's pipeline to its replica's block of GPUs).
+  void set_devices(std::vector<at::Device> devices);
+  // Cores for the workers from now on (threads_per_worker = 0).
+  void set_cores(int cores) { options_.cores = cores; }
 
   // Runs `schedule` (lowered, checked) on `batches` (schedule.M of them).
   // `real_samples` is the whole batch's count of real samples (the loss
@@ -112,6 +144,7 @@ class Pipeline {
   int K_ = 1;
   int v_ = 1;
   ActivationCache* cache_ = nullptr;
+  GradientReducer* reducer_ = nullptr;
 
   // Worker pool: one persistent thread per device.
   std::vector<std::thread> workers_;

@@ -1,0 +1,214 @@
+#include "exec/dist.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <functional>
+#include <thread>
+
+#include "exec/torch_compat.hpp"
+#include "planner/error.hpp"
+
+namespace ep::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (const int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+// Gloo binds to GLOO_SOCKET_IFNAME when given (multi-node), to loopback for
+// a local job, else to the address this host's name resolves to.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const ProcessEnv& env) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost")
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                      const std::string& prefix, int rank, int size,
+                                                      const std::shared_ptr<::gloo::transport::Device>& device,
+                                                      std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(device);
+  options->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, store), rank,
+                                                     size, options);
+}
+
+class Pending final : public PendingReduce {
+ public:
+  Pending(c10::intrusive_ptr<c10d::Work> work, int rank, std::string what)
+      : work_(std::move(work)), rank_(rank), what_(std::move(what)), launched_(Clock::now()) {
+    auto done = done_;
+    work_->getFuture()->addCallback([done](c10::ivalue::Future&) {
+      done->store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+    });
+  }
+  void wait() override {
+    try {
+      work_->wait();
+    } catch (const std::exception& e) {
+      throw Error(describe_collective_failure(rank_, what_, seconds(launched_, Clock::now()), e.what()));
+    }
+  }
+  [[nodiscard]] Clock::time_point completed_at() const override {
+    const auto t = done_->load(std::memory_order_acquire);
+    return t ? Clock::time_point(Clock::duration(t)) : Clock::now();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  int rank_;
+  std::string what_;
+  Clock::time_point launched_;
+  std::shared_ptr<std::atomic<Clock::rep>> done_ = std::make_shared<std::atomic<Clock::rep>>(0);
+};
+
+// Runs a blocking c10d call, turning its failure into our error.
+template <class F>
+void checked(int rank, const std::string& what, F&& f) {
+  const auto t0 = Clock::now();
+  try {
+    f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(describe_collective_failure(rank, what, seconds(t0, Clock::now()), e.what()));
+  }
+}
+
+}  // namespace
+
+std::string describe_collective_failure(int rank, const std::string& what, double s, const std::string& reason) {
+  // c10d's messages carry a C++ stack after the first line: keep the line.
+  const std::string first = reason.substr(0, reason.find('\n'));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", s);
+  return "rank " + std::to_string(rank) + ": " + what + " failed after " + buf + " s: " + first;
+}
+
+struct Dist::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<::gloo::transport::Device> device;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> message;
+  std::vector<c10::intrusive_ptr<c10d::ProcessGroupGloo>> lanes;
+  int generation = -1;
+};
+
+Dist::Dist(const ProcessEnv& env, std::chrono::milliseconds timeout)
+    : env_(env), timeout_(timeout), impl_(std::make_unique<Impl>()) {
+  if (env.master_port <= 0)
+    throw Error("rank " + std::to_string(env.rank) + ": MASTER_PORT is not set; the job's processes meet at "
+                "MASTER_ADDR:MASTER_PORT (rank 0 hosts the store there)");
+  checked(env.rank, "connecting to the store at " + env.master_addr + ":" + std::to_string(env.master_port), [&] {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(env.master_port);
+    o.isServer = env.rank == 0;
+    o.numWorkers = env.world_size;
+    o.waitWorkers = false;
+    o.timeout = timeout;
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  });
+  impl_->device = gloo_device(env);
+  checked(env.rank, "building the message group of " + std::to_string(env.world_size) + " ranks", [&] {
+    impl_->message = gloo_group(impl_->store, "message", env.rank, env.world_size, impl_->device, timeout);
+  });
+}
+
+Dist::~Dist() = default;
+
+bool Dist::active() const { return !impl_->lanes.empty(); }
+
+nlohmann::json Dist::control(const std::string& key, const nlohmann::json& value) {
+  const std::string k = "control/" + key;
+  if (rank() == 0) {
+    const std::string text = value.dump();
+    checked(rank(), "publishing control message " + key,
+            [&] { impl_->store->set(k, std::vector<std::uint8_t>(text.begin(), text.end())); });
+    return value;
+  }
+  // Polls: a waiting process holds no collective (which would time out)
+  // and costs one small store request every 20 ms.
+  std::vector<std::uint8_t> bytes;
+  checked(rank(), "waiting for control message " + key, [&] {
+    while (!impl_->store->check({k})) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    bytes = impl_->store->get(k);
+  });
+  return nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
+}
+
+void Dist::barrier(const std::string& what) {
+  checked(rank(), "barrier (" + what + ") of all " + std::to_string(world_size()) + " ranks",
+          [&] { impl_->message->barrier()->wait(); });
+}
+
+void Dist::send_bytes(std::span<const std::uint8_t> bytes, int dst, int tag, const std::string& what) {
+  checked(rank(), "sending " + what + " to rank " + std::to_string(dst), [&] {
+    std::vector<at::Tensor> size{at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong)};
+    impl_->message->send(size, dst, tag)->wait();
+    std::vector<at::Tensor> data{at::empty({static_cast<std::int64_t>(bytes.size())}, at::kByte)};
+    std::copy(bytes.begin(), bytes.end(), data[0].data_ptr<std::uint8_t>());
+    impl_->message->send(data, dst, tag)->wait();
+  });
+}
+
+std::vector<std::uint8_t> Dist::recv_bytes(int src, int tag, const std::string& what) {
+  std::vector<std::uint8_t> out;
+  checked(rank(), "receiving " + what + " from rank " + std::to_string(src), [&] {
+    std::vector<at::Tensor> size{at::zeros({1}, at::kLong)};
+    impl_->message->recv(size, src, tag)->wait();
+    std::vector<at::Tensor> data{at::empty({size[0].item<std::int64_t>()}, at::kByte)};
+    impl_->message->recv(data, src, tag)->wait();
+    const auto* p = data[0].data_ptr<std::uint8_t>();
+    out.assign(p, p + data[0].numel());
+  });
+  return out;
+}
+
+double Dist::rebuild_active(int generation, const std::vector<int>& active_ranks, int lanes) {
+  const auto t0 = Clock::now();
+  impl_->lanes.clear();  // tear the previous group down first
+  active_ranks_ = active_ranks;
+  impl_->generation = generation;
+  const auto me = std::find(active_ranks.begin(), active_ranks.end(), rank());
+  if (me == active_ranks.end()) return 0;
+  const int local = static_cast<int>(me - active_ranks.begin());
+  const int size = static_cast<int>(active_ranks.size());
+  for (int k = 0; k < lanes; ++k) {
+    const std::string prefix = "active/" + std::to_string(generation) + "/lane" + std::to_string(k);
+    checked(rank(),
+            "building lane " + std::to_string(k) + " of active group " + std::to_string(generation) + " (ranks " +
+                join(active_ranks) + ")",
+            [&] { impl_->lanes.push_back(gloo_group(impl_->store, prefix, local, size, impl_->device, timeout_)); });
+  }
+  return seconds(t0, Clock::now());
+}
+
+std::shared_ptr<PendingReduce> Dist::allreduce(int lane, at::Tensor flat, const std::string& what) {
+  const std::string full = what + " (lane " + std::to_string(lane) + ", active group " +
+                           std::to_string(impl_->generation) + " of ranks " + join(active_ranks_) + ")";
+  if (lane < 0 || lane >= static_cast<int>(impl_->lanes.size()))
+    throw Error("rank " + std::to_string(rank()) + ": " + full + ": this process has no such lane");
+  std::vector<at::Tensor> tensors{std::move(flat)};
+  c10::intrusive_ptr<c10d::Work> work;
+  checked(rank(), full, [&] { work = impl_->lanes[lane]->allreduce(tensors); });
+  return std::make_shared<Pending>(std::move(work), rank(), full);
+}
+
+void Dist::allreduce_now(at::Tensor& t, const std::string& what) {
+  allreduce(0, t, what)->wait();
+}
+
+}  // namespace ep::exec

@@ -1,0 +1,252 @@
+// Data parallelism on c10d Gloo (two ranks as two threads of this process,
+// meeting at a TCPStore on loopback), collective timeouts, and AutoCache's
+// advance of stale entries through newly frozen layers.
+#include "tests/exec/pch.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "exec/cache.hpp"
+#include "exec/dist.hpp"
+#include "exec/launch.hpp"
+#include "exec/model.hpp"
+#include "exec/optimizer.hpp"
+#include "exec/pipeline.hpp"
+#include "planner/autopipe.hpp"
+
+namespace {
+
+using namespace ep;
+using namespace ep::exec;
+using namespace std::chrono_literals;
+
+ModelConfig tiny_vit() {
+  ModelConfig m;
+  m.family = ModelFamily::ViT;
+  m.num_hidden_layers = 4;
+  m.hidden_size = 16;
+  m.intermediate_size = 32;
+  m.num_attention_heads = 2;
+  m.num_labels = 5;
+  m.image_size = 8;
+  m.patch_size = 4;
+  m.num_channels = 1;
+  return m;
+}
+
+// SGD with momentum: Adam would turn 1e-9 summation-order noise on an
+// exactly-zero gradient (the attention key bias) into a full-size step.
+TrainingConfig sgd() {
+  TrainingConfig t;
+  t.optimizer = ep::Optimizer::SGD;
+  t.lr = 0.05;
+  t.momentum = 0.9;
+  t.weight_decay = 0.01;
+  t.batch_size = 12;
+  return t;
+}
+
+ProcessEnv env_of(int rank, int world, int port) {
+  ProcessEnv e;
+  e.rank = rank;
+  e.world_size = world;
+  e.local_rank = rank;
+  e.local_world_size = world;
+  e.master_port = port;
+  e.launcher = "test";
+  return e;
+}
+
+// Two Dist objects (ranks 0 and 1) built concurrently, with an active group
+// of both over `lanes` lanes.
+std::pair<std::unique_ptr<Dist>, std::unique_ptr<Dist>> two_ranks(std::chrono::milliseconds timeout, int lanes) {
+  const int port = free_port();
+  std::unique_ptr<Dist> d1;
+  std::exception_ptr error;
+  std::thread t([&] {
+    try {
+      d1 = std::make_unique<Dist>(env_of(1, 2, port), timeout);
+      d1->rebuild_active(0, {0, 1}, lanes);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  auto d0 = std::make_unique<Dist>(env_of(0, 2, port), timeout);
+  d0->rebuild_active(0, {0, 1}, lanes);
+  t.join();
+  if (error) std::rethrow_exception(error);
+  return {std::move(d0), std::move(d1)};
+}
+
+Partition partition(int frozen_layers, std::vector<int> cuts, int sublayers) {
+  Partition p;
+  p.frozen_layers = frozen_layers;
+  p.frozen_end = ModelSpec::frozen_prefix(frozen_layers).last;
+  p.bounds.push_back(p.frozen_end);
+  p.bounds.insert(p.bounds.end(), cuts.begin(), cuts.end());
+  p.bounds.push_back(sublayers);
+  return p;
+}
+
+std::vector<MicroBatch> batches(const at::Tensor& x, const at::Tensor& y, std::int64_t first, std::int64_t n, int M) {
+  std::vector<MicroBatch> out;
+  std::int64_t at = first;
+  for (const int k : micro_batch_sizes(static_cast<int>(n), M)) {
+    MicroBatch mb{x.narrow(0, at, k), y.narrow(0, at, k), at::ones({k}), {}};
+    for (int i = 0; i < k; ++i) mb.indices.push_back(at + i);
+    out.push_back(mb);
+    at += k;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("two data-parallel replicas with bucketed all-reduce equal one replica on the whole batch", "[dist]") {
+  const ModelConfig mc = tiny_vit();
+  auto [d0, d1] = two_ranks(30s, 2);
+  const int B = 12, sublayers = 2 * mc.num_hidden_layers + 2;
+  const Partition p = partition(1, {6}, sublayers);  // 1 frozen layer, 2 stages
+
+  // Reference: one pipeline, the whole batch, no all-reduce.
+  Model ref(mc, 5);
+  exec::Optimizer ref_opt(sgd());
+  Pipeline ref_pipe(ref, ref_opt, {{at::kCPU, at::kCPU}, 1, false, Checkpointing::Never});
+  ref_pipe.configure(p, 2, 1);
+  ScheduleOptions o;
+  o.kind = ScheduleKind::OneFOneB;
+  o.K = 2;
+  o.M = 4;
+  o.optimizer_step = true;
+  o.frozen_input = FrozenInput::Forward;
+  const Schedule single = build_schedule(o);
+  // Replicas: half the batch each, 2 buckets per stage all-reduced.
+  o.M = 2;
+  o.buckets_per_stage = {2, 2};
+  const Schedule replicated = build_schedule(o);
+  check_schedule(replicated);
+
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<std::unique_ptr<exec::Optimizer>> opts;
+  std::vector<std::unique_ptr<Pipeline>> pipes;
+  for (Dist* d : {d0.get(), d1.get()}) {
+    models.push_back(std::make_unique<Model>(mc, 5));
+    opts.push_back(std::make_unique<exec::Optimizer>(sgd()));
+    pipes.push_back(std::make_unique<Pipeline>(*models.back(), *opts.back(),
+                                               PipelineOptions{{at::kCPU, at::kCPU}, 1, false, Checkpointing::Never}));
+    pipes.back()->configure(p, 2, 1);
+    pipes.back()->set_reducer(d);
+  }
+  for (int it = 0; it < 3; ++it) {
+    at::manual_seed(100 + it);
+    const at::Tensor x = at::randn({B, 1, 8, 8});
+    const at::Tensor y = at::randint(0, mc.num_labels, {B}, at::kLong);
+    const IterationResult r = ref_pipe.run(single, batches(x, y, 0, B, 4), B, 1e-2);
+    IterationResult parts[2];
+    std::thread other([&] { parts[1] = pipes[1]->run(replicated, batches(x, y, 6, 6, 2), B, 1e-2, -1, std::chrono::steady_clock::now()); });
+    parts[0] = pipes[0]->run(replicated, batches(x, y, 0, 6, 2), B, 1e-2, -1, std::chrono::steady_clock::now());
+    other.join();
+    CHECK(parts[0].loss + parts[1].loss == Approx(r.loss).epsilon(1e-5));
+    // Both replicas measure the same (all-reduced) gradient norms as the reference.
+    for (int l = 0; l < mc.num_hidden_layers; ++l) {
+      CHECK(parts[0].layer_grad_sq[l] == parts[1].layer_grad_sq[l]);
+      CHECK(parts[0].layer_grad_sq[l] == Approx(r.layer_grad_sq[l]).epsilon(1e-4).margin(1e-12));
+    }
+    // Every bucket's all-reduce is recorded with its completion time.
+    int reduces = 0;
+    for (const ActionRecord& rec : parts[0].records)
+      if (rec.action.kind == ActionKind::AllReduce) {
+        ++reduces;
+        CHECK(rec.end_s >= rec.start_s);
+      }
+    CHECK(reduces == 4);
+  }
+  const auto a = models[0]->named_params(), b = models[1]->named_params(), c = ref.named_params();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].name);
+    CHECK(at::equal(a[i].tensor, b[i].tensor));  // replicas stay bit-identical
+    CHECK(at::allclose(a[i].tensor, c[i].tensor, 1e-5, 1e-5));
+  }
+}
+
+TEST_CASE("a collective a peer never joins fails within the timeout, naming rank and operation", "[dist]") {
+  auto [d0, d1] = two_ranks(1500ms, 1);
+  at::Tensor x = at::ones({8});
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(d0->allreduce(0, x, "all-reduce of stage 0 bucket 0")->wait(),
+                    Catch::StartsWith("rank 0: all-reduce of stage 0 bucket 0 (lane 0, active group 0 of ranks 0,1)") &&
+                        Catch::Contains("failed after"));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(s >= 1.0);
+  CHECK(s < 1.5 + 5.0);
+  // A state transfer nobody sends times out the same way.
+  CHECK_THROWS_WITH(d1->recv_bytes(0, 7, "training state"), Catch::StartsWith("rank 1: receiving training state from rank 0"));
+}
+
+TEST_CASE("control messages reach every rank; state transfers arrive intact", "[dist]") {
+  auto [d0, d1] = two_ranks(30s, 1);
+  nlohmann::json got;
+  std::thread t([&] { got = d1->control("step/1"); });
+  std::this_thread::sleep_for(100ms);  // rank 1 waits first: it must not time out
+  d0->control("step/1", {{"frozen", 3}});
+  t.join();
+  CHECK(got.at("frozen") == 3);
+  std::vector<std::uint8_t> bytes(100000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(i * 7);
+  std::vector<std::uint8_t> received;
+  std::thread r([&] { received = d1->recv_bytes(0, 3, "state"); });
+  d0->send_bytes(bytes, 1, 3, "state");
+  r.join();
+  CHECK(received == bytes);
+}
+
+TEST_CASE("advancing stale cache entries through the newly frozen layers equals recomputing from the input",
+          "[autocache]") {
+  const ModelConfig mc = tiny_vit();
+  Model model(mc, 11);
+  exec::Optimizer opt(sgd());
+  const int sublayers = 2 * mc.num_hidden_layers + 2, N = 10;
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({N, 1, 8, 8});
+  const at::Tensor y = at::randint(0, mc.num_labels, {N}, at::kLong);
+  at::Tensor shape_probe;
+  {
+    at::NoGradGuard g;
+    shape_probe = model.forward({0, 1}, x.narrow(0, 0, 1));
+  }
+  const auto path = std::filesystem::temp_directory_path() / ("ep-advance-" + std::to_string(getpid()) + ".cache");
+  ActivationCache cache(path.string(), N, shape_probe.sizes().slice(1).vec(), true);
+  std::vector<std::int64_t> all;
+  for (int i = 0; i < N; ++i) all.push_back(i);
+  {  // entries at depth 1, as an epoch with one frozen layer wrote them
+    at::NoGradGuard g;
+    cache.write(all, model.forward(ModelSpec::frozen_prefix(1), x), 1);
+  }
+  // The boundary moves to 3 frozen layers: CR (depth 1), FZ through layers 1..2, CW (depth 3).
+  const Partition p = partition(3, {}, sublayers);
+  Pipeline pipe(model, opt, {{at::kCPU}, 1, false, Checkpointing::Never});
+  pipe.configure(p, 1, 1);
+  pipe.set_cache(&cache);
+  ScheduleOptions o;
+  o.kind = ScheduleKind::GPipe;
+  o.K = 1;
+  o.M = 2;
+  o.optimizer_step = false;
+  o.frozen_input = FrozenInput::Advance;
+  const Schedule s = build_schedule(o);
+  check_schedule(s);
+  (void)pipe.run(s, batches(x, y, 0, N, 2), N, 0, /*cache_valid_layers=*/1);
+  at::Tensor expected;
+  {
+    at::NoGradGuard g;
+    expected = model.forward(ModelSpec::frozen_prefix(3), x);
+  }
+  const at::Tensor advanced = cache.read(all, 3, at::kCPU);
+  CHECK(at::allclose(advanced, expected, 1e-6, 1e-6));
+  // Entries now hold depth 3: a read at the old depth is refused.
+  CHECK_THROWS_WITH(cache.read({0}, 1, at::kCPU), Catch::Contains("sample 0"));
+  cache.remove();
+}

@@ -16,6 +16,7 @@
 #include "planner/cost_model.hpp"
 #include "planner/run_plan.hpp"
 #include "planner/schedule.hpp"
+#include "exec/launch.hpp"
 #include "exec/trainer.hpp"
 #include "sim/driver.hpp"
 #include "traces/diff.hpp"
@@ -95,19 +96,54 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
   std::string out;
+  int nproc = 0;
+  std::string resume;
 };
 
-int run_train_cmd(const TrainArgs& a) {
-  const ep::Config config = ep::load_config(a.config, a.overrides);
+// `train --nproc N`: this process becomes the launcher of N copies of
+// itself (same arguments minus --nproc), which find their rank in the
+// environment as under torchrun; the job's exit code is the first failure's.
+int launch_train(const TrainArgs& a, int argc, char** argv) {
+  ep::exec::LaunchOptions o;
+  o.nproc = a.nproc;
+  o.program = std::filesystem::canonical("/proc/self/exe").string();
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (arg.rfind("--nproc=", 0) == 0) continue;
+    o.args.push_back(arg);
+  }
+  const ep::exec::LaunchResult r = ep::exec::launch_local(o);
+  if (r.exit_code != 0) std::cerr << "ERROR: training job failed: " << r.reason << "\n";
+  return r.exit_code;
+}
+
+int run_train_cmd(const TrainArgs& a, int argc, char** argv) {
+  const ep::Config config = ep::load_config(a.config, a.overrides);  // bad input fails before any process starts
+  const ep::exec::ProcessEnv env = ep::exec::detect_process_env();
+  if (a.nproc > 0 && env.launcher != "single")
+    throw ep::Error("--nproc " + std::to_string(a.nproc) + " inside a job already launched by " + env.launcher +
+                    " (rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                    "): drop --nproc");
+  if (a.nproc > 1) return launch_train(a, argc, argv);
   const std::string out = a.out.empty() ? default_out(a.config, "train") : a.out;
   ep::exec::TrainOptions opt;
   opt.out_dir = out;
-  opt.progress = progress_bar("training");
-  opt.log = [](const std::string& line) { std::cout << line << std::endl; };
+  opt.process = env;
+  opt.resume = a.resume;
+  if (env.rank == 0) {
+    opt.progress = progress_bar("training");
+    opt.log = [](const std::string& line) { std::cout << line << std::endl; };
+  }
   const ep::exec::TrainResult r = ep::exec::train(config, opt);
+  if (env.rank != 0) return 0;
   std::printf("trained %d epochs in %.1f s, final test accuracy %.2f%%\n", config.training.epochs, r.total_s,
               100 * r.final_accuracy);
-  std::cout << "wrote " << out << "/{summary.json,epochs.csv,trace.json,grad_norms.csv,plan.json,weights.bin}\n";
+  std::cout << "wrote " << out
+            << "/{summary.json,epochs.csv,trace.json,grad_norms.csv,plan.json,transitions.json,iterations.csv,weights.bin,checkpoints}\n";
   return 0;
 }
 
@@ -338,10 +374,14 @@ int main(int argc, char** argv) {
 
   std::string diff_first, diff_second;
   TrainArgs train;
-  auto* train_cmd = app.add_subcommand("train", "Train for real with LibTorch, one process driving one pipeline");
+  auto* train_cmd = app.add_subcommand(
+      "train", "Train for real with LibTorch: one process per pipeline (--nproc N here; or torchrun/mpirun)");
   train_cmd->add_option("config", train.config, "TOML config file")->required()->check(CLI::ExistingFile);
   train_cmd->add_option("--set", train.overrides, "Override a config key")->take_all();
   train_cmd->add_option("--out", train.out, "Output folder (default out/train/<config name>)");
+  train_cmd->add_option("--nproc", train.nproc, "Start this many local processes (one per device of the config's cluster)")
+      ->check(CLI::Range(1, 4096));
+  train_cmd->add_option("--resume", train.resume, "Continue from a checkpoint directory (e.g. OUT/checkpoints)");
 
   auto* trace_cmd = app.add_subcommand("trace", "Work with trace files");
   trace_cmd->require_subcommand(1);
@@ -363,7 +403,7 @@ int main(int argc, char** argv) {
     if (*sched_cmd) return run_schedule_cmd(sched);
     if (*sim_cmd) return run_simulate_cmd(simulate);
     if (*sweep_cmd) return run_sweep_cmd(sweep);
-    if (*train_cmd) return run_train_cmd(train);
+    if (*train_cmd) return run_train_cmd(train, argc, argv);
     if (*diff_cmd) {
       const ep::trace::Trace a = ep::trace::read_chrome_trace(diff_first);
       const ep::trace::Trace b = ep::trace::read_chrome_trace(diff_second);
@@ -373,6 +413,10 @@ int main(int argc, char** argv) {
   } catch (const ep::Error& e) {
     std::cerr << "ERROR: " << e.what() << "\n";
     return kBadInput;
+  } catch (const std::exception& e) {  // a library's failure (c10d, I/O): not bad input, still one clear line
+    const std::string what = e.what();
+    std::cerr << "ERROR: " << what.substr(0, what.find('\n')) << "\n";
+    return 1;
   }
   return 0;
 }

@@ -1,39 +1,64 @@
-// Real training, one process driving one pipeline: the planner's plans
-// carried out with LibTorch. At every freeze step the measured per-layer
-// gradient norms go to the configured freeze policy, the RunPlanner plans the
-// step, and the pipeline repartitions; the trainer itself decides nothing.
-// Writes the same files as the simulator (traces/SCHEMA.md) plus the
-// recorded gradient norms (replayable by the simulator), the plans and the
-// final weights.
+// Real training: the planner's plans carried out with LibTorch, by one
+// process (one pipeline) or by one process per potential pipeline
+// (`train --nproc N`, torchrun, mpirun: AutoDP across processes on c10d).
+// At every freeze step rank 0 hands the measured per-layer gradient norms
+// to the configured freeze policy, every process's RunPlanner plans the step
+// with the same inputs (so all hold the same plan), newly active processes
+// receive the training state from a live replica, the active group is
+// rebuilt, and the pipelines repartition; the trainer itself decides
+// nothing. Rank 0 writes the same files as the simulator (traces/SCHEMA.md)
+// plus the recorded gradient norms (replayable by the simulator), the plans,
+// the transitions, checkpoints and the final weights.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "exec/launch.hpp"
 #include "planner/config.hpp"
 #include "traces/trace.hpp"
 
 namespace ep::exec {
 
 struct TrainOptions {
-  std::string out_dir;  // empty: write nothing
-  // Progress within an epoch (fraction done), e.g. a terminal bar.
+  std::string out_dir;  // empty: write nothing (and no checkpoints)
+  // Progress within an epoch (fraction done), e.g. a terminal bar. Rank 0 only.
   std::function<void(double)> progress;
-  // One line per epoch and per transition.
+  // One line per epoch and per transition. Rank 0 only.
   std::function<void(const std::string&)> log;
+  ProcessEnv process;  // this process's place in the job (single by default)
+  std::string resume;  // a checkpoint directory to continue from
+};
+
+// What a transition cost, dissected (rank 0's view).
+struct TransitionCost {
+  int epoch = 0;
+  int frozen_before = 0, frozen_after = 0;
+  int K_before = 0, K_after = 0;
+  int replicas_before = 0, replicas_after = 0;
+  double planning_s = 0;        // freeze decision, cache and chunk timing, RunPlanner
+  double state_transfer_s = 0;  // onboarding the woken replicas (pack, send, unpack)
+  double rebuild_s = 0;         // tearing down and rebuilding the active process group
+  double repartition_s = 0;     // moving sublayers, schedules, cache files, replica check
+  double warmup_s = 0;          // first iteration of the new plan minus the median of the next ones
+  [[nodiscard]] double total_s() const {
+    return planning_s + state_transfer_s + rebuild_s + repartition_s + warmup_s;
+  }
 };
 
 struct TrainResult {
   std::vector<trace::EpochMetrics> epochs;
-  std::vector<double> iteration_losses;  // every iteration, in order
+  std::vector<double> iteration_losses;  // every iteration, in order (the global batch's loss)
   std::vector<std::vector<double>> grad_norms;  // per freeze step T = 1.., per layer
+  std::vector<TransitionCost> transitions;
   double total_s = 0;                     // training wall time, evaluation excluded
   double final_accuracy = -1;
+  bool ran = false;  // false on a process that was never active (it has nothing to report)
 };
 
 // Throws ep::Error (config errors name file:line and key) before any
-// training when the config asks for what one process cannot run.
+// training when the config asks for what this job cannot run.
 TrainResult train(const Config& config, const TrainOptions& options);
 
 // "epoch 3/4  loss 0.4512  acc 84.31%  frozen 2/4  K 2  M 4  1234 samples/s"

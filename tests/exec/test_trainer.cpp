@@ -107,9 +107,14 @@ TEST_CASE("training freezes per the gradient-norm policy, and the simulator can 
 }
 
 TEST_CASE("what one process cannot run is refused up front with the config's file:line") {
+  // Data parallelism needs one process per device (train --nproc 4).
   CHECK_THROWS_WITH(exec::train(tiny({"planner.autodp=true"}), {}),
-                    Catch::Contains("--set planner.autodp") && Catch::Contains("replicas at K = 2"));
-  CHECK_THROWS_WITH(exec::train(tiny({"planner.K=2"}), {}), Catch::Contains("planner.K"));
+                    Catch::Contains("4 data-parallel replicas (at K = 1)") && Catch::Contains("--nproc 4"));
+  CHECK_THROWS_WITH(exec::train(tiny({"planner.K=2"}), {}), Catch::Contains("--nproc 4"));
+  exec::TrainOptions three;
+  three.process.world_size = 3;
+  three.process.local_world_size = 3;
+  CHECK_THROWS_WITH(exec::train(tiny(), three), Catch::Contains("3 processes") && Catch::Contains("one per device"));
   // Without compression K never shrinks, so AutoDP never adds a replica.
   CHECK(exec::train(tiny({"planner.autodp=true", "planner.compression=\"none\"", "training.epochs=1"}), {})
             .epochs.size() == 1);

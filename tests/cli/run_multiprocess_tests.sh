@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Multi-process training through the CLI: `train --nproc 4` on Gloo, with
+# tests/cli/configs/dp_tiny.toml (2 replicas of K = 2, then 4 of K = 1 after
+# a freeze, with the node-shared cache filled and then advanced).
+set -u
+bin=$1
+root=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cfg=$root/tests/cli/configs/dp_tiny.toml
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+
+# run NAME RC -- CMD...: runs CMD (output in $tmp/NAME.log), checks its exit code.
+run() {
+  local name=$1 want=$2
+  shift 3
+  "$@" > "$tmp/$name.log" 2>&1
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then ok; else bad "$name: exit $rc, expected $want"; sed 's/^/  | /' "$tmp/$name.log" | tail -20; fi
+}
+has() {  # has NAME TEXT: the run's output contains TEXT
+  grep -qF -- "$2" "$tmp/$1.log" && ok || { bad "$1: no '$2' in its output"; sed 's/^/  | /' "$tmp/$1.log" | tail -20; }
+}
+# same_losses A B [FROM]: iterations.csv of runs A and B agree within 1e-5 (from iteration FROM on)
+same_losses() {
+  if awk -F, -v from="${3:-0}" 'NR == FNR { if (FNR > 1) a[$1] = $2; next }
+       FNR > 1 && $1 >= from { n++; d = a[$1] - $2; if (d < 0) d = -d; if (!($1 in a) || d > 1e-5) { print "iteration " $1 ": " a[$1] " vs " $2; bad = 1 } }
+       END { exit bad || n == 0 }' "$1/iterations.csv" "$2/iterations.csv"; then ok; else bad "losses differ: $1 vs $2"; fi
+}
+
+# 1. A 2 -> 4 replica transition: the runtime check that every replica
+#    holds identical weights and optimizer state passes, and every sample is
+#    trained on exactly once per epoch across the processes.
+run dp 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/dp" --set exec.record_samples=true \
+  --set exec.checkpoint_every=2 --set exec.checkpoint_keep=100
+has dp "replicas 2 hold identical weights and optimizer state"
+has dp "transition frozen 0->2 K 2->1 replicas 2->4"
+has dp "replicas 4 hold identical weights and optimizer state"
+has dp "epoch 3/3"
+if awk -F, '{ seen[$1 "," $3]++ } END { for (k in seen) if (seen[k] != 1) { print "sample " k " seen " seen[k] " times"; bad = 1 }
+             n = 0; for (k in seen) n++; if (n != 3 * 250) { print n " (epoch, sample) pairs, expected 750"; bad = 1 }; exit bad }' \
+  "$tmp"/dp/samples/rank*.csv; then ok; else bad "sampler: not exactly once per epoch across ranks"; fi
+for r in 0 1 2 3; do [ -s "$tmp/dp/samples/rank$r.csv" ] && ok || bad "rank $r trained on nothing"; done
+[ -s "$tmp/dp/transitions.json" ] && grep -q '"state_transfer_s"' "$tmp/dp/transitions.json" && ok || bad "no transitions.json"
+
+# 2. The loss sequence after the transition equals that of a job that starts
+#    with 4 replicas in the same state (resumed from a checkpoint taken after
+#    the transition, epoch 2 iteration 2 = global step 10), and its final
+#    weights are the same.
+step10=$(ls -d "$tmp"/dp/checkpoints/step-*10 2> /dev/null | head -1)
+if [ -n "$step10" ]; then
+  run from4 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/from4" --resume "$step10"
+  has from4 "resumed from"
+  same_losses "$tmp/dp" "$tmp/from4" 10
+  cmp -s "$tmp/dp/weights.bin" "$tmp/from4/weights.bin" && ok || bad "resumed 4-replica job: other final weights"
+else
+  bad "no checkpoint at step 10 in $tmp/dp/checkpoints: $(ls "$tmp/dp/checkpoints" | tr '\n' ' ')"
+fi
+
+# 3. The cached path (fill, then advance) gives the same losses as recomputing the frozen layers.
+run nocache 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/nocache" --set 'planner.cache="off"'
+same_losses "$tmp/dp" "$tmp/nocache"
+
+# 4. kill -9 of one process mid-epoch brings the job down (exit != 0);
+#    --resume then gives the same final weights as the uninterrupted run.
+long=(--set data.num_train_samples=4000 --set exec.checkpoint_every=3)
+run full 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/full" "${long[@]}"
+"$bin" train "$cfg" --nproc 4 --out "$tmp/killed" "${long[@]}" > "$tmp/killed.log" 2>&1 &
+launcher=$!
+# Waits for epoch 1's end, then for the next checkpoint (mid-epoch 2, after
+# the 2 -> 4 transition, while the cache is being filled), then kills rank 2.
+first=
+for _ in $(seq 1 1200); do
+  if [ -z "$first" ] && grep -q "epoch 1/3" "$tmp/killed.log" 2> /dev/null; then first=$(cat "$tmp/killed/checkpoints/latest"); fi
+  [ -n "$first" ] && [ "$(cat "$tmp/killed/checkpoints/latest")" != "$first" ] && break
+  sleep 0.05
+done
+victim=$(pgrep -P "$launcher" | sed -n 3p)  # rank 2, an onboarded replica
+if [ -n "$victim" ]; then kill -9 "$victim"; fi
+wait "$launcher"
+rc=$?
+[ "$rc" -ne 0 ] && ok || bad "killed job exited 0 (victim '$victim')"
+grep -q "killed by signal 9" "$tmp/killed.log" && ok || { bad "launcher did not report the kill"; tail -5 "$tmp/killed.log"; }
+run resumed 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/killed" "${long[@]}" --resume "$tmp/killed/checkpoints"
+has resumed "resumed from"
+cmp -s "$tmp/full/weights.bin" "$tmp/killed/weights.bin" && ok || bad "kill -9 + resume: final weights differ from the uninterrupted run"
+same_losses "$tmp/full" "$tmp/killed"
+
+# 5. Refusals: a wrong process count, a checkpoint of another model, a corrupted one.
+run wrong_nproc 2 -- "$bin" train "$cfg" --nproc 3 --out "$tmp/w"
+has wrong_nproc "needs one per device"
+run no_nproc 2 -- "$bin" train "$cfg" --out "$tmp/w"
+has no_nproc "--nproc 4"
+run other_model 2 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/w" --resume "$tmp/dp/checkpoints" --set model.hidden_size=32
+has other_model "model.hidden_size"
+latest=$(cat "$tmp/dp/checkpoints/latest")
+cp -r "$tmp/dp/checkpoints/$latest" "$tmp/corrupt"
+printf 'X' | dd of="$tmp/corrupt/state.bin" bs=1 seek=200 conv=notrunc 2> /dev/null
+run corrupt 2 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/w" --resume "$tmp/corrupt"
+has corrupt "corrupted"
+
+echo "multi-process tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -4,6 +4,9 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef ELASTICPIPE_CUDA
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <atomic>
 #include <cstdio>
@@ -99,11 +102,27 @@ std::string describe_collective_failure(int rank, const std::string& what, doubl
   return "rank " + std::to_string(rank) + ": " + what + " failed after " + buf + " s: " + first;
 }
 
+// One lane of the active group: Gloo for CPU tensors; NCCL for CUDA ones
+// (built only with ELASTICPIPE_CUDA against a CUDA LibTorch 2.x).
+struct Lane {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+#ifdef ELASTICPIPE_CUDA
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+#endif
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& t) {
+#ifdef ELASTICPIPE_CUDA
+    if (nccl) return nccl->allreduce(t);
+#endif
+    return gloo->allreduce(t);
+  }
+};
+
 struct Dist::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<::gloo::transport::Device> device;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> message;
-  std::vector<c10::intrusive_ptr<c10d::ProcessGroupGloo>> lanes;
+  std::vector<Lane> lanes;
+  std::vector<at::Device> lane_devices;
   int generation = -1;
 };
 
@@ -177,9 +196,11 @@ std::vector<std::uint8_t> Dist::recv_bytes(int src, int tag, const std::string& 
   return out;
 }
 
-double Dist::rebuild_active(int generation, const std::vector<int>& active_ranks, int lanes) {
+double Dist::rebuild_active(int generation, const std::vector<int>& active_ranks, int lanes,
+                            const std::vector<at::Device>& lane_devices) {
   const auto t0 = Clock::now();
   impl_->lanes.clear();  // tear the previous group down first
+  impl_->lane_devices = lane_devices;
   active_ranks_ = active_ranks;
   impl_->generation = generation;
   const auto me = std::find(active_ranks.begin(), active_ranks.end(), rank());
@@ -191,7 +212,23 @@ double Dist::rebuild_active(int generation, const std::vector<int>& active_ranks
     checked(rank(),
             "building lane " + std::to_string(k) + " of active group " + std::to_string(generation) + " (ranks " +
                 join(active_ranks) + ")",
-            [&] { impl_->lanes.push_back(gloo_group(impl_->store, prefix, local, size, impl_->device, timeout_)); });
+            [&] {
+              const bool cuda = k < static_cast<int>(lane_devices.size()) && lane_devices[k].is_cuda();
+              Lane lane;
+              if (!cuda) {
+                lane.gloo = gloo_group(impl_->store, prefix, local, size, impl_->device, timeout_);
+              } else {
+#ifdef ELASTICPIPE_CUDA
+                auto options = c10d::ProcessGroupNCCL::Options::create();
+                options->timeout = timeout_;
+                lane.nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+                    c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store), local, size, options);
+#else
+                throw Error("CUDA lanes need a build with -DELASTICPIPE_CUDA=ON (ProcessGroupNCCL)");
+#endif
+              }
+              impl_->lanes.push_back(std::move(lane));
+            });
   }
   return seconds(t0, Clock::now());
 }
@@ -203,12 +240,16 @@ std::shared_ptr<PendingReduce> Dist::allreduce(int lane, at::Tensor flat, const 
     throw Error("rank " + std::to_string(rank()) + ": " + full + ": this process has no such lane");
   std::vector<at::Tensor> tensors{std::move(flat)};
   c10::intrusive_ptr<c10d::Work> work;
-  checked(rank(), full, [&] { work = impl_->lanes[lane]->allreduce(tensors); });
+  checked(rank(), full, [&] { work = impl_->lanes[lane].allreduce(tensors); });
   return std::make_shared<Pending>(std::move(work), rank(), full);
 }
 
 void Dist::allreduce_now(at::Tensor& t, const std::string& what) {
-  allreduce(0, t, what)->wait();
+  // NCCL reduces device tensors: small host values go through lane 0's device.
+  const bool cuda = !impl_->lane_devices.empty() && impl_->lane_devices[0].is_cuda();
+  at::Tensor x = cuda ? t.to(impl_->lane_devices[0]) : t;
+  allreduce(0, x, what)->wait();
+  if (cuda) t.copy_(x.cpu());
 }
 
 }  // namespace ep::exec

@@ -56,8 +56,10 @@ class Dist final : public GradientReducer {
   // Rebuilds the active training group over `active_ranks` (sorted) with
   // `lanes` lanes; generation numbers make the store keys of successive
   // groups distinct. Only the ranks in active_ranks may call it, all of
-  // them. Returns the seconds it took.
-  double rebuild_active(int generation, const std::vector<int>& active_ranks, int lanes);
+  // them. A lane whose device (lane_devices[k]) is CUDA uses NCCL, else
+  // Gloo. Returns the seconds it took.
+  double rebuild_active(int generation, const std::vector<int>& active_ranks, int lanes,
+                        const std::vector<at::Device>& lane_devices = {});
   [[nodiscard]] bool active() const;
   [[nodiscard]] const std::vector<int>& active_ranks() const { return active_ranks_; }
 

@@ -794,7 +794,7 @@ class Trainer {
     }
     if (cost) cost->repartition_s = seconds(t, Clock::now());
     t = Clock::now();
-    if (dist_ && (now_active || was_active)) dist_->rebuild_active(plan_->id, plan_->layout.active_ranks, plan_->K);
+    if (dist_ && (now_active || was_active)) dist_->rebuild_active(plan_->id, plan_->layout.active_ranks, plan_->K, plan_devices());
     if (cost) cost->rebuild_s = seconds(t, Clock::now());
     t = Clock::now();
     if (now_active) {

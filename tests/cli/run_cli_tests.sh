@@ -142,7 +142,7 @@ done
 expect_rc 2 "train on a wrong-magic IDX file" -- "$bin" train "$fm" --set "data.path=\"$tmp/badidx\""
 expect_text "wrong magic is named" "magic"
 expect_rc 2 "train with AutoDP replicas" -- "$bin" train "$fm" --set planner.autodp=true --set 'planner.compression="memory"'
-expect_text "replicas refused with the key" "key 'planner.autodp'"
+expect_text "one process per pipeline: --nproc named" "run elasticpipe train --nproc 4"
 expect_rc 2 "train on a simulated-only dataset" -- "$bin" train "$root/configs/paper/vit_cifar100.toml"
 expect_text "dataset name refused at file:line" "vit_cifar100.toml:"
 

@@ -60,9 +60,29 @@ else
   bad "no checkpoint at step 10 in $tmp/dp/checkpoints: $(ls "$tmp/dp/checkpoints" | tr '\n' ' ')"
 fi
 
-# 3. The cached path (fill, then advance) gives the same losses as recomputing the frozen layers.
+# 2b. Resuming that mid-epoch checkpoint (4 replicas) with 2 replicas
+#     (AutoDP off: the initial pipelines shrink in place) still trains on
+#     every sample exactly once per epoch: the interrupted run's slots before
+#     the checkpoint (128 = 2 iterations x 4 replicas x 16) plus the resumed run's.
+if [ -n "$step10" ]; then
+  run fewer 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/fewer" --resume "$step10" \
+    --set planner.autodp=false --set exec.record_samples=true
+  has fewer "2 replicas (saved with 4)"
+  if awk -F, 'FILENAME ~ /fewer/ { if ($1 >= 1) seen[$1 "," $3]++; next }
+               $1 == 1 && $2 < 128 { seen[$1 "," $3]++ }
+               END { n = 0; for (k in seen) { n++; if (seen[k] != 1) { print "sample " k " seen " seen[k] " times"; bad = 1 } }
+                     if (n != 2 * 250) { print n " (epoch, sample) pairs, expected 500"; bad = 1 }; exit bad }' \
+    "$tmp"/dp/samples/rank*.csv "$tmp"/fewer/samples/rank*.csv; then ok; else bad "resume with 2 replicas: not exactly once"; fi
+fi
+
+# 3. The cached path (fill, then advance) gives the same losses as recomputing
+#    the frozen layers, from host memory and from the disk tier.
 run nocache 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/nocache" --set 'planner.cache="off"'
 same_losses "$tmp/dp" "$tmp/nocache"
+run disk 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/disk" --set cluster.host.memory_bytes=1000 \
+  --set "exec.cache_disk_dir=\"$tmp/diskcache\""
+grep -q '"tier": "disk"' "$tmp/disk/plan.json" && ok || bad "the disk tier was not planned"
+same_losses "$tmp/dp" "$tmp/disk"
 
 # 4. kill -9 of one process mid-epoch brings the job down (exit != 0);
 #    --resume then gives the same final weights as the uninterrupted run.

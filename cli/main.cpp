@@ -8,15 +8,20 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
 #include "planner/config.hpp"
 #include "planner/cost_model.hpp"
+#include "planner/fitted_cost_model.hpp"
+#include "planner/profile.hpp"
 #include "planner/run_plan.hpp"
 #include "planner/schedule.hpp"
+#include "planner/validation.hpp"
 #include "exec/launch.hpp"
+#include "exec/profiler.hpp"
 #include "exec/trainer.hpp"
 #include "sim/driver.hpp"
 #include "traces/diff.hpp"
@@ -46,6 +51,7 @@ struct SimulateArgs {
   std::vector<std::string> overrides;
   std::string mode = "all";
   std::string out;
+  std::string profile;  // a fitted cost model instead of the analytic one
   bool exact = false;
   int jobs = 0;  // sweep only
 };
@@ -83,6 +89,12 @@ int run_simulate_cmd(const SimulateArgs& a) {
   opt.modes = parse_modes(a.mode);
   opt.exact = a.exact;
   opt.progress = progress_bar("simulating");
+  const ep::AnalyticCostModel analytic(config.cluster, config.training);
+  std::optional<ep::FittedCostModel> fitted;
+  if (!a.profile.empty()) {
+    fitted.emplace(ep::read_profile(a.profile), analytic);
+    opt.cost = &*fitted;
+  }
   ep::sim::Simulator sim(config.cluster);
   const ep::sim::RunResult r = ep::sim::simulate_training(config, opt, sim);
   const std::string out = a.out.empty() ? default_out(a.config, "simulate") : a.out;
@@ -144,6 +156,89 @@ int run_train_cmd(const TrainArgs& a, int argc, char** argv) {
               100 * r.final_accuracy);
   std::cout << "wrote " << out
             << "/{summary.json,epochs.csv,trace.json,grad_norms.csv,plan.json,transitions.json,iterations.csv,weights.bin,checkpoints}\n";
+  return 0;
+}
+
+struct ProfileArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string out;
+  int repeats = 5;
+};
+
+int run_profile_cmd(const ProfileArgs& a) {
+  const ep::Config config = ep::load_config(a.config, a.overrides);
+  const std::string out =
+      a.out.empty() ? (std::filesystem::path("out") / "profile" / (std::filesystem::path(a.config).stem().string() + ".json")).string()
+                    : a.out;
+  ep::exec::ProfileOptions o;
+  o.repeats = a.repeats;
+  o.log = [](const std::string& line) { std::cout << line << std::endl; };
+  const ep::Profile profile = ep::exec::profile_executor(config, o);
+  if (!std::filesystem::path(out).parent_path().empty()) std::filesystem::create_directories(std::filesystem::path(out).parent_path());
+  ep::write_profile(profile, out);
+  const ep::AnalyticCostModel analytic(config.cluster, config.training);
+  std::cout << ep::FittedCostModel(profile, analytic).describe() << "wrote " << out << "\n";
+  return 0;
+}
+
+struct ValidateArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string profile;
+  int iterations = 5;
+};
+
+// Plans of one pipeline (the executor measures them in this process) over
+// K, M, frozen depth and cache on/off. Per K, the plans with M = 2K fit one
+// factor: measured / simulated (K stage workers share this machine's cores,
+// which the simulator's one-device-per-stage model does not see); the other
+// plans are held out and predicted with it.
+int run_validate_cmd(const ValidateArgs& a) {
+  const ep::Config config = ep::load_config(a.config, a.overrides);
+  const ep::AnalyticCostModel analytic(config.cluster, config.training);
+  const ep::FittedCostModel fitted(ep::read_profile(a.profile), analytic);
+  const ep::PlanContext ctx(config, fitted);
+  const int L = config.model.num_hidden_layers, B = config.training.batch_size;
+  std::vector<ep::IterationSetup> setups;
+  std::vector<std::string> names;
+  for (int K = 1; K <= config.planner.K; K *= 2)
+    for (const int frozen : {0, L / 2})
+      for (const bool cache : {false, true}) {
+        if (cache && frozen == 0) continue;
+        for (const int M : {K, 2 * K, 4 * K}) {
+          if (M > B) continue;
+          ep::IterationSetup s;
+          s.partition = ep::plan_partition(ctx, frozen, K, cache);
+          s.K = K;
+          s.M = M;
+          s.cache_on = cache;
+          setups.push_back(s);
+          names.push_back("K=" + std::to_string(K) + " M=" + std::to_string(M) + " frozen=" + std::to_string(frozen) +
+                          (cache ? " cache" : ""));
+        }
+      }
+  std::cout << "measuring " << setups.size() << " plans (" << a.iterations << " iterations each)..." << std::endl;
+  const std::vector<double> measured = ep::exec::measure_iterations(config, setups, a.iterations);
+  std::cout << "simulating them..." << std::endl;
+  ep::sim::Simulator sim(config.cluster);
+  const std::vector<double> simulated = ep::sim::simulate_steady_iterations(config, fitted, setups, sim);
+  std::map<int, std::vector<double>> ratios;
+  for (std::size_t i = 0; i < setups.size(); ++i)
+    if (setups[i].M == 2 * setups[i].K) ratios[setups[i].K].push_back(measured[i] / simulated[i]);
+  std::vector<ep::ValidationRow> rows;
+  for (std::size_t i = 0; i < setups.size(); ++i) {
+    auto r = ratios[setups[i].K];
+    std::sort(r.begin(), r.end());
+    const double factor = r.empty() ? 1.0 : r[r.size() / 2];
+    rows.push_back({names[i], setups[i].M != 2 * setups[i].K, measured[i], simulated[i] * factor});
+  }
+  for (const auto& [K, r] : ratios) {
+    auto v = r;
+    std::sort(v.begin(), v.end());
+    std::printf("K=%d: measured/simulated factor %.3f (median of %zu fitting plans)\n", K, v[v.size() / 2], v.size());
+  }
+  std::cout << ep::format_validation(rows);
   return 0;
 }
 
@@ -362,6 +457,8 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--set", simulate.overrides, "Override a config key")->take_all();
   sim_cmd->add_option("--out", simulate.out, "Output folder (default out/simulate/<config name>)");
   sim_cmd->add_flag("--exact", simulate.exact, "Simulate every iteration instead of scaling the steady state");
+  sim_cmd->add_option("--profile", simulate.profile, "Cost model fitted to a profile (elasticpipe profile) instead of the analytic one")
+      ->check(CLI::ExistingFile);
 
   SimulateArgs sweep;
   auto* sweep_cmd = app.add_subcommand("sweep", "Simulate the cartesian product of --set lists, e.g. --set planner.alpha=0.2,0.33,0.5");
@@ -382,6 +479,22 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--nproc", train.nproc, "Start this many local processes (one per device of the config's cluster)")
       ->check(CLI::Range(1, 4096));
   train_cmd->add_option("--resume", train.resume, "Continue from a checkpoint directory (e.g. OUT/checkpoints)");
+
+  ProfileArgs prof;
+  auto* prof_cmd = app.add_subcommand("profile", "Measure this machine's executor (compute, hand-over, all-reduce, cache, "
+                                                  "optimizer, transitions) into a profile for a fitted cost model");
+  prof_cmd->add_option("config", prof.config, "TOML config file")->required()->check(CLI::ExistingFile);
+  prof_cmd->add_option("--set", prof.overrides, "Override a config key")->take_all();
+  prof_cmd->add_option("--out", prof.out, "Profile file (default out/profile/<config name>.json)");
+  prof_cmd->add_option("--repeats", prof.repeats, "Timed runs per figure (median)")->check(CLI::Range(1, 1000));
+
+  ValidateArgs val;
+  auto* val_cmd = app.add_subcommand("validate", "Run plans for real and in simulation with a fitted cost model; "
+                                                 "print the error table (MAPE, max error, Kendall tau)");
+  val_cmd->add_option("config", val.config, "TOML config file")->required()->check(CLI::ExistingFile);
+  val_cmd->add_option("--set", val.overrides, "Override a config key")->take_all();
+  val_cmd->add_option("--profile", val.profile, "Profile file (elasticpipe profile)")->required()->check(CLI::ExistingFile);
+  val_cmd->add_option("--iterations", val.iterations, "Timed iterations per plan")->check(CLI::Range(1, 1000));
 
   auto* trace_cmd = app.add_subcommand("trace", "Work with trace files");
   trace_cmd->require_subcommand(1);
@@ -404,6 +517,8 @@ int main(int argc, char** argv) {
     if (*sim_cmd) return run_simulate_cmd(simulate);
     if (*sweep_cmd) return run_sweep_cmd(sweep);
     if (*train_cmd) return run_train_cmd(train, argc, argv);
+    if (*prof_cmd) return run_profile_cmd(prof);
+    if (*val_cmd) return run_validate_cmd(val);
     if (*diff_cmd) {
       const ep::trace::Trace a = ep::trace::read_chrome_trace(diff_first);
       const ep::trace::Trace b = ep::trace::read_chrome_trace(diff_second);

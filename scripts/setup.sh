@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # libtorch-dev + libgloo-dev: the executor (LibTorch 1.13, CPU; c10d headers need gloo's);
-# dataset-fashion-mnist: the real dataset configs/fashion_mnist_vit_tiny.toml trains on.
-packages=(cmake g++ make pkg-config ccache catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libsimgrid-dev
+# dataset-fashion-mnist: the real dataset configs/fashion_mnist_vit_tiny.toml trains on;
+# libeigen3-dev: the least-squares fits of the calibrated cost model (planner/fitted_cost_model).
+packages=(cmake g++ make pkg-config ccache catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libeigen3-dev libsimgrid-dev
           python3-matplotlib libtorch-dev libgloo-dev zlib1g-dev dataset-fashion-mnist)
 
 missing=()

@@ -329,7 +329,8 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
   RunResult out;
   out.config = config.source;
   out.device_memory_bytes = config.cluster.device.memory_bytes;
-  const AnalyticCostModel cost(config.cluster, config.training);
+  const AnalyticCostModel analytic(config.cluster, config.training);
+  const CostModel& cost = opt.cost ? *opt.cost : analytic;
   Runner runner(sim, opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
   const double steps = static_cast<double>(opt.modes.size());
   for (std::size_t mi = 0; mi < opt.modes.size(); ++mi) {
@@ -446,7 +447,9 @@ std::string format_result(const RunResult& r) {
   std::ostringstream os;
   char line[256];
   os << "simulated training of " << r.config << "\n"
-     << "  SimGrid, CM02 network model; analytic cost model; transitions included\n\n";
+     << "  SimGrid, CM02 network model; "
+     << (r.trace.metadata.count("cost_model") ? r.trace.metadata.at("cost_model") : std::string("analytic"))
+     << " cost model; transitions included\n\n";
   std::snprintf(line, sizeof line, "  %-10s %12s %10s %12s %9s\n", "mode", "time (s)", "time (h)", "samples/s", "speedup");
   os << line;
   for (const auto& s : r.summary.modes) {
@@ -509,6 +512,15 @@ void write_outputs(const RunResult& r, const std::string& dir) {
     chunks << line;
   }
   if (!r.trace.events.empty()) trace::write_chrome_trace(r.trace, (d / "trace.json").string());
+}
+
+std::vector<double> simulate_steady_iterations(const Config& config, const CostModel& cost,
+                                               const std::vector<IterationSetup>& setups, Simulator& sim) {
+  const PlanContext ctx(config, cost);
+  Runner runner(sim, static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
+  std::vector<double> out;
+  for (const auto& [period, m] : steady_periods(runner, ctx, setups)) out.push_back(period);
+  return out;
 }
 
 }  // namespace ep::sim

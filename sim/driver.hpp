@@ -74,9 +74,17 @@ struct RunOptions {
   int jobs = 0;        // simulations run at once; 0: one per core
   // Called as work completes (fraction in [0, 1]); may be empty.
   std::function<void(double fraction)> progress;
+  // Where compute, cache and optimizer times come from; null: the analytic
+  // model of the config's cluster (e.g. a FittedCostModel from a profile).
+  const CostModel* cost = nullptr;
 };
 
 [[nodiscard]] RunResult simulate_training(const Config&, const RunOptions&, Simulator&);
+
+// The steady-state iteration time (seconds) SimGrid gives each setup under
+// `cost`: what `elasticpipe validate` compares with measured iterations.
+[[nodiscard]] std::vector<double> simulate_steady_iterations(const Config&, const CostModel& cost,
+                                                             const std::vector<IterationSetup>&, Simulator&);
 
 // The CLI's summary: time per mode and speedup, then per epoch of the last
 // mode: frozen layers, K, replicas, M, throughput.

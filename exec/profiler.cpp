@@ -1,0 +1,349 @@
+#include "exec/profiler.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "exec/cache.hpp"
+#include "exec/dist.hpp"
+#include "exec/launch.hpp"
+#include "exec/model.hpp"
+#include "exec/optimizer.hpp"
+#include "exec/pipeline.hpp"
+#include "exec/state.hpp"
+#include "exec/torch_compat.hpp"
+#include "planner/error.hpp"
+
+namespace ep::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Median of `repeats` runs of f after one warm-up.
+template <class F>
+double timed(int repeats, F&& f) {
+  f();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(seconds(t0, Clock::now()));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::string kind_name(SublayerKind k) {
+  switch (k) {
+    case SublayerKind::Stem: return "stem";
+    case SublayerKind::Attention: return "attention";
+    case SublayerKind::Mlp: return "mlp";
+    case SublayerKind::Head: return "head";
+  }
+  return "?";
+}
+
+at::Tensor stem_input(const ModelConfig& m, int b) {
+  if (m.family == ModelFamily::ViT) return at::randn({b, m.num_channels, m.image_size, m.image_size});
+  return at::randint(1, m.vocab_size, {b, m.seq_length}, at::kLong);
+}
+
+void profile_compute(const Config& c, const ProfileOptions& o, Profile& p) {
+  Model model(c.model, c.training.seed);
+  const int last = model.num_sublayers() - 1;
+  at::manual_seed(1);
+  for (const int i : {0, 1, 2, last}) {
+    Sublayer& sub = model.sublayer(i);
+    const std::string kind = kind_name(model.spec().sublayers[i].kind);
+    for (int b = 1; b <= c.training.batch_size; b *= 2) {
+      at::Tensor x;
+      {
+        at::NoGradGuard g;
+        x = model.forward({0, i}, stem_input(c.model, b));  // this sublayer's real input
+      }
+      const bool float_input = x.is_floating_point();
+      sub.set_requires_grad(true);
+      const auto leaf = [&] { return float_input ? x.detach().requires_grad_(true) : x; };
+      p.compute.push_back({kind, "forward", b, timed(o.repeats, [&] { (void)sub.forward(leaf()); })});
+      // Backward: autograd only on the clock (the forward before it is not).
+      std::vector<double> bwd;
+      for (int r = 0; r <= o.repeats; ++r) {
+        const at::Tensor out = sub.forward(leaf());
+        const at::Tensor grad = at::ones_like(out);
+        const auto t0 = Clock::now();
+        torch::autograd::backward({out}, {grad});
+        if (r > 0) bwd.push_back(seconds(t0, Clock::now()));
+        for (auto& prm : sub.params()) prm.tensor.mutable_grad().reset();
+      }
+      std::sort(bwd.begin(), bwd.end());
+      p.compute.push_back({kind, "backward", b, bwd[bwd.size() / 2]});
+      sub.set_requires_grad(false);
+      p.compute.push_back({kind, "frozen_forward", b, timed(o.repeats, [&] {
+                             at::NoGradGuard g;
+                             (void)sub.forward(x);
+                           })});
+    }
+  }
+}
+
+// The pipeline's hand-over between stage workers: a tensor put into a
+// slot by one thread and taken by another (one hop, timed as half a round
+// trip), then `.to(device)` (a no-op between CPU workers).
+void profile_p2p(const ProfileOptions& o, Profile& p) {
+  for (double bytes = 4096; bytes <= 16.0 * 1024 * 1024; bytes *= 4) {
+    const at::Tensor t = at::zeros({static_cast<std::int64_t>(bytes / 4)});
+    std::mutex mu;
+    std::condition_variable cv;
+    at::Tensor slot;
+    int turn = 0;  // 1: the peer holds the tensor
+    bool stop = false;
+    std::thread peer([&] {
+      std::unique_lock lock(mu);
+      while (true) {
+        cv.wait(lock, [&] { return stop || turn == 1; });
+        if (stop) return;
+        at::Tensor got = std::move(slot).to(at::kCPU);
+        slot = got;
+        turn = 0;
+        cv.notify_all();
+      }
+    });
+    const double rt = timed(o.repeats * 4, [&] {
+      std::unique_lock lock(mu);
+      slot = t;
+      turn = 1;
+      cv.notify_all();
+      cv.wait(lock, [&] { return turn == 0; });
+    });
+    {
+      std::lock_guard lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    peer.join();
+    p.p2p.push_back({bytes, rt / 2});
+  }
+}
+
+// Ranks as threads of this process, each its own Dist on loopback: the
+// same Gloo code paths as separate processes.
+void with_ranks(int n, std::chrono::milliseconds timeout, const std::function<void(Dist&, int)>& body) {
+  const int port = free_port();
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(n);
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ProcessEnv e;
+        e.rank = r;
+        e.world_size = n;
+        e.local_rank = r;
+        e.local_world_size = n;
+        e.master_port = port;
+        e.launcher = "profile";
+        Dist d(e, timeout);
+        body(d, r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+void profile_collectives(const Config& c, const ProfileOptions& o, Profile& p) {
+  const int most = std::max(2, std::min(4, c.cluster.total_gpus()));
+  const std::chrono::milliseconds timeout(static_cast<std::int64_t>(c.exec.collective_timeout_s * 1000));
+  for (int n = 2; n <= most; ++n) {
+    std::vector<double> rebuild(n);
+    std::vector<std::vector<double>> times(n);
+    std::vector<double> sizes;
+    for (double bytes = 4096; bytes <= 16.0 * 1024 * 1024; bytes *= 4) sizes.push_back(bytes);
+    with_ranks(n, timeout, [&](Dist& d, int r) {
+      std::vector<int> ranks(n);
+      for (int i = 0; i < n; ++i) ranks[i] = i;
+      rebuild[r] = d.rebuild_active(0, ranks, 1);
+      for (const double bytes : sizes) {
+        at::Tensor t = at::ones({static_cast<std::int64_t>(bytes / 4)});
+        // The barrier before each timed call starts the ranks together.
+        times[r].push_back(timed(o.repeats, [&] {
+          d.barrier("profile");
+          d.allreduce_now(t, "profile all-reduce");
+        }));
+      }
+      // A barrier alone, to subtract.
+      times[r].push_back(timed(o.repeats, [&] { d.barrier("profile"); }));
+    });
+    const double barrier = times[0].back();
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      p.allreduce.push_back({sizes[i], n, std::max(1e-7, times[0][i] - barrier)});
+    p.transitions.push_back({"group_rebuild", n, 0, *std::max_element(rebuild.begin(), rebuild.end())});
+  }
+}
+
+void profile_cache(const Config& c, const ProfileOptions& o, Profile& p) {
+  Model model(c.model, c.training.seed);
+  at::Tensor row;
+  {
+    at::NoGradGuard g;
+    row = model.forward({0, 1}, stem_input(c.model, 1));
+  }
+  const std::vector<std::int64_t> shape = row.sizes().slice(1).vec();
+  const int n = std::max(64, c.training.batch_size);
+  std::vector<std::pair<std::string, std::string>> tiers{{"host", c.exec.cache_memory_dir}};
+  tiers.push_back({"disk", c.exec.cache_disk_dir.empty() ? std::filesystem::temp_directory_path().string()
+                                                         : c.exec.cache_disk_dir});
+  for (const auto& [tier, dir] : tiers) {
+    std::filesystem::create_directories(dir);
+    const std::string path = (std::filesystem::path(dir) / ("elasticpipe-profile-" + std::to_string(getpid()) +
+                                                            "-" + tier + ".cache"))
+                                 .string();
+    ActivationCache cache(path, n, shape, true);
+    for (int b = 1; b <= n; b *= 4) {
+      std::vector<std::int64_t> idx(b);
+      for (int i = 0; i < b; ++i) idx[i] = i;
+      const at::Tensor values = at::randn([&] {
+        std::vector<std::int64_t> s{b};
+        s.insert(s.end(), shape.begin(), shape.end());
+        return s;
+      }());
+      const double bytes = static_cast<double>(b) * static_cast<double>(cache.entry_bytes());
+      p.cache.push_back({tier, "write", bytes, timed(o.repeats, [&] { cache.write(idx, values, 1); })});
+      p.cache.push_back({tier, "read", bytes, timed(o.repeats, [&] { (void)cache.read(idx, 1, at::kCPU); })});
+    }
+    cache.remove();
+  }
+}
+
+void profile_optimizer(const Config& c, const ProfileOptions& o, Profile& p) {
+  Model model(c.model, c.training.seed);
+  // Growing prefixes of the parameter list: one sublayer, a layer, half, all.
+  const auto all = model.named_params();
+  for (const double share : {0.1, 0.25, 0.5, 1.0}) {
+    const auto n = std::max<std::size_t>(1, static_cast<std::size_t>(share * static_cast<double>(all.size())));
+    std::vector<NamedTensor> ps(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
+    exec::Optimizer opt(c.training);
+    double params = 0;
+    for (auto& q : ps) {
+      opt.add(q.name);
+      q.tensor.mutable_grad() = at::randn_like(q.tensor) * 1e-3;
+      params += static_cast<double>(q.tensor.numel());
+    }
+    p.optimizer.push_back({params, timed(o.repeats, [&] { opt.step(ps, 1e-6); })});
+    for (auto& q : ps) q.tensor.mutable_grad().reset();
+  }
+}
+
+void profile_state_transfer(const Config& c, const ProfileOptions& o, Profile& p) {
+  Model model(c.model, c.training.seed), other(c.model, c.training.seed + 1);
+  exec::Optimizer opt(c.training), opt2(c.training);
+  double bytes = 0;
+  const double s = timed(o.repeats, [&] {
+    const auto packed = pack_state(model, opt, nlohmann::json::object());
+    bytes = static_cast<double>(packed.size());
+    (void)unpack_state(packed, other, opt2, "profile");
+  });
+  p.transitions.push_back({"state_pack_unpack", 1, bytes, s});
+}
+
+}  // namespace
+
+Profile profile_executor(const Config& c, const ProfileOptions& o) {
+  const auto log = [&](const std::string& s) {
+    if (o.log) o.log(s);
+  };
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0 ? o.threads : std::max(1, cores / std::max(1, c.planner.K));
+  compat::set_thread_count(threads);
+  Profile p;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  p.environment = std::string(host) + ", " + std::to_string(cores) + " cores, " + to_string(c.exec.device) +
+                  ", libtorch " + TORCH_VERSION + ", " + std::to_string(threads) + " intra-op threads";
+  const auto& m = c.model;
+  p.model = to_string(m.family) + " L=" + std::to_string(m.num_hidden_layers) + " H=" + std::to_string(m.hidden_size) +
+            " heads=" + std::to_string(m.num_attention_heads) + " I=" + std::to_string(m.intermediate_size) +
+            (m.family == ModelFamily::ViT ? " image=" + std::to_string(m.image_size) + "/" + std::to_string(m.patch_size)
+                                          : " seq=" + std::to_string(m.seq_length));
+  log("compute (forward, backward, frozen forward per sublayer kind)...");
+  profile_compute(c, o, p);
+  log("point-to-point hand-over...");
+  profile_p2p(o, p);
+  log("all-reduce and group rebuild (Gloo, ranks as threads)...");
+  profile_collectives(c, o, p);
+  log("activation cache (host and disk)...");
+  profile_cache(c, o, p);
+  log("optimizer steps...");
+  profile_optimizer(c, o, p);
+  log("state pack and unpack...");
+  profile_state_transfer(c, o, p);
+  return p;
+}
+
+std::vector<double> measure_iterations(const Config& c, const std::vector<IterationSetup>& setups, int iterations) {
+  const AnalyticCostModel cost(c.cluster, c.training);
+  const PlanContext ctx(c, cost);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<double> out;
+  for (const IterationSetup& s : setups) {
+    if (s.replicas != 1) throw Error("measure_iterations: one pipeline only, the setup has " + std::to_string(s.replicas) + " replicas");
+    Model model(c.model, c.training.seed);
+    exec::Optimizer opt(c.training);
+    Pipeline pipe(model, opt, {std::vector<at::Device>(s.K, at::Device(at::kCPU)), c.exec.threads_per_worker,
+                               c.training.precision == Precision::BF16, c.training.checkpointing, cores});
+    pipe.configure(s.partition, s.K, s.v);
+    const int B = c.training.batch_size;
+    std::vector<MicroBatch> mbs;
+    at::manual_seed(2);
+    const at::Tensor x = stem_input(c.model, B);
+    const at::Tensor y = at::randint(0, c.model.num_labels, {B}, at::kLong);
+    std::int64_t at = 0;
+    for (const int n : micro_batch_sizes(B, s.M)) {
+      MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
+      for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
+      mbs.push_back(mb);
+      at += n;
+    }
+    std::unique_ptr<ActivationCache> cache;
+    if (s.cache_on) {
+      at::Tensor row;
+      {
+        at::NoGradGuard g;
+        row = model.forward({0, 1}, x.narrow(0, 0, 1));
+      }
+      const std::string dir = s.cache_tier == CacheTier::HostMemory ? c.exec.cache_memory_dir
+                                                                    : std::filesystem::temp_directory_path().string();
+      cache = std::make_unique<ActivationCache>(
+          (std::filesystem::path(dir) / ("elasticpipe-validate-" + std::to_string(getpid()) + ".cache")).string(), B,
+          row.sizes().slice(1).vec(), true);
+      pipe.set_cache(cache.get());
+      IterationSetup fill = s;
+      fill.cache_valid_layers = 0;
+      (void)pipe.run(build_schedule(schedule_options(ctx, fill)), mbs, B, 1e-6, 0);
+    }
+    const Schedule sched = build_schedule(schedule_options(ctx, s));
+    std::vector<double> t;
+    for (int i = 0; i < iterations + 2; ++i) {
+      const auto t0 = Clock::now();
+      (void)pipe.run(sched, mbs, B, 1e-6, -1);
+      if (i >= 2) t.push_back(seconds(t0, Clock::now()));
+    }
+    std::sort(t.begin(), t.end());
+    out.push_back(t[t.size() / 2]);
+    if (cache) cache->remove();
+  }
+  return out;
+}
+
+}  // namespace ep::exec

@@ -1,0 +1,44 @@
+// `elasticpipe profile`: the measurements a fitted CostModel needs, taken on
+// the real executor of this machine (planner/profile.hpp has the format):
+//   - per sublayer kind (stem, attention, mlp, head; the Transformer layers
+//     are identical, so layer 0 stands for all) forward with autograd,
+//     backward, and forward without autograd (F_frozen), for micro-batch
+//     sizes 1, 2, 4, … up to the batch;
+//   - a point-to-point hand-over between two stage workers against bytes
+//     (on CPU the pipeline's mailbox between threads; the same code moves
+//     tensors between GPUs on CUDA);
+//   - sum all-reduce on Gloo (NCCL on CUDA) against bytes and ranks, ranks
+//     as threads of this process on loopback;
+//   - activation-cache reads and writes against bytes, host and disk tier;
+//   - optimizer steps against parameter count;
+//   - transition costs: active-group rebuild against ranks, state
+//     pack + unpack against bytes.
+// Every figure is the median of `repeats` timed runs after one warm-up.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planner/autopipe.hpp"
+#include "planner/config.hpp"
+#include "planner/profile.hpp"
+
+namespace ep::exec {
+
+struct ProfileOptions {
+  int repeats = 5;
+  int threads = 0;  // intra-op threads for compute; 0: cores / K0 (as a stage worker of the first plan)
+  std::function<void(const std::string&)> log;
+};
+
+[[nodiscard]] Profile profile_executor(const Config& config, const ProfileOptions& options);
+
+// The measured side of `elasticpipe validate`: each setup run for real by
+// one pipeline (replicas are not launched: setups must have replicas = 1),
+// `iterations` timed after two warm-ups (and a cache fill when the setup
+// reads the cache), median seconds per iteration.
+[[nodiscard]] std::vector<double> measure_iterations(const Config& config, const std::vector<IterationSetup>& setups,
+                                                     int iterations);
+
+}  // namespace ep::exec

@@ -1,0 +1,313 @@
+#include "planner/fitted_cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+
+#include <Eigen/Dense>
+
+#include "planner/error.hpp"
+
+namespace ep {
+
+namespace {
+
+// One sample of a term: its two features and the measured time.
+struct Row {
+  double fa;
+  double fc;
+  double t;
+};
+
+double relative_cost(const std::vector<Row>& rows, double a, double c) {
+  double cost = 0;
+  for (const Row& r : rows) {
+    const double e = (a * r.fa + c * r.fc - r.t) / r.t;
+    cost += e * e;
+  }
+  return cost;
+}
+
+// Least squares with one coefficient only, clamped at 0: minimises
+// sum((x·f/t − 1)²) over x >= 0.
+double one_coefficient(const std::vector<Row>& rows, bool use_a) {
+  double num = 0, den = 0;
+  for (const Row& r : rows) {
+    const double f = (use_a ? r.fa : r.fc) / r.t;
+    num += f;
+    den += f * f;
+  }
+  return den > 0 ? std::max(0.0, num / den) : 0.0;
+}
+
+// `need` says, for the error, what samples would separate a from c.
+LinearFit fit(std::string name, std::string form, const std::vector<Row>& rows,
+              const std::string& need) {
+  const auto n = static_cast<Eigen::Index>(rows.size());
+  // Each row divided by its measured time: relative residuals (see header).
+  Eigen::MatrixXd X(n, 2);
+  Eigen::VectorXd y = Eigen::VectorXd::Ones(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    X(i, 0) = rows[i].fa / rows[i].t;
+    X(i, 1) = rows[i].fc / rows[i].t;
+  }
+  // Columns scaled to unit norm: bytes run to 1e9 against an intercept of 1,
+  // and the rank test below must not see that as degeneracy.
+  const Eigen::Vector2d scale(X.col(0).norm(), X.col(1).norm());
+  Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr;
+  bool full_rank = n >= 2 && scale(0) > 0 && scale(1) > 0;
+  if (full_rank) {
+    const Eigen::MatrixXd Xs = X * scale.cwiseInverse().asDiagonal();
+    qr.setThreshold(1e-9);
+    qr.compute(Xs);
+    full_rank = qr.rank() == 2;
+  }
+  if (!full_rank)
+    throw Error("fitting the cost model: " + name + " (" + form +
+                "): the samples cannot separate a from c; need " + need + ", found " +
+                std::to_string(n) + " sample(s) that do not");
+  const Eigen::Vector2d x = qr.solve(y).cwiseQuotient(scale);
+
+  double a = x(0), c = x(1);
+  bool clamped = false;
+  if (a < 0 || c < 0) {
+    // The optimum under a, c >= 0 lies on the face where one is 0.
+    const double only_a = one_coefficient(rows, true);
+    const double only_c = one_coefficient(rows, false);
+    const bool keep_a = relative_cost(rows, only_a, 0) <= relative_cost(rows, 0, only_c);
+    a = keep_a ? only_a : 0;
+    c = keep_a ? 0 : only_c;
+    clamped = true;
+  }
+
+  LinearFit f;
+  f.name = std::move(name);
+  f.form = std::move(form);
+  f.a = a;
+  f.c = c;
+  f.samples = static_cast<int>(n);
+  f.clamped = clamped;
+  double mean = 0;
+  for (const Row& r : rows) mean += r.t;
+  mean /= static_cast<double>(n);
+  double ss_res = 0, ss_tot = 0, sq_rel = 0;
+  for (const Row& r : rows) {
+    const double predicted = a * r.fa + c * r.fc;
+    ss_res += (predicted - r.t) * (predicted - r.t);
+    ss_tot += (r.t - mean) * (r.t - mean);
+    const double rel = (predicted - r.t) / r.t;
+    sq_rel += rel * rel;
+    f.max_rel_residual = std::max(f.max_rel_residual, std::abs(rel));
+  }
+  // All times equal: nothing to explain; R² says how well the constant fits.
+  f.r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : (ss_res == 0 ? 1.0 : 0.0);
+  f.rms_rel_residual = std::sqrt(sq_rel / static_cast<double>(n));
+  return f;
+}
+
+constexpr std::array<SublayerKind, 4> kKinds = {SublayerKind::Stem, SublayerKind::Attention,
+                                                SublayerKind::Mlp, SublayerKind::Head};
+constexpr std::array<ComputeOp, 3> kOps = {ComputeOp::Forward, ComputeOp::Backward,
+                                           ComputeOp::FrozenForward};
+
+std::string op_name(ComputeOp op) {
+  switch (op) {
+    case ComputeOp::Forward: return "forward";
+    case ComputeOp::Backward: return "backward";
+    case ComputeOp::FrozenForward: return "frozen_forward";
+  }
+  return "?";
+}
+
+std::string tier_name(CacheTier t) { return t == CacheTier::HostMemory ? "host" : "disk"; }
+std::string op_name(CacheOp op) { return op == CacheOp::Read ? "read" : "write"; }
+
+// The time from a fit, or the fallback's.
+template <typename Fallback>
+double affine_or(const std::optional<LinearFit>& f, double x, Fallback fallback) {
+  return f ? f->a + f->c * x : fallback();
+}
+
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+std::string pad(std::string s, std::size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s + "  ";
+}
+
+}  // namespace
+
+FittedCostModel::FittedCostModel(const Profile& profile, const CostModel& fallback)
+    : fallback_(fallback),
+      environment_(profile.environment),
+      model_(profile.model),
+      transitions_(profile.transitions) {
+  // A profile built in code gets the same checks as one read from a file.
+  check_profile(profile, "profile");
+
+  std::string missing;
+  for (SublayerKind kind : kKinds) {
+    for (ComputeOp op : kOps) {
+      std::vector<Row> rows;
+      for (const ComputeSample& s : profile.compute)
+        if (s.sublayer_kind == to_string(kind) && s.op == op_name(op))
+          rows.push_back({1, static_cast<double>(s.samples), s.seconds});
+      const std::string name = "compute " + to_string(kind) + "/" + op_name(op);
+      if (rows.empty()) {
+        missing += (missing.empty() ? "" : ", ") + to_string(kind) + "/" + op_name(op);
+        continue;
+      }
+      fits_.compute[static_cast<int>(kind)][static_cast<int>(op)] =
+          fit(name, "a + c*samples", rows, "at least two distinct micro-batch sizes");
+    }
+  }
+  if (!missing.empty())
+    throw Error("fitting the cost model: the profile has no compute samples for " + missing +
+                " (every sublayer kind needs forward, backward and frozen_forward)");
+
+  if (!profile.p2p.empty()) {
+    std::vector<Row> rows;
+    for (const TransferSample& s : profile.p2p) rows.push_back({1, s.bytes, s.seconds});
+    fits_.p2p = fit("p2p", "a + c*bytes", rows, "at least two distinct byte counts");
+  }
+
+  if (!profile.allreduce.empty()) {
+    std::vector<Row> rows;
+    for (const AllReduceSample& s : profile.allreduce) {
+      if (s.ranks < 2) continue;  // the form fixes n = 1 at 0 s
+      const double n = s.ranks;
+      rows.push_back({2 * (n - 1), 2 * (n - 1) / n * s.bytes, s.seconds});
+    }
+    if (rows.empty())
+      throw Error(
+          "fitting the cost model: allreduce: every sample has ranks = 1, which the ring form "
+          "fixes at 0 s; need samples with ranks >= 2");
+    fits_.allreduce = fit("allreduce", "a*2(n-1) + c*2(n-1)/n*bytes", rows,
+                          "at least two distinct values of bytes/ranks");
+  }
+
+  for (CacheTier tier : {CacheTier::HostMemory, CacheTier::Disk}) {
+    for (CacheOp op : {CacheOp::Read, CacheOp::Write}) {
+      std::vector<Row> rows;
+      for (const CacheSample& s : profile.cache)
+        if (s.tier == tier_name(tier) && s.op == op_name(op)) rows.push_back({1, s.bytes, s.seconds});
+      if (rows.empty()) continue;
+      fits_.cache[static_cast<int>(tier)][static_cast<int>(op)] =
+          fit("cache " + tier_name(tier) + "/" + op_name(op), "a + c*bytes", rows,
+              "at least two distinct byte counts");
+    }
+  }
+
+  if (!profile.optimizer.empty()) {
+    std::vector<Row> rows;
+    for (const OptimizerSample& s : profile.optimizer) rows.push_back({1, s.params, s.seconds});
+    fits_.optimizer = fit("optimizer", "a + c*params", rows, "at least two distinct parameter counts");
+  }
+}
+
+double FittedCostModel::compute_s(const Sublayer& s, ComputeOp op, int samples) const {
+  const LinearFit& f = fits_.compute_fit(s.kind, op);
+  return f.a + f.c * samples;
+}
+
+double FittedCostModel::forward_s(const Sublayer& s, int samples) const {
+  return compute_s(s, ComputeOp::Forward, samples);
+}
+
+double FittedCostModel::backward_s(const Sublayer& s, int samples) const {
+  return compute_s(s, ComputeOp::Backward, samples);
+}
+
+double FittedCostModel::frozen_forward_s(const Sublayer& s, int samples) const {
+  return compute_s(s, ComputeOp::FrozenForward, samples);
+}
+
+double FittedCostModel::p2p_s(double bytes, LinkKind kind) const {
+  return affine_or(fits_.p2p, bytes, [&] { return fallback_.p2p_s(bytes, kind); });
+}
+
+double FittedCostModel::allreduce_s(double bytes, int ranks, LinkKind slowest_link) const {
+  if (!fits_.allreduce) return fallback_.allreduce_s(bytes, ranks, slowest_link);
+  if (ranks <= 1) return 0;
+  const double n = ranks;
+  return fits_.allreduce->a * 2 * (n - 1) + fits_.allreduce->c * 2 * (n - 1) / n * bytes;
+}
+
+double FittedCostModel::cache_read_s(double bytes, CacheTier tier) const {
+  return affine_or(fits_.cache_fit(tier, CacheOp::Read), bytes,
+                   [&] { return fallback_.cache_read_s(bytes, tier); });
+}
+
+double FittedCostModel::cache_write_s(double bytes, CacheTier tier) const {
+  return affine_or(fits_.cache_fit(tier, CacheOp::Write), bytes,
+                   [&] { return fallback_.cache_write_s(bytes, tier); });
+}
+
+double FittedCostModel::optimizer_step_s(double params) const {
+  return affine_or(fits_.optimizer, params, [&] { return fallback_.optimizer_step_s(params); });
+}
+
+std::string FittedCostModel::describe() const {
+  std::string out = "fitted cost model\n";
+  out += "  environment: " + (environment_.empty() ? std::string("(not given)") : environment_) + "\n";
+  out += "  model:       " + (model_.empty() ? std::string("(not given)") : model_) + "\n";
+  out += "  least squares on relative residuals; a, c >= 0 (* = one fixed at 0);\n"
+         "  a, c in seconds per unit of their factor (1, samples, bytes, params)\n\n";
+  constexpr std::size_t w_term = 34, w_form = 28, w_num = 11, w_n = 4, w_stat = 9;
+  out += "  " + pad("term", w_term) + pad("form", w_form) + pad("a", w_num) + pad("c", w_num) +
+         pad("n", w_n) + pad("R^2", w_stat) + pad("rms rel", w_stat) + "max rel\n";
+  const auto row = [&](const LinearFit& f) {
+    out += "  " + pad(f.name, w_term) + pad(f.form, w_form) + pad(sci(f.a), w_num) +
+           pad(sci(f.c) + (f.clamped ? "*" : ""), w_num) + pad(std::to_string(f.samples), w_n) +
+           pad(sci(f.r2), w_stat) + pad(sci(f.rms_rel_residual), w_stat) + sci(f.max_rel_residual) +
+           "\n";
+  };
+  const auto fallback_row = [&](const std::string& name) {
+    out += "  " + pad(name, w_term) + "no samples: " + fallback_.name() + " model\n";
+  };
+  for (const auto& per_kind : fits_.compute)
+    for (const LinearFit& f : per_kind) row(f);
+  fits_.p2p ? row(*fits_.p2p) : fallback_row("p2p");
+  fits_.allreduce ? row(*fits_.allreduce) : fallback_row("allreduce");
+  for (CacheTier tier : {CacheTier::HostMemory, CacheTier::Disk})
+    for (CacheOp op : {CacheOp::Read, CacheOp::Write}) {
+      const auto& f = fits_.cache_fit(tier, op);
+      f ? row(*f) : fallback_row("cache " + tier_name(tier) + "/" + op_name(op));
+    }
+  fits_.optimizer ? row(*fits_.optimizer) : fallback_row("optimizer");
+
+  // Derived quantities a reader checks first against the hardware's sheet.
+  const auto bandwidth = [](const LinearFit& f) {
+    return f.c > 0 ? sci(1 / f.c / 1e9) + " GB/s" : std::string("unbounded");
+  };
+  out += "\n";
+  if (fits_.p2p)
+    out += "  p2p: latency " + sci(fits_.p2p->a) + " s, bandwidth " + bandwidth(*fits_.p2p) + "\n";
+  if (fits_.allreduce)
+    out += "  allreduce: per-step latency " + sci(fits_.allreduce->a) + " s, bus bandwidth " +
+           bandwidth(*fits_.allreduce) + "\n";
+
+  if (!transitions_.empty()) {
+    // Not cost-model terms: reported for the simulator's transition constants.
+    std::map<std::string, std::pair<int, double>> by_what;
+    for (const TransitionSample& t : transitions_) {
+      auto& [count, sum] = by_what[t.what];
+      ++count;
+      sum += t.seconds;
+    }
+    out += "  transitions (measured, not fitted):";
+    for (const auto& [what, stat] : by_what)
+      out += " " + what + " mean " + sci(stat.second / stat.first) + " s (n=" +
+             std::to_string(stat.first) + ");";
+    out.back() = '\n';
+  }
+  return out;
+}
+
+}  // namespace ep

@@ -1,0 +1,108 @@
+// A profile: timings measured on the real executor (`elasticpipe profile`
+// writes one), which FittedCostModel turns into a cost model. Plain data and
+// its JSON file; no fitting here.
+//
+// File format, schema "elasticpipe.profile/1" (one JSON object; every key
+// below is required, no other key is allowed; every sample list may be empty
+// except `compute`):
+//
+//   {
+//     "schema": "elasticpipe.profile/1",
+//     "environment": "host x, 16 cores, cpu, libtorch 1.13",   // free text
+//     "model": "vit hidden 192, 12 layers, 65 tokens",         // free text
+//     "compute":     [ {"sublayer_kind": "attention", "op": "forward", "samples": 8, "seconds": 0.0012}, ... ],
+//     "p2p":         [ {"bytes": 1048576, "seconds": 0.0004}, ... ],
+//     "allreduce":   [ {"bytes": 1048576, "ranks": 4, "seconds": 0.002}, ... ],
+//     "cache":       [ {"tier": "host", "op": "read", "bytes": 1048576, "seconds": 0.0001}, ... ],
+//     "optimizer":   [ {"params": 1000000, "seconds": 0.003}, ... ],
+//     "transitions": [ {"what": "group_rebuild", "ranks": 4, "bytes": 0, "seconds": 0.8}, ... ]
+//   }
+//
+//   sublayer_kind  "stem" | "attention" | "mlp" | "head" (model_spec.hpp's kinds)
+//   op (compute)   "forward" | "backward" | "frozen_forward" (the CostModel's three terms)
+//   tier           "host" | "disk";  op (cache) "read" | "write"
+//   samples        micro-batch size, an integer >= 1
+//   ranks          an integer >= 1
+//   bytes, params  numbers >= 0
+//   seconds        a number > 0: one call's wall time (a timer cannot read 0)
+//   what           non-empty free text naming the transition step
+//
+// Each sample is one measurement (or one mean of repeats: the fitter does not
+// care which); repeated points are fine and simply weigh more.
+//
+// Errors name the source, the JSON path, what was expected and what was
+// found, e.g. `p.json: compute[3].seconds: expected a number > 0, found "abc"`.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ep {
+
+inline constexpr std::string_view kProfileSchema = "elasticpipe.profile/1";
+
+struct ComputeSample {
+  std::string sublayer_kind;  // "stem" | "attention" | "mlp" | "head"
+  std::string op;             // "forward" | "backward" | "frozen_forward"
+  int samples = 0;            // micro-batch size
+  double seconds = 0;
+};
+
+struct TransferSample {  // point to point
+  double bytes = 0;
+  double seconds = 0;
+};
+
+struct AllReduceSample {
+  double bytes = 0;
+  int ranks = 0;
+  double seconds = 0;
+};
+
+struct CacheSample {
+  std::string tier;  // "host" | "disk"
+  std::string op;    // "read" | "write"
+  double bytes = 0;
+  double seconds = 0;
+};
+
+struct OptimizerSample {
+  double params = 0;
+  double seconds = 0;
+};
+
+// Recorded for reports and the simulator's transition constants; no
+// CostModel term uses them.
+struct TransitionSample {
+  std::string what;  // e.g. "group_rebuild", "state_transfer"
+  int ranks = 0;
+  double bytes = 0;
+  double seconds = 0;
+};
+
+struct Profile {
+  std::string environment;  // free text: host, cores, device, libtorch ...
+  std::string model;        // free text describing the model shape profiled
+  std::vector<ComputeSample> compute;
+  std::vector<TransferSample> p2p;
+  std::vector<AllReduceSample> allreduce;
+  std::vector<CacheSample> cache;
+  std::vector<OptimizerSample> optimizer;
+  std::vector<TransitionSample> transitions;
+};
+
+[[nodiscard]] nlohmann::json to_json(const Profile&);
+// `source` prefixes every error (a file path, or "profile" for one built in
+// code). Checks everything the format above promises.
+[[nodiscard]] Profile parse_profile(const nlohmann::json&, const std::string& source);
+// The checks of parse_profile, for a profile built in code: throws the error
+// its JSON would get.
+void check_profile(const Profile&, const std::string& source);
+// Refuses a profile that would not read back (checked before writing).
+void write_profile(const Profile&, const std::string& path);
+[[nodiscard]] Profile read_profile(const std::string& path);
+
+}  // namespace ep

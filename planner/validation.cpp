@@ -1,0 +1,108 @@
+#include "planner/validation.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "planner/error.hpp"
+
+namespace ep {
+
+double ValidationRow::error() const {
+  if (!(measured_s > 0) || !std::isfinite(measured_s))
+    throw Error("validation: plan '" + plan + "': expected a measured time > 0, found " +
+                std::to_string(measured_s));
+  return (predicted_s - measured_s) / measured_s;
+}
+
+double mape(std::span<const ValidationRow> rows) {
+  if (rows.empty()) throw Error("validation: MAPE of no plans");
+  double sum = 0;
+  for (const ValidationRow& r : rows) sum += std::abs(r.error());
+  return sum / static_cast<double>(rows.size());
+}
+
+double max_abs_error(std::span<const ValidationRow> rows) {
+  if (rows.empty()) throw Error("validation: max |error| of no plans");
+  double worst = 0;
+  for (const ValidationRow& r : rows) worst = std::max(worst, std::abs(r.error()));
+  return worst;
+}
+
+double kendall_tau(std::span<const double> a, std::span<const double> b) {
+  if (a.size() != b.size())
+    throw Error("Kendall tau: expected two lists of the same size, found " +
+                std::to_string(a.size()) + " and " + std::to_string(b.size()));
+  if (a.size() < 2)
+    throw Error("Kendall tau: expected at least 2 items, found " + std::to_string(a.size()));
+  // O(n²): validation compares tens of plans.
+  double concordant = 0, discordant = 0, ties_a = 0, ties_b = 0, pairs = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t j = i + 1; j < a.size(); ++j) {
+      ++pairs;
+      const double da = a[j] - a[i], db = b[j] - b[i];
+      if (da == 0) ++ties_a;
+      if (db == 0) ++ties_b;
+      if (da == 0 || db == 0) continue;
+      (da > 0) == (db > 0) ? ++concordant : ++discordant;
+    }
+  if (ties_a == pairs || ties_b == pairs)
+    throw Error("Kendall tau: undefined when every value of one list is equal");
+  return (concordant - discordant) / std::sqrt((pairs - ties_a) * (pairs - ties_b));
+}
+
+namespace {
+
+std::string fixed(const char* format, double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string pad(std::string s, std::size_t width, bool right = false) {
+  if (s.size() < width) s.insert(right ? 0 : s.size(), width - s.size(), ' ');
+  return s;
+}
+
+std::string summary(const std::string& label, const std::vector<ValidationRow>& rows) {
+  std::string out = label + " (" + std::to_string(rows.size()) + "): ";
+  if (rows.empty()) return out + "none\n";
+  out += "MAPE " + fixed("%.1f%%", 100 * mape(rows)) + ", max |error| " +
+         fixed("%.1f%%", 100 * max_abs_error(rows)) + ", Kendall tau ";
+  std::vector<double> measured, predicted;
+  for (const ValidationRow& r : rows) {
+    measured.push_back(r.measured_s);
+    predicted.push_back(r.predicted_s);
+  }
+  const auto all_equal = [](const std::vector<double>& v) {
+    return std::all_of(v.begin(), v.end(), [&](double x) { return x == v.front(); });
+  };
+  if (rows.size() < 2)
+    out += "n/a (one plan)";
+  else if (all_equal(measured) || all_equal(predicted))
+    out += "n/a (all times equal)";
+  else
+    out += fixed("%.3f", kendall_tau(measured, predicted));
+  return out + "\n";
+}
+
+}  // namespace
+
+std::string format_validation(std::span<const ValidationRow> rows) {
+  std::size_t w_plan = 4;
+  for (const ValidationRow& r : rows) w_plan = std::max(w_plan, r.plan.size());
+  std::string out = pad("plan", w_plan) + "  " + pad("set", 8) + pad("measured s", 14, true) +
+                    pad("predicted s", 14, true) + pad("error", 9, true) + "\n";
+  std::vector<ValidationRow> fitting, held_out;
+  for (const ValidationRow& r : rows) {
+    out += pad(r.plan, w_plan) + "  " + pad(r.held_out ? "held-out" : "fit", 8) +
+           pad(fixed("%.4g", r.measured_s), 14, true) + pad(fixed("%.4g", r.predicted_s), 14, true) +
+           pad(fixed("%+.1f%%", 100 * r.error()), 9, true) + "\n";
+    (r.held_out ? held_out : fitting).push_back(r);
+  }
+  out += "\n" + summary("fitting plans", fitting) + summary("held-out plans", held_out);
+  return out;
+}
+
+}  // namespace ep

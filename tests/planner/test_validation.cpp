@@ -1,0 +1,71 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "planner/error.hpp"
+#include "planner/validation.hpp"
+
+using namespace ep;
+
+TEST_CASE("validation error and MAPE, by hand", "[validation]") {
+  const std::vector<ValidationRow> rows = {{"a", false, 1, 1.1}, {"b", false, 2, 1.8}};
+  CHECK(rows[0].error() == Approx(0.1));
+  CHECK(rows[1].error() == Approx(-0.1));
+  CHECK(mape(rows) == Approx(0.1));
+  CHECK(max_abs_error(rows) == Approx(0.1));
+  const std::vector<ValidationRow> mixed = {{"a", false, 4, 5}, {"b", true, 10, 9}, {"c", true, 2, 2}};
+  CHECK(mape(mixed) == Approx((0.25 + 0.1 + 0) / 3));
+  CHECK(max_abs_error(mixed) == Approx(0.25));
+}
+
+TEST_CASE("Kendall tau-b, by hand", "[validation]") {
+  using V = std::vector<double>;
+  CHECK(kendall_tau(V{1, 2, 3, 4}, V{10, 20, 30, 40}) == Approx(1));
+  CHECK(kendall_tau(V{1, 2, 3, 4}, V{4, 3, 2, 1}) == Approx(-1));
+  // One discordant pair (3,4) among the 6: (5 - 1) / 6.
+  CHECK(kendall_tau(V{1, 2, 3, 4}, V{1, 2, 4, 3}) == Approx(4.0 / 6));
+  // Ties: a ties pair (1,2), b ties pair (2,3); of the other 4 pairs all
+  // concordant. tau-b = 4 / sqrt((6 - 1)(6 - 1)) = 0.8.
+  CHECK(kendall_tau(V{1, 2, 2, 3}, V{1, 2, 3, 3}) == Approx(0.8));
+  // Ties and discordance: pairs (0,1) (0,2) (0,3) discordant, (1,3)
+  // concordant, (1,2) tied in a, (2,3) tied in b: (1 - 3) / 5.
+  CHECK(kendall_tau(V{1, 2, 2, 3}, V{3, 1, 2, 2}) == Approx(-0.4));
+  // Unequal tie counts: a = {1,1,2,2} (2 ties), b = {1,2,3,4} (none);
+  // concordant (0,2) (0,3) (1,2) (1,3): 4 / sqrt((6 - 2) 6).
+  CHECK(kendall_tau(V{1, 1, 2, 2}, V{1, 2, 3, 4}) == Approx(4 / std::sqrt(24.0)));
+  CHECK(kendall_tau(V{1, 2}, V{2, 1}) == Approx(-1));
+}
+
+TEST_CASE("validation statistics refuse bad input", "[validation]") {
+  using V = std::vector<double>;
+  CHECK_THROWS_WITH(kendall_tau(V{1, 2, 3}, V{1, 2}),
+                    Catch::Contains("same size, found 3 and 2"));
+  CHECK_THROWS_WITH(kendall_tau(V{1}, V{1}), Catch::Contains("at least 2 items, found 1"));
+  CHECK_THROWS_WITH(kendall_tau(V{}, V{}), Catch::Contains("at least 2 items, found 0"));
+  CHECK_THROWS_WITH(kendall_tau(V{5, 5, 5}, V{1, 2, 3}), Catch::Contains("undefined"));
+  CHECK_THROWS_AS(kendall_tau(V{1, 2}, V{1}), Error);
+  const std::vector<ValidationRow> none;
+  CHECK_THROWS_AS(mape(none), Error);
+  CHECK_THROWS_AS(max_abs_error(none), Error);
+  const ValidationRow zero{"p0", false, 0, 1};
+  CHECK_THROWS_WITH(zero.error(), Catch::Contains("plan 'p0': expected a measured time > 0"));
+}
+
+TEST_CASE("validation table separates fitting and held-out plans", "[validation]") {
+  const std::vector<ValidationRow> rows = {{"plan0 K=4", false, 1.0, 1.1},
+                                           {"plan1 K=2", false, 2.0, 1.8},
+                                           {"plan2 K=1", false, 3.0, 3.0},
+                                           {"plan3 K=8", true, 4.0, 5.0}};
+  const std::string text = format_validation(rows);
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("plan0 K=4"));
+  CHECK_THAT(text, Catch::Contains("held-out"));
+  CHECK_THAT(text, Catch::Contains("+10.0%"));
+  CHECK_THAT(text, Catch::Contains("-10.0%"));
+  CHECK_THAT(text, Catch::Contains("+25.0%"));
+  CHECK_THAT(text, Catch::Contains("fitting plans (3): MAPE 6.7%, max |error| 10.0%, Kendall tau 1.000"));
+  CHECK_THAT(text, Catch::Contains("held-out plans (1): MAPE 25.0%, max |error| 25.0%, Kendall tau n/a"));
+  const std::string only_fit = format_validation(std::span(rows).first(2));
+  CHECK_THAT(only_fit, Catch::Contains("held-out plans (0): none"));
+}

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "planner/config.hpp"
 #include "planner/cost_model.hpp"
@@ -189,54 +190,67 @@ struct ValidateArgs {
   int iterations = 5;
 };
 
-// Plans of one pipeline (the executor measures them in this process) over
-// K, M, frozen depth and cache on/off. Per K, the plans with M = 2K fit one
-// factor: measured / simulated (K stage workers share this machine's cores,
-// which the simulator's one-device-per-stage model does not see); the other
-// plans are held out and predicted with it.
+// Plans over K, M, replicas (AutoDP's K = 1 ones), frozen depth and cache
+// on/off, measured on the executor (replicas as threads with Gloo ranks)
+// and simulated with the fitted cost model. Per (K, replicas), the plans
+// with M = 2K fit one factor, measured / simulated; the other plans are
+// held out and predicted with it.
 int run_validate_cmd(const ValidateArgs& a) {
-  const ep::Config config = ep::load_config(a.config, a.overrides);
+  ep::Config config = ep::load_config(a.config, a.overrides);
+  // The CPU executor's stage workers are threads sharing this machine's
+  // cores: the simulator models that unless the config says otherwise.
+  if (config.exec.device == ep::ExecDevice::CPU && config.cluster.shared_cores == 0) {
+    config.cluster.shared_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::cout << "simulating the CPU executor: cluster.shared_cores = " << config.cluster.shared_cores << "\n";
+  }
   const ep::AnalyticCostModel analytic(config.cluster, config.training);
   const ep::FittedCostModel fitted(ep::read_profile(a.profile), analytic);
   const ep::PlanContext ctx(config, fitted);
   const int L = config.model.num_hidden_layers, B = config.training.batch_size;
   std::vector<ep::IterationSetup> setups;
   std::vector<std::string> names;
+  const int I = config.cluster.gpus_per_node;
   for (int K = 1; K <= config.planner.K; K *= 2)
-    for (const int frozen : {0, L / 2})
-      for (const bool cache : {false, true}) {
-        if (cache && frozen == 0) continue;
-        for (const int M : {K, 2 * K, 4 * K}) {
-          if (M > B) continue;
-          ep::IterationSetup s;
-          s.partition = ep::plan_partition(ctx, frozen, K, cache);
-          s.K = K;
-          s.M = M;
-          s.cache_on = cache;
-          setups.push_back(s);
-          names.push_back("K=" + std::to_string(K) + " M=" + std::to_string(M) + " frozen=" + std::to_string(frozen) +
-                          (cache ? " cache" : ""));
+    for (int replicas = 1; replicas * K <= I; replicas *= 2)
+      for (const int frozen : {0, L / 2})
+        for (const bool cache : {false, true}) {
+          if (cache && frozen == 0) continue;
+          // Data-parallel plans: AutoDP's own (K = 1, the freed devices), all frozen depths.
+          if (replicas > 1 && K > 1) continue;
+          for (const int M : {K, 2 * K, 4 * K}) {
+            if (M > B) continue;
+            ep::IterationSetup s;
+            s.partition = ep::plan_partition(ctx, frozen, K, cache);
+            s.K = K;
+            s.M = M;
+            s.replicas = replicas;
+            s.cache_on = cache;
+            setups.push_back(s);
+            names.push_back("K=" + std::to_string(K) + " M=" + std::to_string(M) + " x" + std::to_string(replicas) +
+                            " frozen=" + std::to_string(frozen) + (cache ? " cache" : ""));
+          }
         }
-      }
   std::cout << "measuring " << setups.size() << " plans (" << a.iterations << " iterations each)..." << std::endl;
   const std::vector<double> measured = ep::exec::measure_iterations(config, setups, a.iterations);
   std::cout << "simulating them..." << std::endl;
   ep::sim::Simulator sim(config.cluster);
   const std::vector<double> simulated = ep::sim::simulate_steady_iterations(config, fitted, setups, sim);
-  std::map<int, std::vector<double>> ratios;
+  std::map<std::pair<int, int>, std::vector<double>> ratios;  // (K, replicas)
+  const auto key = [&](std::size_t i) { return std::make_pair(setups[i].K, setups[i].replicas); };
   for (std::size_t i = 0; i < setups.size(); ++i)
-    if (setups[i].M == 2 * setups[i].K) ratios[setups[i].K].push_back(measured[i] / simulated[i]);
+    if (setups[i].M == 2 * setups[i].K) ratios[key(i)].push_back(measured[i] / simulated[i]);
   std::vector<ep::ValidationRow> rows;
   for (std::size_t i = 0; i < setups.size(); ++i) {
-    auto r = ratios[setups[i].K];
+    auto r = ratios[key(i)];
     std::sort(r.begin(), r.end());
     const double factor = r.empty() ? 1.0 : r[r.size() / 2];
     rows.push_back({names[i], setups[i].M != 2 * setups[i].K, measured[i], simulated[i] * factor});
   }
-  for (const auto& [K, r] : ratios) {
+  for (const auto& [k, r] : ratios) {
     auto v = r;
     std::sort(v.begin(), v.end());
-    std::printf("K=%d: measured/simulated factor %.3f (median of %zu fitting plans)\n", K, v[v.size() / 2], v.size());
+    std::printf("K=%d x%d: measured/simulated factor %.3f (median of %zu fitting plans)\n", k.first, k.second,
+                v[v.size() / 2], v.size());
   }
   std::cout << ep::format_validation(rows);
   return 0;

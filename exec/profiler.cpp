@@ -291,57 +291,84 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
   return p;
 }
 
+namespace {
+
+// One replica's median iteration of setup `s`; with `dist`, its gradients
+// are all-reduced with the other replicas (rank `rank`).
+double measure_replica(const Config& c, const PlanContext& ctx, const IterationSetup& s, int iterations, Dist* dist,
+                       int rank, int cores) {
+  Model model(c.model, c.training.seed);
+  exec::Optimizer opt(c.training);
+  Pipeline pipe(model, opt, {std::vector<at::Device>(s.K, at::Device(at::kCPU)), c.exec.threads_per_worker,
+                             c.training.precision == Precision::BF16, c.training.checkpointing, cores});
+  pipe.configure(s.partition, s.K, s.v);
+  pipe.set_reducer(dist);
+  const int B = c.training.batch_size;
+  std::vector<MicroBatch> mbs;
+  at::manual_seed(2 + rank);
+  const at::Tensor x = stem_input(c.model, B);
+  const at::Tensor y = at::randint(0, c.model.num_labels, {B}, at::kLong);
+  std::int64_t at = 0;
+  for (const int n : micro_batch_sizes(B, s.M)) {
+    MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
+    for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
+    mbs.push_back(mb);
+    at += n;
+  }
+  std::unique_ptr<ActivationCache> cache;
+  if (s.cache_on) {
+    at::Tensor row;
+    {
+      at::NoGradGuard g;
+      row = model.forward({0, 1}, x.narrow(0, 0, 1));
+    }
+    const std::string dir = s.cache_tier == CacheTier::HostMemory ? c.exec.cache_memory_dir
+                                                                  : std::filesystem::temp_directory_path().string();
+    cache = std::make_unique<ActivationCache>(
+        (std::filesystem::path(dir) /
+         ("elasticpipe-validate-" + std::to_string(getpid()) + "-" + std::to_string(rank) + ".cache"))
+            .string(),
+        B, row.sizes().slice(1).vec(), true);
+    pipe.set_cache(cache.get());
+    IterationSetup fill = s;
+    fill.cache_valid_layers = 0;
+    (void)pipe.run(build_schedule(schedule_options(ctx, fill)), mbs, B, 1e-6, 0);
+  }
+  const Schedule sched = build_schedule(schedule_options(ctx, s));
+  std::vector<double> t;
+  for (int i = 0; i < iterations + 2; ++i) {
+    const auto t0 = Clock::now();
+    (void)pipe.run(sched, mbs, B, 1e-6, -1);
+    if (i >= 2) t.push_back(seconds(t0, Clock::now()));
+  }
+  if (cache) cache->remove();
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
 std::vector<double> measure_iterations(const Config& c, const std::vector<IterationSetup>& setups, int iterations) {
   const AnalyticCostModel cost(c.cluster, c.training);
   const PlanContext ctx(c, cost);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::chrono::milliseconds timeout(static_cast<std::int64_t>(c.exec.collective_timeout_s * 1000));
   std::vector<double> out;
   for (const IterationSetup& s : setups) {
-    if (s.replicas != 1) throw Error("measure_iterations: one pipeline only, the setup has " + std::to_string(s.replicas) + " replicas");
-    Model model(c.model, c.training.seed);
-    exec::Optimizer opt(c.training);
-    Pipeline pipe(model, opt, {std::vector<at::Device>(s.K, at::Device(at::kCPU)), c.exec.threads_per_worker,
-                               c.training.precision == Precision::BF16, c.training.checkpointing, cores});
-    pipe.configure(s.partition, s.K, s.v);
-    const int B = c.training.batch_size;
-    std::vector<MicroBatch> mbs;
-    at::manual_seed(2);
-    const at::Tensor x = stem_input(c.model, B);
-    const at::Tensor y = at::randint(0, c.model.num_labels, {B}, at::kLong);
-    std::int64_t at = 0;
-    for (const int n : micro_batch_sizes(B, s.M)) {
-      MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
-      for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
-      mbs.push_back(mb);
-      at += n;
+    if (s.replicas == 1) {
+      out.push_back(measure_replica(c, ctx, s, iterations, nullptr, 0, cores));
+      continue;
     }
-    std::unique_ptr<ActivationCache> cache;
-    if (s.cache_on) {
-      at::Tensor row;
-      {
-        at::NoGradGuard g;
-        row = model.forward({0, 1}, x.narrow(0, 0, 1));
-      }
-      const std::string dir = s.cache_tier == CacheTier::HostMemory ? c.exec.cache_memory_dir
-                                                                    : std::filesystem::temp_directory_path().string();
-      cache = std::make_unique<ActivationCache>(
-          (std::filesystem::path(dir) / ("elasticpipe-validate-" + std::to_string(getpid()) + ".cache")).string(), B,
-          row.sizes().slice(1).vec(), true);
-      pipe.set_cache(cache.get());
-      IterationSetup fill = s;
-      fill.cache_valid_layers = 0;
-      (void)pipe.run(build_schedule(schedule_options(ctx, fill)), mbs, B, 1e-6, 0);
-    }
-    const Schedule sched = build_schedule(schedule_options(ctx, s));
-    std::vector<double> t;
-    for (int i = 0; i < iterations + 2; ++i) {
-      const auto t0 = Clock::now();
-      (void)pipe.run(sched, mbs, B, 1e-6, -1);
-      if (i >= 2) t.push_back(seconds(t0, Clock::now()));
-    }
-    std::sort(t.begin(), t.end());
-    out.push_back(t[t.size() / 2]);
-    if (cache) cache->remove();
+    // Replicas as threads of this process, each with its own Gloo ranks on
+    // loopback: the same code paths and core sharing as processes.
+    std::vector<double> t(s.replicas);
+    with_ranks(s.replicas, timeout, [&](Dist& d, int r) {
+      std::vector<int> ranks(s.replicas);
+      for (int i = 0; i < s.replicas; ++i) ranks[i] = i;
+      d.rebuild_active(0, ranks, s.K);
+      t[r] = measure_replica(c, ctx, s, iterations, &d, r, std::max(1, cores / s.replicas));
+    });
+    out.push_back(*std::max_element(t.begin(), t.end()));
   }
   return out;
 }

@@ -34,10 +34,11 @@ struct ProfileOptions {
 
 [[nodiscard]] Profile profile_executor(const Config& config, const ProfileOptions& options);
 
-// The measured side of `elasticpipe validate`: each setup run for real by
-// one pipeline (replicas are not launched: setups must have replicas = 1),
+// The measured side of `elasticpipe validate`: each setup run for real,
+// its replicas as threads of this process with Gloo ranks on loopback (the
+// same all-reduce code and core sharing as one process per replica),
 // `iterations` timed after two warm-ups (and a cache fill when the setup
-// reads the cache), median seconds per iteration.
+// reads the cache): the slowest replica's median seconds per iteration.
 [[nodiscard]] std::vector<double> measure_iterations(const Config& config, const std::vector<IterationSetup>& setups,
                                                      int iterations);
 

@@ -297,6 +297,8 @@ void read_cluster(Reader& r, ClusterSpec& c) {
   if (c.nodes < 1) r.fail("cluster.nodes", "an integer >= 1", std::to_string(c.nodes));
   if (c.gpus_per_node < 1)
     r.fail("cluster.gpus_per_node", "an integer >= 1", std::to_string(c.gpus_per_node));
+  r.integer("cluster.shared_cores", c.shared_cores, false);
+  if (c.shared_cores < 0) r.fail("cluster.shared_cores", "an integer >= 0", std::to_string(c.shared_cores));
   auto& d = c.device;
   r.string("cluster.device.name", d.name, false);
   r.number("cluster.device.peak_flops_per_s", d.peak_flops_per_s, true);

@@ -43,6 +43,10 @@ struct ClusterSpec {
   LinkSpec intra_node;  // GPU to GPU inside a node (paper: PCIe 3.0 x16)
   LinkSpec inter_node;  // node to node (paper: InfiniBand FDR 56 Gb/s)
   HostSpec host;
+  // 0: every device computes on its own. > 0: the node's devices are threads
+  // sharing this many CPU cores (the CPU executor on one machine), so their
+  // compute slows down when more of them run at once than there are cores.
+  int shared_cores = 0;
 
   [[nodiscard]] int total_gpus() const { return nodes * gpus_per_node; }
 };

@@ -116,7 +116,7 @@ class Runner {
     SimRequest req;
     req.schedule = build_schedule(schedule_options(ctx, s));
     req.costs = iteration_costs(ctx, s);
-    for (const auto& r : replica_layout(ctx.config, s.K).replica) {
+    for (const auto& r : layout_for(ctx.config, s).replica) {
       req.replica_gpus.push_back(r.gpus);
       req.replica_rank.push_back(r.rank);
     }
@@ -124,6 +124,19 @@ class Runner {
     req.iterations = iterations;
     req.plan_id = plan_id;
     return req;
+  }
+
+  // The config's layout for K, unless the setup asks for another replica
+  // count (validate's plans): then that many pipelines, spread evenly over
+  // the nodes, each in the first K devices of its block.
+  static ReplicaLayout layout_for(const Config& c, const IterationSetup& s) {
+    ReplicaLayout layout = replica_layout(c, s.K);
+    if (s.replicas == layout.replicas) return layout;
+    const int I = c.cluster.gpus_per_node, per_node = s.replicas / c.cluster.nodes;
+    if (per_node < 1 || s.replicas % c.cluster.nodes != 0 || I % per_node != 0 || s.K > I / per_node)
+      throw Error("simulator: " + std::to_string(s.replicas) + " replicas of K = " + std::to_string(s.K) +
+                  " do not tile " + std::to_string(c.cluster.nodes) + " node(s) of " + std::to_string(I) + " devices");
+    return fixed_replicas_layout(c.cluster, s.K, I / per_node);
   }
 
   // F and B time of one device of one replica, per iteration.
@@ -140,7 +153,7 @@ class Runner {
     os << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/' << static_cast<int>(s.cache_tier) << '/'
        << s.cache_valid_layers << '/' << s.partition.frozen_end << '/' << iterations << ':';
     for (int b : s.partition.bounds) os << b << ',';
-    for (const auto& r : replica_layout(c, s.K).replica) {
+    for (const auto& r : layout_for(c, s).replica) {
       os << '|' << r.rank;
       for (int g : r.gpus) os << ',' << g;
     }

@@ -99,6 +99,12 @@ Platform build_platform(const ClusterSpec& c) {
     p.disks.push_back(host->create_disk(node + ".disk", c.host.disk_bandwidth_bytes_per_s,
                                         c.host.disk_bandwidth_bytes_per_s)->seal());
     p.hosts.push_back(host);
+    if (c.shared_cores > 0) {
+      // Never a route endpoint: devices only run their executions here.
+      auto* cpu = zone->create_host(node + ".cores", p.gpu_speed_flops);
+      cpu->set_core_count(c.shared_cores);
+      p.shared_cpus.push_back(cpu->seal());
+    }
     zone->seal();
 
     const std::string ib = "ib" + std::to_string(n);

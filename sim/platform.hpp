@@ -40,6 +40,10 @@ struct Platform {
   std::vector<simgrid::s4u::Host*> gpus;    // global GPU id = node · gpus_per_node + gpu
   std::vector<simgrid::s4u::Host*> hosts;   // per node: CPU and memory, holds the activation cache
   std::vector<simgrid::s4u::Disk*> disks;   // per node: the cache's spill tier
+  // With cluster.shared_cores: per node, one host of that many cores on
+  // which all the node's devices compute (SimGrid shares its cores among
+  // the executions running at once); empty otherwise.
+  std::vector<simgrid::s4u::Host*> shared_cpus;
   // Every one-directional link and the trace track its traffic goes to:
   // Track{Link, node, 2g / 2g+1, "pcie<g>.up/down"}, Track{Link, node, 2I / 2I+1,
   // "host.up/down"} (up = leaving the host) and Track{Link, -1, 2n / 2n+1, "ib<n>.up/down"}.

@@ -277,8 +277,17 @@ struct Run {
   Worker& worker(int r, int d) { return workers[r * p.K + d]; }
 };
 
-void compute(const Run& run, double seconds) {
-  if (seconds > 0) s4u::this_actor::execute(seconds * run.P.gpu_speed_flops);
+void compute(const Run& run, const Worker& w, double seconds) {
+  if (seconds <= 0) return;
+  if (run.P.shared_cpus.empty()) {
+    s4u::this_actor::execute(seconds * run.P.gpu_speed_flops);
+    return;
+  }
+  // The node's shared cores: one core's speed at most, less when more
+  // devices compute at once than there are cores.
+  s4u::ExecPtr e = s4u::this_actor::exec_init(seconds * run.P.gpu_speed_flops);
+  e->set_host(run.P.shared_cpus[w.gpu / run.P.gpus_per_node]);
+  e->wait();
 }
 
 void device_actor(Run& run, Worker& w) {
@@ -298,7 +307,7 @@ void device_actor(Run& run, Worker& w) {
         case ActionKind::Forward:
         case ActionKind::Backward:
         case ActionKind::FrozenForward:
-          compute(run, st.seconds);
+          compute(run, w, st.seconds);
           w.compute += st.seconds;
           break;
         case ActionKind::SendAct:

@@ -46,6 +46,15 @@ if awk -F, '{ seen[$1 "," $3]++ } END { for (k in seen) if (seen[k] != 1) { prin
 for r in 0 1 2 3; do [ -s "$tmp/dp/samples/rank$r.csv" ] && ok || bad "rank $r trained on nothing"; done
 [ -s "$tmp/dp/transitions.json" ] && grep -q '"state_transfer_s"' "$tmp/dp/transitions.json" && ok || bad "no transitions.json"
 
+# 1b. Two (simulated) nodes of 2 devices: node-sharded sampler and one
+#     cache file per node; still exactly once, replicas still identical.
+run nodes2 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/nodes2" --set cluster.nodes=2 --set cluster.gpus_per_node=2 \
+  --set exec.record_samples=true
+has nodes2 "replicas 4 hold identical weights and optimizer state"
+has nodes2 "epoch 3/3"
+if awk -F, '{ seen[$1 "," $3]++ } END { n = 0; for (k in seen) { n++; if (seen[k] != 1) bad = 1 }; exit bad || n != 750 }' \
+  "$tmp"/nodes2/samples/rank*.csv; then ok; else bad "two nodes: not exactly once per epoch"; fi
+
 # 2. The loss sequence after the transition equals that of a job that starts
 #    with 4 replicas in the same state (resumed from a checkpoint taken after
 #    the transition, epoch 2 iteration 2 = global step 10), and its final

@@ -148,8 +148,6 @@ Dist::Dist(const ProcessEnv& env, std::chrono::milliseconds timeout)
 
 Dist::~Dist() = default;
 
-bool Dist::active() const { return !impl_->lanes.empty(); }
-
 nlohmann::json Dist::control(const std::string& key, const nlohmann::json& value) {
   const std::string k = "control/" + key;
   if (rank() == 0) {

@@ -60,8 +60,6 @@ class Dist final : public GradientReducer {
   // Gloo. Returns the seconds it took.
   double rebuild_active(int generation, const std::vector<int>& active_ranks, int lanes,
                         const std::vector<at::Device>& lane_devices = {});
-  [[nodiscard]] bool active() const;
-  [[nodiscard]] const std::vector<int>& active_ranks() const { return active_ranks_; }
 
   // GradientReducer: sum all-reduce of `flat` on lane `lane` of the active group.
   std::shared_ptr<PendingReduce> allreduce(int lane, at::Tensor flat, const std::string& what) override;

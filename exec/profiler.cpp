@@ -43,16 +43,6 @@ double timed(int repeats, F&& f) {
   return t[t.size() / 2];
 }
 
-std::string kind_name(SublayerKind k) {
-  switch (k) {
-    case SublayerKind::Stem: return "stem";
-    case SublayerKind::Attention: return "attention";
-    case SublayerKind::Mlp: return "mlp";
-    case SublayerKind::Head: return "head";
-  }
-  return "?";
-}
-
 at::Tensor stem_input(const ModelConfig& m, int b) {
   if (m.family == ModelFamily::ViT) return at::randn({b, m.num_channels, m.image_size, m.image_size});
   return at::randint(1, m.vocab_size, {b, m.seq_length}, at::kLong);
@@ -64,7 +54,7 @@ void profile_compute(const Config& c, const ProfileOptions& o, Profile& p) {
   at::manual_seed(1);
   for (const int i : {0, 1, 2, last}) {
     Sublayer& sub = model.sublayer(i);
-    const std::string kind = kind_name(model.spec().sublayers[i].kind);
+    const std::string kind = to_string(model.spec().sublayers[i].kind);
     for (int b = 1; b <= c.training.batch_size; b *= 2) {
       at::Tensor x;
       {

@@ -130,16 +130,14 @@ MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices) {
 }
 
 
-std::vector<at::Device> devices(const Config& c, int local_rank) {
+std::vector<at::Device> devices(const Config& c) {
   std::vector<at::Device> d;
   const int K0 = c.planner.K;
   const int gpus = c.exec.device == ExecDevice::CUDA ? std::max<int>(1, static_cast<int>(at::getNumGPUs())) : 1;
-  // A process drives up to K0 devices starting at its own (AutoDP's layout
-  // gives pipeline j the block starting at device j * K).
+  // Up to K0 devices; a plan moves them to its replica's block (plan_devices).
   for (int k = 0; k < K0; ++k)
-    d.emplace_back(c.exec.device == ExecDevice::CUDA
-                       ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>((local_rank + k) % gpus))
-                       : at::Device(at::kCPU));
+    d.emplace_back(c.exec.device == ExecDevice::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(k % gpus))
+                                                      : at::Device(at::kCPU));
   return d;
 }
 
@@ -432,7 +430,7 @@ class Trainer {
     if (env_.world_size > 1)
       dist_ = std::make_unique<Dist>(env_, std::chrono::milliseconds(static_cast<std::int64_t>(
                                                c.exec.collective_timeout_s * 1000)));
-    PipelineOptions po{devices(c, 0), c.exec.threads_per_worker, c.training.precision == Precision::BF16,
+    PipelineOptions po{devices(c), c.exec.threads_per_worker, c.training.precision == Precision::BF16,
                        c.training.checkpointing};
     pipeline_ = std::make_unique<Pipeline>(model_, optimizer_, po);
     pipeline_->set_reducer(dist_.get());
@@ -446,11 +444,11 @@ class Trainer {
   TrainResult run() {
     if (!opt_.resume.empty()) resume();
     else plan_step(true);
-    enter_plan(nullptr, 0);
+    enter_plan(nullptr);
     while (true) {
       if (!active()) {
         if (!plan_step(false)) break;  // waits for the next transition (or the end)
-        enter_plan(nullptr, 0);
+        enter_plan(nullptr);
         continue;
       }
       if (p_.epoch >= c_.training.epochs) break;
@@ -505,13 +503,11 @@ class Trainer {
         known = p_.chunk_times.emplace(K, pending_chunk_times_).first;
         return to_predictions(known->second, setups.size(), K);
       }
-      const Clock::time_point t0 = Clock::now();
       std::vector<double> times = memoised_chunk_times(setups);
       if (times.empty()) {
         for (const auto& s : setups) times.push_back(time_iterations(s));
         memoise_chunk_times(setups, times);
       }
-      chunk_search_s_ += seconds(t0, Clock::now());
       known = p_.chunk_times.emplace(K, times).first;
     }
     return to_predictions(known->second, setups.size(), K);
@@ -662,7 +658,6 @@ class Trainer {
   bool plan_step(bool initial) {
     const std::string key = "step/" + std::to_string(planner_.run().plans.size());
     const Clock::time_point t0 = Clock::now();
-    chunk_search_s_ = 0;
     if (rank0()) {
       int frozen = 0;
       if (!initial) {
@@ -733,7 +728,7 @@ class Trainer {
   }
 
   std::vector<at::Device> plan_devices() const {
-    std::vector<at::Device> d = devices(c_, 0);
+    std::vector<at::Device> d = devices(c_);
     if (c_.exec.device != ExecDevice::CUDA || !active()) return d;
     const int visible = std::max<int>(1, static_cast<int>(at::getNumGPUs()));
     const auto& gpus = replica().gpus;  // stage -> global GPU id, AutoDP's layout
@@ -745,7 +740,7 @@ class Trainer {
   // Carries out plan_ on this process: onboarding of woken replicas (from a
   // live one), repartition, the active group's rebuild, the node's cache
   // file, and a check that all replicas hold the same state.
-  void enter_plan(TransitionCost* cost, int) {
+  void enter_plan(TransitionCost* cost) {
     const bool was_active = previous_plan_ != nullptr &&
                             std::count(previous_plan_->layout.active_ranks.begin(),
                                        previous_plan_->layout.active_ranks.end(), env_.rank) > 0;
@@ -869,7 +864,7 @@ class Trainer {
     TransitionCost cost;
     cost.epoch = p_.epoch;
     cost.planning_s = planning_s_;
-    enter_plan(&cost, 0);
+    enter_plan(&cost);
     std::fill(p_.interval_norm_sum.begin(), p_.interval_norm_sum.end(), 0.0);
     p_.interval_iterations = 0;
     cost.frozen_before = frozen_before;
@@ -977,9 +972,7 @@ class Trainer {
       }
       if (opt_.progress && rank0()) opt_.progress(static_cast<double>(done + 1) / static_cast<double>(n));
       if (every > 0 && p_.iteration % every == 0 && p_.consumed < static_cast<std::int64_t>(order.size())) {
-        p_.epoch_elapsed_s += seconds(epoch_start, Clock::now());
-        checkpoint();
-        p_.epoch_elapsed_s -= seconds(epoch_start, Clock::now());  // counted once, at the epoch's end
+        checkpoint(seconds(epoch_start, Clock::now()));
       }
     }
     const double epoch_s = p_.epoch_elapsed_s + seconds(epoch_start, Clock::now());
@@ -1052,10 +1045,14 @@ class Trainer {
 
   // ------------------------------------------------------------ checkpoints
 
-  void checkpoint() {
+  // `running_s`: the open epoch's time since this process started it (a
+  // resumed run adds it to what the checkpoint holds).
+  void checkpoint(double running_s = 0) {
     if (!rank0() || opt_.out_dir.empty()) return;
+    json progress = to_json(p_);
+    progress["epoch_elapsed_s"] = p_.epoch_elapsed_s + running_s;
     const json meta = {{"fingerprint", fingerprint(c_)},
-                       {"progress", to_json(p_)},
+                       {"progress", progress},
                        {"replicas", plan_->layout.replicas},
                        {"processes", env_.world_size}};
     write_checkpoint((std::filesystem::path(opt_.out_dir) / "checkpoints").string(),
@@ -1166,7 +1163,7 @@ class Trainer {
   Schedule schedule_, fill_schedule_;
   Progress p_;
   std::vector<double> pending_chunk_times_;
-  double chunk_search_s_ = 0, planning_s_ = 0, pending_transition_s_ = 0;
+  double planning_s_ = 0, pending_transition_s_ = 0;
   bool measure_warmup_ = false, resumed_ = false, ever_active_ = false;
   TraceBuilder tb_;
   Clock::time_point origin_ = Clock::now();

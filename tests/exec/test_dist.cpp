@@ -16,6 +16,7 @@
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
 #include "planner/autopipe.hpp"
+#include "tests/exec/support.hpp"
 
 namespace {
 
@@ -23,31 +24,8 @@ using namespace ep;
 using namespace ep::exec;
 using namespace std::chrono_literals;
 
-ModelConfig tiny_vit() {
-  ModelConfig m;
-  m.family = ModelFamily::ViT;
-  m.num_hidden_layers = 4;
-  m.hidden_size = 16;
-  m.intermediate_size = 32;
-  m.num_attention_heads = 2;
-  m.num_labels = 5;
-  m.image_size = 8;
-  m.patch_size = 4;
-  m.num_channels = 1;
-  return m;
-}
-
-// SGD with momentum: Adam would turn 1e-9 summation-order noise on an
-// exactly-zero gradient (the attention key bias) into a full-size step.
-TrainingConfig sgd() {
-  TrainingConfig t;
-  t.optimizer = ep::Optimizer::SGD;
-  t.lr = 0.05;
-  t.momentum = 0.9;
-  t.weight_decay = 0.01;
-  t.batch_size = 12;
-  return t;
-}
+ModelConfig tiny_vit() { return testing::tiny(ModelFamily::ViT); }
+using testing::sgd;
 
 ProcessEnv env_of(int rank, int world, int port) {
   ProcessEnv e;

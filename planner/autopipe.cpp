@@ -32,6 +32,37 @@ Partition plan_partition(const PlanContext& ctx, int frozen_layers, int stages, 
   return make_partition(ctx.spec, frozen_layers, stages, pc.partitioner, pc.lambda_frozen, frozen_flops0);
 }
 
+std::string to_string(FrozenPlacement f) { return f == FrozenPlacement::Device0 ? "device0" : "stages"; }
+
+Partition partition_by_time(const PlanContext& ctx, int frozen_layers, int stages, bool cache_on, CacheTier tier,
+                            int micro_batch, FrozenPlacement placement) {
+  const ModelSpec& spec = ctx.spec;
+  const CostModel& cost = ctx.cost;
+  const bool in_stages = placement == FrozenPlacement::InStages && frozen_layers > 0;
+  const MPartition mp = m_partition(spec, in_stages ? 0 : frozen_layers);
+  const int frozen_end = ModelSpec::frozen_prefix(frozen_layers).last;
+  const bool recompute = ctx.config.training.checkpointing != Checkpointing::Never;
+  std::vector<double> load;
+  for (const SublayerRange& u : mp.units) {
+    const SublayerRange frozen{u.first, std::clamp(frozen_end, u.first, u.last)};
+    const SublayerRange active{frozen.last, u.last};
+    const double f = stage_forward_s(cost, spec, active, micro_batch);
+    load.push_back(stage_frozen_forward_s(cost, spec, frozen, micro_batch) + f +
+                   stage_backward_s(cost, spec, active, micro_batch) + (recompute ? f : 0.0));
+  }
+  double fixed0 = 0;
+  if (mp.frozen_end > 0) {
+    if (cache_on)
+      fixed0 = cost.cache_read_s(micro_batch * spec.sublayers[mp.frozen_end - 1].out_activation_bytes_per_sample, tier);
+    else
+      fixed0 = stage_frozen_forward_s(cost, spec, {0, mp.frozen_end}, micro_batch);
+  }
+  Partition p = partition_from_counts(mp, partition_min_max(load, fixed0, stages));
+  p.frozen_layers = frozen_layers;
+  p.frozen_end = frozen_end;  // in stages: bounds[0] = 0, the frozen sublayers stay where the cut puts them
+  return p;
+}
+
 std::vector<double> stage_loads_paper(const ModelSpec& spec, const Partition& p, double lambda_frozen) {
   std::vector<double> loads;
   for (int s = 0; s < p.K(); ++s)
@@ -168,7 +199,7 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
       const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : p.hosted_frozen(st);
       const double f_active = stage_forward_s(cost, spec, a, b);
       fwd[st][m] = f_active + stage_frozen_forward_s(cost, spec, in_place, b);
-      const bool recompute = ckpt == Checkpointing::Always || (ckpt == Checkpointing::ExceptLast && m < s.M - 1);
+      const bool recompute = recomputes(ckpt, m, s.M);
       bwd[st][m] = stage_backward_s(cost, spec, a, b) + (recompute ? f_active : 0.0);
       act_bytes[st][m] = b * out_bytes(stage_range(p, st).last - 1);
       act[st][m] = cost.p2p_s(act_bytes[st][m], LinkKind::IntraNode);
@@ -228,7 +259,17 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
 }
 
 Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
-  return simulate(build_schedule(schedule_options(ctx, s)), iteration_costs(ctx, s).duration);
+  const IterationCosts costs = iteration_costs(ctx, s);
+  const ClusterSpec& cl = ctx.config.cluster;
+  const int per_node = std::max(1, (s.replicas + cl.nodes - 1) / cl.nodes);
+  const double share = cl.shared_cores > 0 ? std::max(1.0, static_cast<double>(s.K * per_node) / cl.shared_cores) : 1.0;
+  if (share == 1.0) return simulate(build_schedule(schedule_options(ctx, s)), costs.duration);
+  const DurationFn stretched = [&](const Action& a) {
+    return is_compute(a.kind) || a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite
+               ? share * costs.duration(a)
+               : costs.duration(a);
+  };
+  return simulate(build_schedule(schedule_options(ctx, s)), stretched);
 }
 
 IterationPredictor analytic_predictor(const PlanContext& ctx) {

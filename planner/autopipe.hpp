@@ -37,6 +37,22 @@ struct PlanContext {
 [[nodiscard]] Partition plan_partition(const PlanContext&, int frozen_layers, int stages,
                                        bool cache_on);
 
+// Where the time objective runs the frozen prefix: as F_frozen on stage 0's
+// device, outside the pipeline (AutoPipe's m_partition; needed by the
+// cache), or inside the pipeline's stages, each frozen sublayer forward-only
+// on the stage that holds it (the frozen forward is then pipelined across
+// devices instead of serialised on one).
+enum class FrozenPlacement { Device0, InStages };
+[[nodiscard]] std::string to_string(FrozenPlacement);
+
+// The time objective's partition: exact min-max over predicted stage time
+// for micro-batches of `micro_batch` samples. An active unit costs its
+// forward and backward (and its forward again when checkpointing recomputes
+// it), a frozen one its no_grad forward; with FrozenPlacement::Device0
+// stage 0 also carries F_frozen's forward or, with the cache on, the read.
+[[nodiscard]] Partition partition_by_time(const PlanContext&, int frozen_layers, int stages, bool cache_on,
+                                          CacheTier tier, int micro_batch, FrozenPlacement);
+
 // Eq. 2's measure. "paper": the largest stage load in millions of
 // parameters, stage 0 counting lambda_frozen * S_frozen for F_frozen.
 [[nodiscard]] std::vector<double> stage_loads_paper(const ModelSpec&, const Partition&,
@@ -99,6 +115,10 @@ struct IterationCosts {
   std::function<double(const Action&)> bytes;
 };
 [[nodiscard]] IterationCosts iteration_costs(const PlanContext&, const IterationSetup&);
+// The planner's own timing: the schedule's dependency graph under the cost
+// model. With cluster.shared_cores > 0 the node's busy workers (K per
+// pipeline) share that many cores: compute stretches by workers / cores
+// when there are more (bubbles, where fewer run at once, are ignored).
 [[nodiscard]] Timeline predict_iteration(const PlanContext&, const IterationSetup&);
 
 // Chunk search and the run planner ask a predictor how long iterations

@@ -43,7 +43,9 @@ constexpr EnumName<FreezePolicyKind> kFreezePolicies[] = {
     {FreezePolicyKind::Alpha, "alpha"},
     {FreezePolicyKind::GradientNorm, "gradient_norm"},
     {FreezePolicyKind::Replay, "replay"}};
-constexpr EnumName<FreezeRounding> kRoundings[] = {{FreezeRounding::Floor, "floor"},
+constexpr EnumName<Objective> kObjectives[] = {{Objective::Time, "time"}, {Objective::Paper, "paper"}};
+constexpr EnumName<FreezeRounding> kRoundings[] = {{FreezeRounding::FloorProgress, "floor_progress"},
+                                                   {FreezeRounding::Floor, "floor"},
                                                    {FreezeRounding::Round, "round"},
                                                    {FreezeRounding::Ceil, "ceil"}};
 constexpr EnumName<PartitionerKind> kPartitioners[] = {
@@ -419,6 +421,7 @@ void read_training(Reader& r, TrainingConfig& t) {
 }
 
 void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
+  r.choice("planner.objective", p.objective, kObjectives, false);
   r.number("planner.alpha", p.alpha, false);
   r.number("planner.lambda_frozen", p.lambda_frozen, false);
   r.integer("planner.freeze_interval_epochs", p.freeze_interval_epochs, false);
@@ -616,6 +619,7 @@ std::map<std::string, std::string> describe(const Config& c) {
           {"data", c.data.name},
           {"cluster", std::to_string(c.cluster.nodes) + "x" + std::to_string(c.cluster.gpus_per_node) + " " +
                           c.cluster.device.name},
+          {"objective", to_string(pc.objective)},
           {"alpha", num(pc.alpha)},
           {"lambda_frozen", num(pc.lambda_frozen)},
           {"K0", std::to_string(pc.K)},
@@ -646,6 +650,7 @@ std::string to_string(Checkpointing v) { return enum_name(kCheckpointing, v); }
 std::string to_string(BatchPolicy v) { return enum_name(kBatchPolicies, v); }
 std::string to_string(FreezePolicyKind v) { return enum_name(kFreezePolicies, v); }
 std::string to_string(FreezeRounding v) { return enum_name(kRoundings, v); }
+std::string to_string(Objective v) { return enum_name(kObjectives, v); }
 std::string to_string(PartitionerKind v) { return enum_name(kPartitioners, v); }
 std::string to_string(CompressionKind v) { return enum_name(kCompressions, v); }
 std::string to_string(CachePolicyKind v) { return enum_name(kCachePolicies, v); }

@@ -116,24 +116,33 @@ struct TrainingConfig {
 };
 
 enum class FreezePolicyKind { None, Alpha, GradientNorm, Replay };
-enum class FreezeRounding { Floor, Round, Ceil };
+// floor_progress: floor, but at least one more layer per step until
+// L - min_active_layers (plain floor stalls once alpha (L - f) < 1, e.g. at
+// 10 of 12 layers with alpha = 1/3).
+enum class FreezeRounding { FloorProgress, Floor, Round, Ceil };
 enum class PartitionerKind { Greedy, Optimal };
+// What the planner's choices minimise. time: the predicted time to the end of
+// training (K, partition, M, replicas, cache chosen together, transitions and
+// cache fills counted); paper: the paper's proxies (greedy on parameters,
+// Eq. 2 compression, the cache threshold), for reproducing its figures.
+enum class Objective { Time, Paper };
 enum class CompressionKind { None, Paper, Memory };
 enum class CachePolicyKind { Off, On, Auto };
 enum class ScheduleKind { GPipe, OneFOneB, LoopingBreadthFirst, LoopingDepthFirst };
 
 struct PlannerConfig {
+  Objective objective = Objective::Time;
   double alpha = 1.0 / 3.0;
   double lambda_frozen = 1.0 / 6.0;
   int freeze_interval_epochs = 1;  // one freeze step T at the end of every N epochs
   FreezePolicyKind freeze_policy = FreezePolicyKind::Alpha;
-  FreezeRounding freeze_rounding = FreezeRounding::Floor;
+  FreezeRounding freeze_rounding = FreezeRounding::FloorProgress;
   int min_active_layers = 1;
   std::vector<int> replay_frozen;       // replay: L_frozen per freeze step
   std::string replay_grad_norms_file;   // replay: recorded gradient norms (CSV)
   PartitionerKind partitioner = PartitionerKind::Greedy;
   CompressionKind compression = CompressionKind::Paper;
-  int K = 0;  // initial pipeline length K_0 (0 in the file is rejected)
+  int K = 0;  // paper: the initial pipeline length K_0; time: the longest pipeline allowed (0 in the file is rejected)
   bool chunk_search = true;
   int M = 0;  // fixed micro-batch count when chunk_search = false
   int M_min_factor = 1;  // chunk search: M in [M_min_factor*K, M_max_factor*K]
@@ -224,6 +233,7 @@ std::string to_string(BatchPolicy);
 std::string to_string(FreezePolicyKind);
 std::string to_string(FreezeRounding);
 std::string to_string(PartitionerKind);
+std::string to_string(Objective);
 std::string to_string(CompressionKind);
 std::string to_string(CachePolicyKind);
 std::string to_string(ScheduleKind);

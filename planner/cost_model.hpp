@@ -3,6 +3,7 @@
 // run's profile implement the same interface.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "planner/config.hpp"
@@ -28,6 +29,11 @@ class CostModel {
   [[nodiscard]] virtual double cache_read_s(double bytes, CacheTier) const = 0;
   [[nodiscard]] virtual double cache_write_s(double bytes, CacheTier) const = 0;
   [[nodiscard]] virtual double optimizer_step_s(double params) const = 0;
+  // Transition terms a profile measured (group rebuild over `ranks`, packing
+  // and unpacking `bytes` of training state); nullopt: the config's [sim]
+  // assumptions stand in (planner/transition.hpp).
+  [[nodiscard]] virtual std::optional<double> group_rebuild_s(int /*ranks*/) const { return std::nullopt; }
+  [[nodiscard]] virtual std::optional<double> state_pack_s(double /*bytes*/) const { return std::nullopt; }
 };
 
 // compute   = sublayer_overhead_s + FLOPs / (peak_flops_per_s · efficiency),

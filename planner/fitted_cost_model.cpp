@@ -310,4 +310,22 @@ std::string FittedCostModel::describe() const {
   return out;
 }
 
+std::optional<double> FittedCostModel::group_rebuild_s(int ranks) const {
+  const TransitionSample* best = nullptr;
+  for (const TransitionSample& t : transitions_)
+    if (t.what == "group_rebuild" && (!best || std::abs(t.ranks - ranks) < std::abs(best->ranks - ranks))) best = &t;
+  if (!best) return std::nullopt;
+  return best->seconds;
+}
+
+std::optional<double> FittedCostModel::state_pack_s(double bytes) const {
+  const TransitionSample* best = nullptr;
+  for (const TransitionSample& t : transitions_)
+    if (t.what == "state_pack_unpack" && t.bytes > 0 &&
+        (!best || std::abs(t.bytes - bytes) < std::abs(best->bytes - bytes)))
+      best = &t;
+  if (!best) return std::nullopt;
+  return best->seconds * bytes / best->bytes;
+}
+
 }  // namespace ep

@@ -90,6 +90,10 @@ class FittedCostModel final : public CostModel {
   [[nodiscard]] double cache_read_s(double bytes, CacheTier) const override;
   [[nodiscard]] double cache_write_s(double bytes, CacheTier) const override;
   [[nodiscard]] double optimizer_step_s(double params) const override;
+  // The measured sample with the nearest rank count (group rebuild), or
+  // scaled by bytes from the nearest measured size (state pack + unpack).
+  [[nodiscard]] std::optional<double> group_rebuild_s(int ranks) const override;
+  [[nodiscard]] std::optional<double> state_pack_s(double bytes) const override;
 
   [[nodiscard]] const FittedCoefficients& coefficients() const { return fits_; }
   [[nodiscard]] const CostModel& fallback() const { return fallback_; }

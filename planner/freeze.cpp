@@ -22,6 +22,9 @@ int alpha_bound(int L, int frozen_before, double alpha, FreezeRounding rounding,
   constexpr double eps = 1e-9;
   int n = 0;
   switch (rounding) {
+    case FreezeRounding::FloorProgress:
+      n = std::max(static_cast<int>(std::floor(x + eps)), x > frozen_before + eps ? frozen_before + 1 : frozen_before);
+      break;
     case FreezeRounding::Floor: n = static_cast<int>(std::floor(x + eps)); break;
     case FreezeRounding::Round: n = static_cast<int>(std::lround(x)); break;
     case FreezeRounding::Ceil: n = static_cast<int>(std::ceil(x - eps)); break;
@@ -174,29 +177,27 @@ GradNormTrace load_grad_norm_trace(const std::string& path, int L) {
   return trace;
 }
 
+FreezeDecider::FreezeDecider(const Config& c)
+    : L_(c.model.num_hidden_layers), p_(c.planner), policy_(make_freeze_policy(c)) {
+  if (!p_.replay_grad_norms_file.empty()) trace_ = load_grad_norm_trace(p_.replay_grad_norms_file, L_);
+}
+
+int FreezeDecider::next(int T, int before, std::span<const double> measured) {
+  if (!policy_->needs_grad_norms()) return policy_->next(T, before, {});
+  if (!p_.replay_grad_norms_file.empty())
+    return T <= static_cast<int>(trace_.steps.size()) ? policy_->next(T, before, trace_.steps[T - 1])
+                                                      : before;  // the recording ended: nothing more is known to converge
+  if (!measured.empty()) return policy_->next(T, before, measured);
+  used_alpha_bound_ = true;
+  return alpha_bound(L_, before, p_.alpha, p_.freeze_rounding, p_.min_active_layers);
+}
+
 FreezeTimeline freeze_timeline(const Config& c, int steps) {
-  const int L = c.model.num_hidden_layers;
-  const auto policy = make_freeze_policy(c);
-  GradNormTrace trace;
-  const bool replay_trace = !c.planner.replay_grad_norms_file.empty();
-  if (replay_trace) trace = load_grad_norm_trace(c.planner.replay_grad_norms_file, L);
+  FreezeDecider decide(c);
   FreezeTimeline out;
   out.frozen.assign(1, 0);
-  for (int T = 1; T <= steps; ++T) {
-    const int before = out.frozen.back();
-    int after = before;
-    if (!policy->needs_grad_norms()) {
-      after = policy->next(T, before, {});
-    } else if (replay_trace && T <= static_cast<int>(trace.steps.size())) {
-      after = policy->next(T, before, trace.steps[T - 1]);
-    } else if (replay_trace) {
-      after = before;  // the recording ended: nothing more is known to converge
-    } else {
-      out.used_alpha_bound = true;
-      after = alpha_bound(L, before, c.planner.alpha, c.planner.freeze_rounding, c.planner.min_active_layers);
-    }
-    out.frozen.push_back(after);
-  }
+  for (int T = 1; T <= steps; ++T) out.frozen.push_back(decide.next(T, out.frozen.back(), {}));
+  out.used_alpha_bound = decide.used_alpha_bound();
   return out;
 }
 

@@ -57,6 +57,24 @@ void write_grad_norm_trace(const GradNormTrace& trace, const std::string& path);
 // i.e. j* + 1 layers.
 [[nodiscard]] std::unique_ptr<FreezePolicy> make_gradient_norm_policy(int L, const PlannerConfig& p);
 
+// Each freeze step's frozen count: the policy, fed with a replayed
+// gradient-norm trace when the config names one (past its end nothing more
+// freezes), else with the norms a back end measured, else (planning ahead
+// without norms) the alpha bound alone, which used_alpha_bound() reports.
+class FreezeDecider {
+ public:
+  explicit FreezeDecider(const Config&);
+  [[nodiscard]] int next(int T, int frozen_before, std::span<const double> measured);
+  [[nodiscard]] bool used_alpha_bound() const { return used_alpha_bound_; }
+
+ private:
+  int L_;
+  PlannerConfig p_;
+  std::unique_ptr<FreezePolicy> policy_;
+  GradNormTrace trace_;
+  bool used_alpha_bound_ = false;
+};
+
 // The frozen count for every freeze step T = 1..steps, from the policy; a
 // policy that needs gradient norms reads them from `trace` when given,
 // else falls back to the alpha bound and reports it via `used_alpha_bound`.

@@ -45,6 +45,16 @@ double frozen_transient_bytes(const ModelSpec& spec, const StageLoad& s) {
 
 }  // namespace
 
+bool recomputes(Checkpointing mode, int microbatch, int M) {
+  return mode == Checkpointing::Always || (mode == Checkpointing::ExceptLast && microbatch < M - 1);
+}
+
+int recomputed_microbatches(Checkpointing mode, int M) {
+  int n = 0;
+  for (int m = 0; m < M; ++m) n += recomputes(mode, m, M) ? 1 : 0;
+  return n;
+}
+
 std::ostream& operator<<(std::ostream& os, const MemoryBreakdown& m) {
   return os << "weights " << m.weights_bytes << " B, gradients " << m.gradients_bytes
             << " B, optimizer " << m.optimizer_bytes << " B, activations " << m.activations_bytes

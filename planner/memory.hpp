@@ -51,6 +51,13 @@ struct StageLoad {
 // activations any of them would keep if active.
 // Not counted: activation gradients in flight, the CUDA context, allocator
 // fragmentation, autocast's cached BF16 weight copies.
+// Whether micro-batch m of M reruns its stage's forward in its backward:
+// Always every one, ExceptLast all but m = M-1, Never none. Every stage
+// alike. The one rule for the cost model (iteration_costs), the memory model
+// above and the executor (exec/pipeline.cpp).
+[[nodiscard]] bool recomputes(Checkpointing, int microbatch, int M);
+[[nodiscard]] int recomputed_microbatches(Checkpointing, int M);
+
 [[nodiscard]] MemoryBreakdown stage_memory(const ModelSpec&, const TrainingConfig&,
                                            const StageLoad&);
 

@@ -38,14 +38,17 @@ std::ostream& operator<<(std::ostream& os, const Partition& p) {
 
 std::string describe(const Partition& p, const ModelSpec& spec) {
   std::ostringstream os;
-  if (p.frozen_end > 0)
-    os << "[" << spec.sublayers.front().name << ".." << spec.sublayers[p.frozen_end - 1].name << "] ";
+  const std::string frozen =
+      p.frozen_end > 0 ? spec.sublayers.front().name + ".." + spec.sublayers[p.frozen_end - 1].name : "";
+  const bool in_place = p.frozen_end > 0 && p.bounds.front() == 0;
+  if (p.frozen_end > 0 && !in_place) os << "[" << frozen << "] ";
   for (int k = 0; k < p.K(); ++k) {
     if (k) os << " | ";
     const int a = p.bounds[k], b = p.bounds[k + 1] - 1;
     os << spec.sublayers[a].name;
     if (b > a) os << ".." << spec.sublayers[b].name;
   }
+  if (in_place) os << "  (frozen " << frozen << " forward-only in place)";
   return os.str();
 }
 
@@ -175,8 +178,12 @@ Partition make_partition(const ModelSpec& spec, int frozen_layers, int K, Partit
   } else {
     counts = partition_min_max(unit_train_flops(spec, mp), frozen_flops0, K);
   }
+  return partition_from_counts(mp, counts);
+}
+
+Partition partition_from_counts(const MPartition& mp, std::span<const int> counts) {
   Partition p;
-  p.frozen_layers = frozen_layers;
+  p.frozen_layers = mp.frozen_layers;
   p.frozen_end = mp.frozen_end;
   p.bounds.push_back(mp.frozen_end);
   std::size_t u = 0;

@@ -46,6 +46,12 @@ struct Partition {
   // The stage running `sublayer`; -1 for a sublayer of F_frozen (which runs
   // on stage 0's device, outside the pipeline).
   [[nodiscard]] int stage_of(int sublayer) const;
+  // The device (0..K-1 within the pipeline) holding `sublayer`: stage s sits
+  // on device s % K, F_frozen on stage 0's.
+  [[nodiscard]] int device_of(int sublayer, int K) const {
+    const int s = stage_of(sublayer);
+    return s < 0 ? 0 : s % K;
+  }
   friend bool operator==(const Partition&, const Partition&) = default;
 };
 std::ostream& operator<<(std::ostream&, const Partition&);
@@ -76,6 +82,9 @@ std::ostream& operator<<(std::ostream&, const Partition&);
 // Compute per sample (forward + backward FLOPs) of each unit, for the
 // optimal partitioner, which balances time rather than size.
 [[nodiscard]] std::vector<double> unit_train_flops(const ModelSpec&, const MPartition&);
+
+// The partition whose stage k takes counts[k] units of `mp`.
+[[nodiscard]] Partition partition_from_counts(const MPartition& mp, std::span<const int> counts);
 
 // Cut the model with `frozen_layers` frozen into K stages: the greedy on the
 // paper's proxy (plus lambda_frozen * S_frozen on stage 0), or the optimal

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "planner/freeze.hpp"
+#include "planner/transition.hpp"
 
 namespace ep {
 
@@ -18,8 +20,46 @@ double RunPlan::predicted_total_s() const {
   return total;
 }
 
+std::string to_string(CacheRole r) {
+  switch (r) {
+    case CacheRole::Off: return "off";
+    case CacheRole::Fill: return "fill";
+    case CacheRole::Advance: return "advance";
+    case CacheRole::Read: return "read";
+  }
+  return "?";
+}
+
+CacheRole Plan::cache_role(int epoch) const {
+  if (!cache.on) return CacheRole::Off;
+  if (epoch == first_epoch && cache_fill_from >= 0) return cache_fill_from == 0 ? CacheRole::Fill : CacheRole::Advance;
+  return CacheRole::Read;
+}
+
 ReplicaLayout replica_layout(const Config& c, int K) {
   return c.planner.autodp ? autodp_layout(c.cluster, K) : fixed_replicas_layout(c.cluster, K, c.planner.K);
+}
+
+ReplicaLayout replica_layout(const Config& c, int K, int replicas) {
+  ReplicaLayout layout = replica_layout(c, K);
+  if (replicas == layout.replicas) return layout;
+  const int I = c.cluster.gpus_per_node, per_node = replicas / c.cluster.nodes;
+  if (per_node < 1 || replicas % c.cluster.nodes != 0 || I % per_node != 0 || K > I / per_node)
+    throw Error(std::to_string(replicas) + " replicas of K = " + std::to_string(K) + " do not tile " +
+                std::to_string(c.cluster.nodes) + " node(s) of " + std::to_string(I) + " devices");
+  return fixed_replicas_layout(c.cluster, K, I / per_node);
+}
+
+std::vector<int> reachable_K(const Config& c) {
+  const auto& p = c.planner;
+  std::vector<int> out{p.K};
+  if (!p.autopipe) return out;
+  // Without compression only too few active sublayers for K * v stages
+  // halves K; the deepest freeze leaves 2 * min_active_layers of them.
+  const bool compresses = p.compression != CompressionKind::None;
+  for (int K = p.K; K > 1 && (compresses || K * p.virtual_stages > 2 * p.min_active_layers); K /= 2)
+    out.push_back(K / 2);
+  return out;
 }
 
 IterationSetup iteration_setup(const Config& c, const Plan& p, bool fill) {
@@ -31,6 +71,7 @@ IterationSetup iteration_setup(const Config& c, const Plan& p, bool fill) {
 
 RunPlanner::RunPlanner(const Config& c, const CostModel& cost, const IterationPredictor& predictor)
     : ctx_(c, cost),
+      freeze_(c),
       predict_(predictor ? predictor : analytic_predictor(ctx_)),
       search_(ctx_, predict_),
       sampler_{c.data.num_train_samples, c.cluster.nodes, c.training.seed},
@@ -41,7 +82,17 @@ RunPlanner::RunPlanner(const Config& c, const CostModel& cost, const IterationPr
   run_.L = c.model.num_hidden_layers;
   run_.K0 = c.planner.K;
   run_.compression = c.planner.compression;
+  run_.objective = c.planner.objective;
+  run_.reachable_K = reachable_K(c);
   run_.compression_limit = compression_limit(ctx_);
+}
+
+int RunPlanner::frozen_after(std::span<const double> grad_norms) {
+  const int T = static_cast<int>(run_.plans.size());
+  if (T == 0) return 0;
+  const int f = freeze_.next(T, run_.plans.back().frozen_layers, grad_norms);
+  run_.freeze_from_alpha_bound = freeze_.used_alpha_bound();
+  return f;
 }
 
 const Plan& RunPlanner::next(int frozen_layers) {
@@ -56,69 +107,282 @@ const Plan& RunPlanner::next(int frozen_layers) {
   if (frozen_layers < floor || frozen_layers > std::max(floor, ceiling))
     throw Error("run planner: freeze step " + std::to_string(T) + ": " + std::to_string(frozen_layers) +
                 " frozen layers, expected " + std::to_string(floor) + ".." + std::to_string(ceiling));
-  Plan plan;
-  plan.id = T;
-  plan.freeze_step = T;
-  plan.first_epoch = T * pc.freeze_interval_epochs;
-  plan.end_epoch = std::min(c.training.epochs, (T + 1) * pc.freeze_interval_epochs);
-  plan.frozen_layers = frozen_layers;
-  plan.v = pc.virtual_stages;
-  // The cache is judged per sample of a whole per-pipeline batch: the
-  // read/recompute comparison does not depend on how it is split.
-  const auto measured = measured_cache_.find(plan.frozen_layers);
-  plan.cache = decide_cache(c, ctx_.spec, ctx_.cost, plan.frozen_layers, c.training.batch_size,
-                            measured == measured_cache_.end() ? nullptr : &measured->second);
-  const bool moved = T > 0 && plan.frozen_layers > run_.plans.back().frozen_layers;
-  if (pc.autopipe && moved) {
-    plan.compression = compress(ctx_, plan.frozen_layers, K_, plan.cache.on);
-    K_ = plan.compression.K;
-  }
-  const int K = K_;
-  plan.K = K;
-  plan.partition = plan_partition(ctx_, plan.frozen_layers, K * plan.v, plan.cache.on);
-  plan.layout = replica_layout(c, K);
-  if (T > 0) plan.woken_ranks = plan.layout.newly_active(run_.plans.back().layout);
-  if (c.training.batch_policy == BatchPolicy::LrScaled && T > 0)
-    plan.lr_scale = static_cast<double>(plan.layout.replicas) / run_.plans.front().layout.replicas;
-  plan.stage_loads = stage_loads_paper(ctx_.spec, plan.partition, pc.lambda_frozen);
+  Plan base;
+  base.id = T;
+  base.freeze_step = T;
+  base.first_epoch = T * pc.freeze_interval_epochs;
+  base.end_epoch = std::min(c.training.epochs, (T + 1) * pc.freeze_interval_epochs);
+  base.frozen_layers = frozen_layers;
+  base.v = pc.virtual_stages;
+  Plan plan = pc.objective == Objective::Paper ? choose_paper(std::move(base)) : choose_time(std::move(base));
+  K_ = plan.K;
+  if (plan.cache.on) cached_layers_ = plan.frozen_layers;
+  run_.plans.push_back(std::move(plan));
+  return run_.plans.back();
+}
 
+Plan RunPlanner::shape(const Plan& base, int K, Partition partition, CacheDecision cache) const {
+  const Config& c = ctx_.config;
+  Plan plan = base;
+  plan.K = K;
+  plan.partition = std::move(partition);
+  plan.cache = std::move(cache);
+  plan.layout = replica_layout(c, K);
+  if (!run_.plans.empty()) {
+    const Plan& prev = run_.plans.back();
+    plan.woken_ranks = plan.layout.newly_active(prev.layout);
+    plan.onboarding = onboarding_sources(prev.layout, plan.layout, plan.woken_ranks);
+    if (c.training.batch_policy == BatchPolicy::LrScaled)
+      plan.lr_scale = static_cast<double>(plan.layout.replicas) / run_.plans.front().layout.replicas;
+  }
+  plan.stage_loads = stage_loads_paper(ctx_.spec, plan.partition, c.planner.lambda_frozen);
+  plan.cache_fill_from = -1;
   if (plan.cache.on) {
     const bool valid = !run_.plans.empty() && run_.plans.back().cache.on &&
                        run_.plans.back().frozen_layers == plan.frozen_layers;
     if (!valid) plan.cache_fill_from = cached_layers_;
-    cached_layers_ = plan.frozen_layers;
   }
-  IterationSetup setup{plan.partition, K, plan.v, 0, plan.layout.replicas, c.cluster.nodes > 1,
-                       plan.cache.on, plan.cache.tier, -1};
+  plan.iterations_per_epoch = iterations_in_epoch(sampler_, 0, plan.layout.pipelines_per_node, c.training.batch_size);
+  plan.padding_slots_per_epoch = padding_slots(sampler_, plan.layout.pipelines_per_node, c.training.batch_size);
+  plan.predicted_transition_s = predict_transition(ctx_, run_.plans.empty() ? nullptr : &run_.plans.back(), plan).total_s();
+  return plan;
+}
+
+void RunPlanner::time_with_backend(Plan& plan) {
+  const Config& c = ctx_.config;
+  IterationSetup setup = iteration_setup(c, plan, false);
+  setup.M = 0;
   const bool first_with_K =
-      std::none_of(run_.plans.begin(), run_.plans.end(), [&](const Plan& p) { return p.K == K; });
+      std::none_of(run_.plans.begin(), run_.plans.end(), [&](const Plan& p) { return p.K == plan.K; });
   const ChunkChoice& choice = search_.choose(setup);
-  if (first_with_K) plan.chunk_table = choice.table;
+  plan.chunk_table = first_with_K ? choice.table : std::vector<ChunkCandidate>{};
   plan.M = choice.M;
   std::vector<IterationSetup> setups{iteration_setup(c, plan, false)};
   if (plan.cache_fill_from >= 0) setups.push_back(iteration_setup(c, plan, true));
   const std::vector<IterationPrediction> t = predict_(setups, PredictionUse::Plan);
   plan.iteration_s = t[0].iteration_s;
   plan.bubble_fraction = t[0].bubble_fraction;
-  if (plan.cache_fill_from >= 0) plan.fill_iteration_s = t[1].iteration_s;
-  plan.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, plan.partition, K, plan.M);
+  plan.fill_iteration_s = plan.cache_fill_from >= 0 ? t[1].iteration_s : 0.0;
+  plan.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, plan.partition, plan.K, plan.M);
   plan.fits_memory = plan.max_device_memory_bytes <= c.cluster.device.memory_bytes;
-  plan.iterations_per_epoch =
-      iterations_in_epoch(sampler_, 0, plan.layout.pipelines_per_node, c.training.batch_size);
-  plan.padding_slots_per_epoch =
-      padding_slots(sampler_, plan.layout.pipelines_per_node, c.training.batch_size);
   plan.samples_per_s = plan.layout.replicas * static_cast<double>(c.training.batch_size) / plan.iteration_s;
-  run_.plans.push_back(std::move(plan));
-  return run_.plans.back();
+  plan.recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, plan.M);
+}
+
+// The paper's decisions: the cache by its threshold, K by Eq. 2 when the
+// boundary moves, the configured partitioner.
+Plan RunPlanner::choose_paper(Plan base) {
+  const Config& c = ctx_.config;
+  const auto& pc = c.planner;
+  const int T = base.freeze_step;
+  // The cache is judged per sample of a whole per-pipeline batch: the
+  // read/recompute comparison does not depend on how it is split.
+  const auto measured = measured_cache_.find(base.frozen_layers);
+  CacheDecision cache = decide_cache(c, ctx_.spec, ctx_.cost, base.frozen_layers, c.training.batch_size,
+                                     measured == measured_cache_.end() ? nullptr : &measured->second);
+  int K = K_;
+  const bool moved = T > 0 && base.frozen_layers > run_.plans.back().frozen_layers;
+  if (pc.autopipe && moved) {
+    base.compression = compress(ctx_, base.frozen_layers, K_, cache.on);
+    K = base.compression.K;
+  }
+  Partition partition = plan_partition(ctx_, base.frozen_layers, K * base.v, cache.on);
+  Plan plan = shape(base, K, std::move(partition), std::move(cache));
+  time_with_backend(plan);
+  return plan;
+}
+
+std::vector<int> RunPlanner::K_candidates(const Plan& base) const {
+  const auto& pc = ctx_.config.planner;
+  const int cap = run_.plans.empty() ? pc.K : run_.plans.back().K;
+  std::vector<int> out;
+  if (!pc.autopipe) return {cap};
+  if (pc.compression == CompressionKind::None) {
+    // K only halves when too few active sublayers remain for K * v stages.
+    const int units = 2 * (ctx_.config.model.num_hidden_layers - base.frozen_layers);
+    int K = cap;
+    while (K > 1 && K * base.v > units) K /= 2;
+    return {K};
+  }
+  for (int K = cap; K >= 1; K /= 2)
+    if (K * base.v <= 2 * ctx_.config.model.num_hidden_layers) out.push_back(K);
+  return out;
+}
+
+std::vector<CacheDecision> RunPlanner::cache_candidates(int frozen_layers) const {
+  const Config& c = ctx_.config;
+  const auto measured = measured_cache_.find(frozen_layers);
+  const MeasuredCache* m = measured == measured_cache_.end() ? nullptr : &measured->second;
+  CacheDecision d = decide_cache(c, ctx_.spec, ctx_.cost, frozen_layers, c.training.batch_size, m);
+  if (c.planner.cache != CachePolicyKind::Auto || ModelSpec::frozen_prefix(frozen_layers).empty() ||
+      !c.planner.autopipe)
+    return {d};
+  // Auto: both are weighed by the time to the end of training, unless a
+  // back end measured that reading is slower than recomputing.
+  CacheDecision off = d, on = d;
+  off.on = false;
+  on.on = true;
+  if (m && !(m->read_s < m->frozen_forward_s)) return {off};
+  return {off, on};
+}
+
+double RunPlanner::remaining_s(const Plan& p) const {
+  const int epochs = ctx_.config.training.epochs - p.first_epoch;
+  const double fill = p.cache_fill_from >= 0 ? p.fill_iteration_s - p.iteration_s : 0.0;
+  return p.predicted_transition_s + static_cast<double>(p.iterations_per_epoch) * (epochs * p.iteration_s + fill);
+}
+
+namespace {
+
+std::string stage_sizes(const Partition& p) {
+  std::string out;
+  for (int s = 0; s < p.K(); ++s) out += (s ? "," : "") + std::to_string(p.bounds[s + 1] - p.bounds[s]);
+  return out;
+}
+
+Alternative alternative(const Plan& p, double remaining, bool confirmed) {
+  const bool in_stages = p.partition.frozen_end > 0 && p.partition.bounds.front() == 0;
+  return {p.K, p.M, p.layout.replicas, p.cache.on, in_stages, stage_sizes(p.partition), p.iteration_s, p.fill_iteration_s,
+          p.predicted_transition_s, remaining, p.fits_memory, confirmed, false};
+}
+
+// Fits first, then the least time to the end (the least memory when none fits).
+bool better(const Plan& a, double ra, const Plan& b, double rb) {
+  if (a.fits_memory != b.fits_memory) return a.fits_memory;
+  if (!a.fits_memory) return a.max_device_memory_bytes < b.max_device_memory_bytes;
+  return ra < rb;
+}
+
+}  // namespace
+
+// Objective "time": every K the layout allows (from the current one down),
+// the cache on and off, every M of the chunk range, each with the partition
+// that balances predicted stage time, timed by the planner's own timeline
+// (microseconds each), with the frozen prefix on stage 0's device or inside
+// the stages. The best of each (K, cache, placement) is an alternative; the
+// best and one within 3% of it are confirmed by the back end's chunk search
+// and predictor, and the least predicted time to the end of training wins.
+// Keeping the current K, replicas and cache is among the alternatives, so a
+// switch is only made when the model predicts it pays for its transition.
+Plan RunPlanner::choose_time(Plan base) {
+  const Config& c = ctx_.config;
+  const auto& pc = c.planner;
+  const int batch = c.training.batch_size;
+  const int units = 2 * (c.model.num_hidden_layers - base.frozen_layers);
+  // The cut of the unfrozen model the configured partitioner makes.
+  const auto initial_cut = [&](int stages) { return plan_partition(ctx_, 0, stages, false); };
+  struct Candidate {
+    Plan plan;
+    double remaining = 0;
+  };
+  std::vector<Candidate> cands;
+  for (const int K : K_candidates(base)) {
+    for (const CacheDecision& cache : cache_candidates(base.frozen_layers))
+    for (const FrozenPlacement placement : {FrozenPlacement::Device0, FrozenPlacement::InStages}) {
+      // The prefix can only run inside the stages when there is one, AutoPipe
+      // may repartition, and no cache needs F_frozen's output separately.
+      if (placement == FrozenPlacement::InStages && (base.frozen_layers == 0 || !pc.autopipe || cache.on)) continue;
+      // F_frozen on device 0 leaves the active sublayers to K * v stages.
+      if (placement == FrozenPlacement::Device0 && pc.autopipe && K * base.v > units) continue;
+      int lo = pc.M, hi = pc.M;
+      if (pc.chunk_search) {
+        lo = pc.M_min_factor * K;
+        hi = std::min(batch, pc.M_max_factor * K);
+      }
+      std::optional<Candidate> best;
+      std::map<std::vector<int>, Plan> shaped;  // by partition bounds
+      for (int M = lo; M <= hi; ++M) {
+        const int micro = (batch + M - 1) / M;
+        // Balanced by predicted time; in the stages also the initial cut
+        // (what freezing without AutoPipe runs): GPipe pays the slowest
+        // forward and the slowest backward, which a balance of their sums
+        // can miss when frozen sublayers only run forward.
+        std::vector<Partition> parts;
+        if (!pc.autopipe) {
+          parts.push_back(plan_partition(ctx_, base.frozen_layers, K * base.v, false));
+        } else {
+          parts.push_back(partition_by_time(ctx_, base.frozen_layers, K * base.v, cache.on, cache.tier, micro, placement));
+          if (placement == FrozenPlacement::InStages) {
+            Partition initial = initial_cut(K * base.v);
+            initial.frozen_layers = base.frozen_layers;
+            initial.frozen_end = ModelSpec::frozen_prefix(base.frozen_layers).last;
+            parts.push_back(std::move(initial));
+          }
+        }
+        for (Partition& part : parts) {
+        auto it = shaped.find(part.bounds);
+        if (it == shaped.end()) {
+          std::vector<int> key = part.bounds;
+          it = shaped.emplace(std::move(key), shape(base, K, std::move(part), cache)).first;
+        }
+        Plan p = it->second;
+        p.M = M;
+        p.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, p.partition, K, M);
+        p.fits_memory = p.max_device_memory_bytes <= c.cluster.device.memory_bytes;
+        const Timeline t = predict_iteration(ctx_, iteration_setup(c, p, false));
+        p.iteration_s = t.makespan;
+        p.bubble_fraction = t.bubble_fraction();
+        if (p.cache_fill_from >= 0) p.fill_iteration_s = predict_iteration(ctx_, iteration_setup(c, p, true)).makespan;
+        p.samples_per_s = p.layout.replicas * static_cast<double>(batch) / p.iteration_s;
+        p.recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, M);
+        const double r = remaining_s(p);
+        if (!best || better(p, r, best->plan, best->remaining)) best = Candidate{std::move(p), r};
+        }
+      }
+      if (best) cands.push_back(std::move(*best));
+    }
+  }
+  if (cands.empty())
+    throw c.error("planner.M_min_factor",
+                  "a chunk range [M_min_factor K, min(batch, M_max_factor K)] that is not empty for some K <= " +
+                      std::to_string(run_.plans.empty() ? pc.K : run_.plans.back().K),
+                  std::to_string(pc.M_min_factor));
+  std::stable_sort(cands.begin(), cands.end(),
+                   [&](const Candidate& a, const Candidate& b) { return better(a.plan, a.remaining, b.plan, b.remaining); });
+  // The back end confirms the best and a near tie.
+  std::vector<std::size_t> confirm;
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    const Plan& p = cands[i].plan;
+    if (i == 0 || (p.fits_memory && confirm.size() < 2 && cands[i].remaining <= 1.03 * cands[0].remaining))
+      confirm.push_back(i);
+  }
+  std::vector<Alternative> alts;
+  for (const Candidate& cand : cands) alts.push_back(alternative(cand.plan, cand.remaining, false));
+  std::optional<Candidate> chosen;
+  std::size_t chosen_at = 0;
+  for (const std::size_t i : confirm) {
+    Plan p = cands[i].plan;
+    time_with_backend(p);
+    const double r = remaining_s(p);
+    alts[i] = alternative(p, r, true);
+    if (!chosen || better(p, r, chosen->plan, chosen->remaining)) {
+      chosen = Candidate{std::move(p), r};
+      chosen_at = i;
+    }
+  }
+  alts[chosen_at].chosen = true;
+  Plan plan = std::move(chosen->plan);
+  plan.alternatives = std::move(alts);
+  if (pc.cache == CachePolicyKind::Auto && !ModelSpec::frozen_prefix(plan.frozen_layers).empty() && pc.autopipe) {
+    const auto other = std::find_if(plan.alternatives.begin(), plan.alternatives.end(),
+                                    [&](const Alternative& a) { return a.cache != plan.cache.on; });
+    std::ostringstream why;
+    why.precision(4);
+    if (other == plan.alternatives.end())
+      why << "measured: read " << plan.cache.read_s * 1e3 << " ms >= frozen forward " << plan.cache.frozen_forward_s * 1e3
+          << " ms per batch";
+    else
+      why << "time objective: " << (plan.cache.on ? "on" : "off") << " " << chosen->remaining << " s to the end vs "
+          << (plan.cache.on ? "off" : "on") << " " << other->remaining_s << " s (best K " << other->K << ")";
+    plan.cache.reason = why.str();
+  }
+  return plan;
 }
 
 RunPlan plan_run(const Config& c, const CostModel& cost, const IterationPredictor& predictor) {
   RunPlanner planner(c, cost, predictor);
-  const FreezeTimeline freeze = freeze_timeline(c, planner.freeze_steps());
-  for (int T = 0; T <= planner.freeze_steps(); ++T) planner.next(freeze.frozen[T]);
-  RunPlan run = planner.run();
-  run.freeze_from_alpha_bound = freeze.used_alpha_bound;
-  return run;
+  for (int T = 0; T <= planner.freeze_steps(); ++T) planner.next(planner.frozen_after({}));
+  return planner.run();
 }
 
 namespace {
@@ -145,12 +409,6 @@ std::string epochs_text(const Plan& p) {
                          : std::to_string(p.first_epoch) + "-" + std::to_string(p.end_epoch - 1);
 }
 
-std::string stage_sizes(const Partition& p) {
-  std::string out;
-  for (int s = 0; s < p.K(); ++s)
-    out += (s ? "," : "") + std::to_string(p.bounds[s + 1] - p.bounds[s]);
-  return out;
-}
 
 }  // namespace
 
@@ -166,6 +424,11 @@ std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
     os << "  note: the gradient_norm policy has no gradient norms here; frozen counts are the\n"
           "        alpha bound (an upper bound). Replay a recorded trace with\n"
           "        --set planner.freeze_policy=replay --set planner.replay_grad_norms_file=FILE\n";
+  os << "  objective: " << to_string(r.objective)
+     << (r.objective == Objective::Time
+             ? " (K, partition, M, replicas and cache chosen together for the least predicted time to the end)"
+             : " (the paper's proxies: Eq. 2 compression, the configured partitioner, the cache threshold)")
+     << "\n";
   os << "  compression: " << to_string(r.compression);
   if (r.compression == CompressionKind::Paper)
     os << ", M_GPU^(0) = " << measure(r, r.compression_limit) << " (largest stage of the initial pipeline)";
@@ -212,6 +475,20 @@ std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
       os << "; epoch " << p.first_epoch << " advances entries from " << p.cache_fill_from << " frozen layers";
     os << "\n";
   }
+  if (r.objective == Objective::Time) {
+    os << "\nalternatives weighed (predicted seconds to the end of training if kept from that step;\n"
+          "  c = confirmed by the back end's chunk search and predictor, * = chosen):\n";
+    for (const Plan& p : r.plans) {
+      os << "  T=" << p.freeze_step << ":";
+      for (const Alternative& a : p.alternatives) {
+        os << "  K=" << a.K << " M=" << a.M << " x" << a.replicas << (a.cache ? " cache" : "")
+           << (a.frozen_in_stages ? " frozen-in-stages" : "") << " [" << a.stages
+           << "] " << fmt("%.1f", a.remaining_s) << (a.fits_memory ? "" : "(oom)") << (a.confirmed ? "c" : "")
+           << (a.chosen ? "*" : "");
+      }
+      os << "\n";
+    }
+  }
   os << "\nchunk search (predicted iteration time per M, first plan of each K):\n";
   for (const Plan& p : r.plans) {
     if (p.chunk_table.size() < 2) continue;
@@ -250,6 +527,18 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
     json replicas = json::array();
     for (const auto& rep : p.layout.replica)
       replicas.push_back({{"rank", rep.rank}, {"node", rep.node}, {"local_rank", rep.local_rank}, {"gpus", rep.gpus}});
+    json onboarding = json::array();
+    for (const auto& o : p.onboarding) onboarding.push_back({{"rank", o.rank}, {"source", o.source}});
+    json roles = json::array();
+    for (int e = p.first_epoch; e < p.end_epoch; ++e) roles.push_back(to_string(p.cache_role(e)));
+    json alternatives = json::array();
+    for (const auto& a : p.alternatives)
+      alternatives.push_back({{"K", a.K}, {"M", a.M}, {"replicas", a.replicas}, {"cache", a.cache},
+                              {"frozen_in_stages", a.frozen_in_stages},
+                              {"stages", a.stages}, {"iteration_s", a.iteration_s},
+                              {"fill_iteration_s", a.fill_iteration_s}, {"transition_s", a.transition_s},
+                              {"remaining_s", a.remaining_s}, {"fits_memory", a.fits_memory},
+                              {"confirmed", a.confirmed}, {"chosen", a.chosen}});
     plans.push_back({{"id", p.id},
                      {"freeze_step", p.freeze_step},
                      {"epochs", json::array({p.first_epoch, p.end_epoch})},
@@ -264,6 +553,11 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
                      {"replicas", p.layout.replicas},
                      {"active_ranks", p.layout.active_ranks},
                      {"woken_ranks", p.woken_ranks},
+                     {"onboarding", onboarding},
+                     {"recomputed_microbatches", p.recomputed_microbatches},
+                     {"predicted_transition_s", p.predicted_transition_s},
+                     {"cache_roles", roles},
+                     {"alternatives", alternatives},
                      {"lr_scale", p.lr_scale},
                      {"layout", replicas},
                      {"cache", {{"on", p.cache.on}, {"tier", to_string(p.cache.tier)},
@@ -283,6 +577,8 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
           {"cost_model", r.cost_model},
           {"L", r.L},
           {"K0", r.K0},
+          {"objective", to_string(r.objective)},
+          {"reachable_K", r.reachable_K},
           {"compression", to_string(r.compression)},
           {"compression_limit", r.compression_limit},
           {"freeze_from_alpha_bound", r.freeze_from_alpha_bound},

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,8 +15,39 @@
 #include "planner/autodp.hpp"
 #include "planner/autopipe.hpp"
 #include "planner/cache_policy.hpp"
+#include "planner/freeze.hpp"
 
 namespace ep {
+
+// A woken replica and the live replica that sends it the training state.
+struct Onboarding {
+  int rank = 0;
+  int source = 0;
+  friend bool operator==(const Onboarding&, const Onboarding&) = default;
+};
+
+// One candidate the planner weighed at a freeze step (objective "time"):
+// the predicted time to the end of training if it were kept from here on.
+struct Alternative {
+  int K = 0;
+  int M = 0;
+  int replicas = 0;
+  bool cache = false;
+  bool frozen_in_stages = false;  // FrozenPlacement::InStages (autopipe.hpp)
+  std::string stages;           // sublayers per stage, e.g. "3,3,2,2"
+  double iteration_s = 0;       // steady state
+  double fill_iteration_s = 0;  // the first epoch's, when it fills or advances the cache
+  double transition_s = 0;      // entering it from the previous plan
+  double remaining_s = 0;       // transition + every remaining epoch
+  bool fits_memory = true;
+  bool confirmed = false;  // timed by the back end's predictor, not only the planner's timeline
+  bool chosen = false;
+  friend bool operator==(const Alternative&, const Alternative&) = default;
+};
+
+// What the activation cache does in one epoch.
+enum class CacheRole { Off, Fill, Advance, Read };
+[[nodiscard]] std::string to_string(CacheRole);
 
 struct Plan {
   int id = 0;
@@ -33,6 +66,7 @@ struct Plan {
   double max_device_memory_bytes = 0;
   ReplicaLayout layout;
   std::vector<int> woken_ranks;  // processes a transition into this plan starts
+  std::vector<Onboarding> onboarding;  // for each woken rank, who sends it the state
   double lr_scale = 1;  // training.batch_policy: replicas / initial replicas with lr_scaled, else 1
   CacheDecision cache;
   // With the cache on, whether the plan's first epoch (re)fills it: -1 no
@@ -45,7 +79,16 @@ struct Plan {
   double iteration_s = 0;      // predicted by the cost model
   double bubble_fraction = 0;  // predicted
   double samples_per_s = 0;    // all replicas, predicted
+  // Activation recomputation (training.checkpointing): in every stage,
+  // micro-batches 0 .. recomputed_microbatches-1 rerun their forward in the
+  // backward (recomputes() in memory.hpp, one rule for the cost model, the
+  // memory model and the executor).
+  int recomputed_microbatches = 0;
+  double predicted_transition_s = 0;  // entering this plan (planner/transition.hpp)
+  std::vector<Alternative> alternatives;  // objective "time": what was weighed, best first
   [[nodiscard]] int epochs() const { return end_epoch - first_epoch; }
+  // Fill in the plan's first epoch when it (re)fills the cache, read after.
+  [[nodiscard]] CacheRole cache_role(int epoch) const;
 };
 
 struct RunPlan {
@@ -55,6 +98,8 @@ struct RunPlan {
   int K0 = 0;
   double compression_limit = 0;  // M_GPU^(0) (M params) or device memory (bytes)
   CompressionKind compression = CompressionKind::Paper;
+  Objective objective = Objective::Time;
+  std::vector<int> reachable_K;  // every K a plan of this run may take (reachable_K())
   bool freeze_from_alpha_bound = false;  // gradient_norm policy planned without gradient norms
   std::vector<Plan> plans;
   // Compute and communication as the cost model predicts them; transition
@@ -73,6 +118,11 @@ class RunPlanner {
   RunPlanner(const RunPlanner&) = delete;
   RunPlanner& operator=(const RunPlanner&) = delete;
 
+  // The freeze policy's decision for the next step (T = run().plans.size()
+  // >= 1), from the gradient norms a back end measured since the last step
+  // (per layer, mean over iterations); without them (planning ahead) a
+  // replayed trace, else the alpha bound (run().freeze_from_alpha_bound).
+  [[nodiscard]] int frozen_after(std::span<const double> grad_norms);
   // Freeze step T happens at the end of epoch T * interval, for
   // T = 1..freeze_steps(); a step at the end of the last epoch would change
   // nothing.
@@ -88,7 +138,18 @@ class RunPlanner {
   [[nodiscard]] const PlanContext& context() const { return ctx_; }
 
  private:
+  // The plan's layout-dependent fields for K, partition and cache.
+  Plan shape(const Plan& base, int K, Partition partition, CacheDecision cache) const;
+  // M, predicted times and memory: the back end's chunk search and predictor.
+  void time_with_backend(Plan& plan);
+  Plan choose_paper(Plan base);
+  Plan choose_time(Plan base);
+  [[nodiscard]] std::vector<int> K_candidates(const Plan& base) const;
+  [[nodiscard]] std::vector<CacheDecision> cache_candidates(int frozen_layers) const;
+  [[nodiscard]] double remaining_s(const Plan&) const;
+
   PlanContext ctx_;
+  FreezeDecider freeze_;
   IterationPredictor predict_;
   ChunkSearch search_;
   SamplerSpec sampler_;
@@ -106,6 +167,15 @@ class RunPlanner {
 // The replica layout for pipeline length K: AutoDP's (I/K pipelines per
 // node) or, with AutoDP off, the initial replicas shrunk in place.
 [[nodiscard]] ReplicaLayout replica_layout(const Config&, int K);
+// The same with `replicas` pipelines instead (validate's plans): spread
+// evenly over the nodes, each in the first K devices of its block. Throws
+// ep::Error when they do not tile the cluster.
+[[nodiscard]] ReplicaLayout replica_layout(const Config&, int K, int replicas);
+
+// Every K a run's plans may take: planner.K and, with AutoPipe, its
+// halvings (compression, the time objective's choice, or too few sublayers
+// left for K * v stages may reach any of them).
+[[nodiscard]] std::vector<int> reachable_K(const Config&);
 
 // The iteration a back end runs for a plan: steady state, or (fill = true)
 // the first epoch of a plan with cache_fill_from >= 0.

@@ -1,0 +1,104 @@
+#include "planner/transition.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "planner/memory.hpp"
+
+namespace ep {
+
+namespace {
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+const ReplicaLayout::Replica& replica_of(const ReplicaLayout& l, int rank) {
+  const auto it = std::find_if(l.replica.begin(), l.replica.end(), [&](const auto& r) { return r.rank == rank; });
+  if (it == l.replica.end()) throw Error("transition: rank " + std::to_string(rank) + " is not in the layout");
+  return *it;
+}
+
+// Weights and optimizer state of the sublayers: what moves with them.
+double state_bytes(const PlanContext& ctx, SublayerRange active, SublayerRange frozen) {
+  const MemoryBreakdown m = stage_memory(ctx.spec, ctx.config.training, StageLoad{active, frozen, 1, 1});
+  return m.weights_bytes + m.optimizer_bytes;
+}
+
+}  // namespace
+
+std::vector<Onboarding> onboarding_sources(const ReplicaLayout& previous, const ReplicaLayout& next,
+                                           const std::vector<int>& woken) {
+  std::vector<Onboarding> out;
+  std::map<int, int> used;  // node -> woken ranks served from it so far
+  int any = 0;
+  for (const int rank : woken) {
+    const int node = replica_of(next, rank).node;
+    std::vector<int> local;
+    for (const auto& r : previous.replica)
+      if (r.node == node && contains(next.active_ranks, r.rank)) local.push_back(r.rank);
+    int source = 0;
+    if (!local.empty()) {
+      source = local[used[node]++ % local.size()];
+    } else {
+      if (previous.active_ranks.empty()) throw Error("transition: no live replica to onboard rank " + std::to_string(rank));
+      source = previous.active_ranks[any++ % previous.active_ranks.size()];
+    }
+    out.push_back({rank, source});
+  }
+  return out;
+}
+
+std::vector<StateMove> state_moves(const PlanContext& ctx, const Plan& prev, const Plan& plan) {
+  std::map<std::pair<int, int>, double> moves;
+  const int n = ctx.spec.num_sublayers();
+  for (const auto& r : plan.layout.replica) {
+    if (!contains(prev.layout.active_ranks, r.rank)) continue;
+    const auto& old = replica_of(prev.layout, r.rank);
+    for (int i = 0; i < n; ++i) {
+      const int src = old.gpus[prev.partition.device_of(i, prev.K)];
+      const int dst = r.gpus[plan.partition.device_of(i, plan.K)];
+      const bool active = i >= plan.partition.frozen_end;
+      if (src != dst)
+        moves[{src, dst}] += state_bytes(ctx, active ? SublayerRange{i, i + 1} : SublayerRange{},
+                                         active ? SublayerRange{} : SublayerRange{i, i + 1});
+    }
+  }
+  for (const Onboarding& o : plan.onboarding) {
+    const auto& dst = replica_of(plan.layout, o.rank);
+    const auto& src = replica_of(plan.layout, o.source);
+    for (int s = 0; s < plan.partition.K(); ++s) {
+      const int d = s % plan.K;
+      moves[{src.gpus[d], dst.gpus[d]}] += state_bytes(ctx, plan.partition.active(s), plan.partition.hosted_frozen(s));
+    }
+  }
+  std::vector<StateMove> out;
+  for (const auto& [pair, bytes] : moves) out.push_back({pair.first, pair.second, bytes});
+  return out;
+}
+
+bool repartitioned(const Plan& prev, const Plan& plan) {
+  return prev.partition.bounds != plan.partition.bounds || prev.K != plan.K;
+}
+
+TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, const Plan& plan) {
+  const SimConfig& k = ctx.config.sim;
+  const CostModel& cost = ctx.cost;
+  const int ranks = plan.layout.replicas;
+  const double rebuild = ranks > 1 ? cost.group_rebuild_s(ranks).value_or(k.ddp_rebuild_s) : 0.0;
+  if (!prev) return {0.0, k.context_creation_s, rebuild, k.pipeline_warmup_s};
+  const bool moved = repartitioned(*prev, plan);
+  const bool regrouped = prev->layout.active_ranks != plan.layout.active_ranks;
+  if (!moved && !regrouped && prev->frozen_layers == plan.frozen_layers) return {};
+  TransitionCost t;
+  const int I = ctx.config.cluster.gpus_per_node;
+  for (const StateMove& m : state_moves(ctx, *prev, plan)) {
+    const LinkKind link = m.src_gpu / I == m.dst_gpu / I ? LinkKind::IntraNode : LinkKind::InterNode;
+    t.state_s += cost.p2p_s(m.bytes, link) + cost.state_pack_s(m.bytes).value_or(0.0);
+  }
+  t.contexts_s = plan.woken_ranks.empty() ? 0.0 : k.context_creation_s;
+  // The simulator's rule: a transition rebuilds the active group and DDP.
+  t.rebuild_s = cost.group_rebuild_s(std::max(ranks, 1)).value_or(k.ddp_rebuild_s);
+  t.warmup_s = moved ? k.pipeline_warmup_s : 0.0;
+  return t;
+}
+
+}  // namespace ep

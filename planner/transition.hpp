@@ -1,0 +1,52 @@
+// What a transition between two plans costs (SPEC §7's dissection), and who
+// sends what: the state each woken replica receives, and the weights that
+// move between devices when a pipeline is repartitioned. The planner uses
+// the estimate to decide (objective "time"); the simulator carries out the
+// same moves on its network and charges the same fixed parts; the executor
+// sends state from the sources the plan names.
+#pragma once
+
+#include <vector>
+
+#include "planner/run_plan.hpp"
+
+namespace ep {
+
+struct StateMove {
+  int src_gpu = 0;  // global GPU ids (node * I + gpu)
+  int dst_gpu = 0;
+  double bytes = 0;  // weights and optimizer state
+  friend bool operator==(const StateMove&, const StateMove&) = default;
+};
+
+// Every woken rank of `next` gets a source: a replica that was active in
+// `previous`, on the woken rank's node when one is, spreading the woken
+// ranks round-robin over the candidates.
+[[nodiscard]] std::vector<Onboarding> onboarding_sources(const ReplicaLayout& previous,
+                                                         const ReplicaLayout& next,
+                                                         const std::vector<int>& woken);
+
+// Bytes that cross devices: a replica that stays active moves each sublayer
+// whose device changes; a woken replica receives every stage's state from
+// its source, device by device. Sorted by (src, dst), one entry per pair.
+[[nodiscard]] std::vector<StateMove> state_moves(const PlanContext&, const Plan& previous, const Plan& next);
+
+// The parts of a transition, in seconds.
+struct TransitionCost {
+  double state_s = 0;     // state_moves over the links (and packing, when a profile measured it)
+  double contexts_s = 0;  // woken processes create device contexts (sim.context_creation_s)
+  double rebuild_s = 0;   // the active group and DDP buckets rebuilt (profile or sim.ddp_rebuild_s)
+  double warmup_s = 0;    // first iteration of a repartitioned pipeline (sim.pipeline_warmup_s)
+  [[nodiscard]] double total_s() const { return state_s + contexts_s + rebuild_s + warmup_s; }
+};
+
+// The cost of entering `next` from `previous` (null: the run's
+// initialisation). Nothing changed: 0. The state part sums the moves'
+// link times (a conservative serialisation); the simulator replaces it by
+// the same moves run concurrently on its network.
+[[nodiscard]] TransitionCost predict_transition(const PlanContext&, const Plan* previous, const Plan& next);
+
+// Whether entering `next` from `previous` changes anything a back end must redo.
+[[nodiscard]] bool repartitioned(const Plan& previous, const Plan& next);
+
+}  // namespace ep

@@ -9,6 +9,7 @@
 #include "exec/cache.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/error.hpp"
+#include "planner/memory.hpp"
 
 namespace ep::exec {
 namespace {
@@ -81,6 +82,7 @@ struct Pipeline::Job {
   std::vector<at::Tensor> loss, correct;         // per micro-batch, on the last device
   std::vector<at::Tensor> sublayer_grad_sq;      // per sublayer, at OptimizerStep
   std::vector<std::vector<ActionRecord>> records;  // per device
+  std::vector<std::vector<char>> recomputed;       // per stage, per micro-batch (each written by one worker)
   // Per stage: its launched bucket all-reduces, the flat buffers and where
   // their AllReduce records sit (end time filled in at completion).
   struct Bucket {
@@ -172,6 +174,7 @@ IterationResult Pipeline::run(const Schedule& schedule, std::span<const MicroBat
   job.correct.resize(schedule.M);
   job.sublayer_grad_sq.resize(model_.num_sublayers());
   job.records.resize(schedule.K);
+  job.recomputed.assign(schedule.num_stages(), std::vector<char>(schedule.M, 0));
   job.buckets.resize(schedule.num_stages());
   job.bucket_count.assign(schedule.num_stages(), 0);
   for (const auto& list : schedule.devices)
@@ -189,6 +192,7 @@ IterationResult Pipeline::run(const Schedule& schedule, std::span<const MicroBat
   if (job.error) std::rethrow_exception(job.error);
 
   IterationResult result;
+  for (const auto& stage : job.recomputed) result.recomputed.emplace_back(stage.begin(), stage.end());
   for (int m = 0; m < schedule.M; ++m) {
     if (job.loss[m].defined()) result.loss += job.loss[m].item<double>();
     if (job.correct[m].defined()) result.correct += job.correct[m].item<std::int64_t>();
@@ -257,10 +261,8 @@ void Pipeline::run_device(int device, Job& job) {
   const int frozen_layers = part.frozen_layers;
   std::map<int, at::Tensor> frozen_in, frozen_out;  // device 0: FZ's input (advance) and output, per micro-batch
 
-  const auto recompute = [&](int s) {
-    return options_.checkpointing == Checkpointing::Always ||
-           (options_.checkpointing == Checkpointing::ExceptLast && s != stages - 1);
-  };
+  // The planner's rule (memory.hpp), per micro-batch.
+  const auto recompute = [&](int m) { return recomputes(options_.checkpointing, m, schedule.M); };
   // Stage s's own frozen sublayers (no AutoPipe: the prefix stays in place).
   const auto inner_frozen = [&](int s) {
     return s == 0 && has_frozen_model ? SublayerRange{0, 0} : part.hosted_frozen(s);
@@ -329,7 +331,7 @@ void Pipeline::run_device(int device, Job& job) {
         Saved& saved = job.saved[s][m];
         saved.input = x.detach().requires_grad_(needs_input_grad(s));
         at::Tensor out;
-        if (recompute(s)) {
+        if (recompute(m)) {
           at::NoGradGuard no_grad;
           out = active_forward(s, m, saved);
         } else {
@@ -346,7 +348,7 @@ void Pipeline::run_device(int device, Job& job) {
       case ActionKind::SendAct: {
         const at::Device peer = options_.devices[a.peer_device];
         job.mailbox.put({Message::Activation, s + 1, m}, job.saved[s].at(m).output.detach().to(peer));
-        if (recompute(s)) job.saved[s].at(m).output = at::Tensor();
+        if (recompute(m)) job.saved[s].at(m).output = at::Tensor();
         break;
       }
       case ActionKind::RecvAct:
@@ -360,7 +362,10 @@ void Pipeline::run_device(int device, Job& job) {
         if (s + 1 < stages) grad_out = job.mailbox.take({Message::Gradient, s, m});
         at::Tensor grad_in;
         if (trains || needs_input_grad(s)) {
-          if (recompute(s)) saved.output = active_forward(s, m, saved);
+          if (recompute(m)) {
+            saved.output = active_forward(s, m, saved);
+            job.recomputed[s][m] = 1;
+          }
           if (s == stages - 1) torch::autograd::backward({saved.loss});
           else if (grad_out.defined()) torch::autograd::backward({saved.output}, {grad_out});
           if (needs_input_grad(s)) grad_in = saved.input.grad();

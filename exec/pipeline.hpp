@@ -81,6 +81,9 @@ struct IterationResult {
   // the schedule has no OptimizerStep.
   std::vector<double> layer_grad_sq;
   std::vector<ActionRecord> records;  // when traced
+  // recomputed[stage][m]: micro-batch m reran the stage's forward in its
+  // backward (the planner's recomputes(), memory.hpp).
+  std::vector<std::vector<bool>> recomputed;
 };
 
 struct PipelineOptions {

@@ -58,10 +58,9 @@ void check_runnable(const Config& c, const ProcessEnv& env) {
     throw c.error("model.num_channels", "1 for fashion-mnist (grey images)", std::to_string(c.model.num_channels));
   if (name == "fashion-mnist" && c.model.num_labels != 10)
     throw c.error("model.num_labels", "10 for fashion-mnist", std::to_string(c.model.num_labels));
-  // Every K a plan can reach: K0, and its halvings when AutoPipe compresses.
-  const bool compresses = c.planner.autopipe && c.planner.compression != CompressionKind::None;
+  // Every K a plan can reach (the planner's list).
   int most = 1, most_K = c.planner.K;
-  for (int K = c.planner.K; K >= 1; K = compresses ? K / 2 : 0) {
+  for (const int K : reachable_K(c)) {
     const int r = replica_layout(c, K).replicas;
     if (r > most) most = r, most_K = K;
   }
@@ -420,7 +419,6 @@ class Trainer {
         ctx_(c, cost_),
         analytic_(analytic_predictor(ctx_)),
         planner_(c, cost_, [this](const std::vector<IterationSetup>& s, PredictionUse use) { return predict(s, use); }),
-        policy_(make_freeze_policy(c)),
         model_(c.model, c.training.seed),
         optimizer_(c.training),
         sampler_{data_.train.size, c.cluster.nodes, c.training.seed},
@@ -435,7 +433,6 @@ class Trainer {
     pipeline_ = std::make_unique<Pipeline>(model_, optimizer_, po);
     pipeline_->set_reducer(dist_.get());
     compat::set_thread_count(std::max(1, cores_ / std::max(1, c.cluster.gpus_per_node)));
-    per_epoch0_ = iterations_in_epoch(sampler_, 0, replica_layout(c, c.planner.K).pipelines_per_node, batch_);
     p_.interval_norm_sum.assign(L_, 0.0);
     if (!opt.out_dir.empty() && rank0()) std::filesystem::create_directories(opt.out_dir);
     init_trace();
@@ -665,8 +662,7 @@ class Trainer {
         for (int l = 0; l < L_; ++l)
           norms[l] = p_.interval_iterations ? p_.interval_norm_sum[l] / static_cast<double>(p_.interval_iterations) : 0;
         p_.result.grad_norms.push_back(norms);
-        frozen = policy_->next(plan_->freeze_step + 1, plan_->frozen_layers,
-                               policy_->needs_grad_norms() ? norms : std::vector<double>{});
+        frozen = planner_.frozen_after(norms);  // the planner's freeze policy decides
       }
       if (frozen > 0 && c_.planner.autopipe && c_.planner.cache == CachePolicyKind::Auto &&
           !p_.cache_measurements.count(frozen))
@@ -749,7 +745,7 @@ class Trainer {
       const auto& old = previous_plan_->layout.active_ranks;
       const auto& woken = plan_->woken_ranks;
       for (std::size_t i = 0; i < woken.size(); ++i) {
-        const int src = old[i % old.size()], dst = woken[i];
+        const int dst = woken[i], src = plan_->onboarding.at(i).source;  // the plan names the sender
         const int tag = static_cast<int>(plan_->id) * 4096 + dst;
         if (env_.rank == src) {
           const std::vector<std::uint8_t> bytes = pack_state(model_, optimizer_, to_json(p_));
@@ -834,7 +830,7 @@ class Trainer {
   void rebuild_cache() {
     const Clock::time_point t0 = Clock::now();
     const std::vector<std::int64_t> order = node_order(sampler_, node_, p_.epoch);
-    const bool fill = plan_->cache_fill_from >= 0 && p_.epoch == plan_->first_epoch;
+    const bool fill = plan_->cache_role(p_.epoch) == CacheRole::Fill || plan_->cache_role(p_.epoch) == CacheRole::Advance;
     std::map<int, std::vector<std::int64_t>> by_depth;
     for (std::size_t j = 0; j < order.size(); ++j) {
       if (order[j] < 0) continue;
@@ -899,18 +895,21 @@ class Trainer {
   // The lr schedule's position, in iterations of the initial plan: with
   // more replicas an iteration covers more samples, so the schedule follows
   // the samples seen, not the step count.
+  // Iterations per epoch of the initial plan: the lr schedule's unit.
+  [[nodiscard]] std::int64_t per_epoch0() const { return planner_.run().plans.front().iterations_per_epoch; }
+
   [[nodiscard]] std::int64_t lr_position() const {
     const int ppn0 = planner_.run().plans.front().layout.pipelines_per_node;
-    return static_cast<std::int64_t>(p_.epoch) * per_epoch0_ + p_.consumed / (static_cast<std::int64_t>(ppn0) * batch_);
+    return static_cast<std::int64_t>(p_.epoch) * per_epoch0() + p_.consumed / (static_cast<std::int64_t>(ppn0) * batch_);
   }
 
   void run_epoch() {
     const int ppn = plan_->layout.pipelines_per_node;
     const int local = replica().local_rank;
-    const bool fill = plan_->cache_fill_from >= 0 && p_.epoch == plan_->first_epoch;
+    const bool fill = plan_->cache_role(p_.epoch) == CacheRole::Fill || plan_->cache_role(p_.epoch) == CacheRole::Advance;
     const Schedule& sched = fill ? fill_schedule_ : schedule_;
     const std::vector<std::int64_t> order = node_order(sampler_, node_, p_.epoch);
-    const std::int64_t total0 = per_epoch0_ * c_.training.epochs;
+    const std::int64_t total0 = per_epoch0() * c_.training.epochs;
     const bool prefetch = plan_->cache.on && !fill && plan_->cache.tier == CacheTier::Disk && cache_;
     const std::int64_t slot_step = static_cast<std::int64_t>(ppn) * batch_;
     std::unique_ptr<std::ofstream> samples;
@@ -1145,7 +1144,6 @@ class Trainer {
   PlanContext ctx_;
   IterationPredictor analytic_;
   RunPlanner planner_;
-  std::unique_ptr<FreezePolicy> policy_;
   Model model_;
   Optimizer optimizer_;
   SamplerSpec sampler_;
@@ -1156,7 +1154,6 @@ class Trainer {
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<ActivationCache> cache_;
   std::vector<std::int64_t> entry_shape_;
-  std::int64_t per_epoch0_ = 0;
   Plan plan_storage_, prev_storage_;
   const Plan* plan_ = nullptr;
   const Plan* previous_plan_ = nullptr;

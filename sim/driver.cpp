@@ -11,51 +11,9 @@
 
 #include <unistd.h>
 
-#include "planner/memory.hpp"
+#include "planner/transition.hpp"
 
 namespace ep::sim {
-
-namespace {
-
-struct ModeName {
-  Mode mode;
-  const char* name;
-};
-constexpr ModeName kModeNames[] = {{Mode::Baseline, "baseline"},
-                                   {Mode::Freeze, "freeze"},
-                                   {Mode::AutoPipe, "autopipe"},
-                                   {Mode::AutoDP, "autodp"},
-                                   {Mode::AutoCache, "autocache"}};
-
-}  // namespace
-
-std::string to_string(Mode m) {
-  for (const auto& e : kModeNames)
-    if (e.mode == m) return e.name;
-  return "?";
-}
-
-Mode parse_mode(const std::string& s) {
-  for (const auto& e : kModeNames)
-    if (s == e.name) return e.mode;
-  throw Error("--mode: expected all|baseline|freeze|autopipe|autodp|autocache, found '" + s + "'");
-}
-
-Config mode_config(const Config& c, Mode m) {
-  Config out = c;
-  auto& p = out.planner;
-  p.autopipe = m == Mode::AutoPipe || m == Mode::AutoDP || m == Mode::AutoCache;
-  p.autodp = m == Mode::AutoDP || m == Mode::AutoCache;
-  p.cache = m != Mode::AutoCache ? CachePolicyKind::Off
-            : c.planner.cache == CachePolicyKind::Off ? CachePolicyKind::Auto
-                                                      : c.planner.cache;
-  if (m == Mode::Baseline) {
-    p.freeze_policy = FreezePolicyKind::None;
-    p.replay_frozen.clear();
-    p.replay_grad_norms_file.clear();
-  }
-  return out;
-}
 
 double ModeRun::total_s() const {
   double t = 0;
@@ -126,18 +84,7 @@ class Runner {
     return req;
   }
 
-  // The config's layout for K, unless the setup asks for another replica
-  // count (validate's plans): then that many pipelines, spread evenly over
-  // the nodes, each in the first K devices of its block.
-  static ReplicaLayout layout_for(const Config& c, const IterationSetup& s) {
-    ReplicaLayout layout = replica_layout(c, s.K);
-    if (s.replicas == layout.replicas) return layout;
-    const int I = c.cluster.gpus_per_node, per_node = s.replicas / c.cluster.nodes;
-    if (per_node < 1 || s.replicas % c.cluster.nodes != 0 || I % per_node != 0 || s.K > I / per_node)
-      throw Error("simulator: " + std::to_string(s.replicas) + " replicas of K = " + std::to_string(s.K) +
-                  " do not tile " + std::to_string(c.cluster.nodes) + " node(s) of " + std::to_string(I) + " devices");
-    return fixed_replicas_layout(c.cluster, s.K, I / per_node);
-  }
+  static ReplicaLayout layout_for(const Config& c, const IterationSetup& s) { return replica_layout(c, s.K, s.replicas); }
 
   // F and B time of one device of one replica, per iteration.
   static double fb_per_device(const SimRequest& req) {
@@ -182,23 +129,10 @@ double period_without_comm(const PlanContext& ctx, const IterationSetup& s) {
   return simulate(build_schedule(schedule_options(ctx, s)), free_comm).makespan;
 }
 
-// The device of a sublayer: F_frozen sits on stage 0's device.
-int device_of(const Partition& p, int sublayer, int K) {
-  const int stage = p.stage_of(sublayer);
-  return stage < 0 ? 0 : stage % K;
-}
-
-// Weights and optimizer state of sublayers [first, last): what moves with them.
-double state_bytes(const PlanContext& ctx, SublayerRange active, SublayerRange frozen) {
-  const MemoryBreakdown m = stage_memory(ctx.spec, ctx.config.training, StageLoad{active, frozen, 1, 1});
-  return m.weights_bytes + m.optimizer_bytes;
-}
-
 // The overhead before a plan's first epoch, in the parts SPEC §7's
-// transition table dissects: moving weights and onboarding woken replicas
-// (bytes over the simulated network), creating device contexts, rebuilding
-// DDP, warming the new pipeline up (the configured costs). The first plan
-// pays for initialisation.
+// transition table dissects: the planner's moves of weights and state run on
+// the simulated network; creating device contexts, rebuilding DDP and
+// warming the new pipeline up as the planner predicts them.
 struct Transition {
   double weights_s = 0;
   double contexts_s = 0;
@@ -208,49 +142,11 @@ struct Transition {
 };
 
 Transition transition(const PlanContext& ctx, const Plan* prev, const Plan& plan, Simulator& sim) {
-  const SimConfig& k = ctx.config.sim;
-  if (!prev) return {0.0, k.context_creation_s, plan.layout.replicas > 1 ? k.ddp_rebuild_s : 0.0, k.pipeline_warmup_s};
-  const bool repartitioned = prev->partition.bounds != plan.partition.bounds || prev->K != plan.K;
-  const bool regrouped = prev->layout.active_ranks != plan.layout.active_ranks;
-  if (!repartitioned && !regrouped && prev->frozen_layers == plan.frozen_layers) return {};
-
-  std::map<std::pair<int, int>, double> moves;  // (src gpu, dst gpu) -> bytes
-  const int n = ctx.spec.num_sublayers();
-  for (const auto& r : plan.layout.replica) {
-    const auto old = std::find_if(prev->layout.replica.begin(), prev->layout.replica.end(),
-                                  [&](const auto& q) { return q.rank == r.rank; });
-    if (old == prev->layout.replica.end()) continue;
-    for (int i = 0; i < n; ++i) {
-      const int src = old->gpus[device_of(prev->partition, i, prev->K)];
-      const int dst = r.gpus[device_of(plan.partition, i, plan.K)];
-      const bool active = i >= plan.partition.frozen_end;
-      if (src != dst)
-        moves[{src, dst}] += state_bytes(ctx, active ? SublayerRange{i, i + 1} : SublayerRange{},
-                                         active ? SublayerRange{} : SublayerRange{i, i + 1});
-    }
-  }
-  // A woken replica receives every stage's state from a live replica, on
-  // its own node when there is one.
-  for (int rank : plan.woken_ranks) {
-    const auto& r = *std::find_if(plan.layout.replica.begin(), plan.layout.replica.end(),
-                                  [&](const auto& q) { return q.rank == rank; });
-    const auto* source = &plan.layout.replica.front();
-    for (const auto& q : plan.layout.replica)
-      if (q.node == r.node && std::count(prev->layout.active_ranks.begin(), prev->layout.active_ranks.end(), q.rank)) {
-        source = &q;
-        break;
-      }
-    for (int s = 0; s < plan.partition.K(); ++s) {
-      const int d = s % plan.K;
-      moves[{source->gpus[d], r.gpus[d]}] +=
-          state_bytes(ctx, plan.partition.active(s), plan.partition.hosted_frozen(s));
-    }
-  }
+  const TransitionCost t = predict_transition(ctx, prev, plan);
+  if (!prev || t.total_s() == 0) return {0.0, t.contexts_s, t.rebuild_s, t.warmup_s};
   std::vector<Simulator::Transfer> transfers;
-  for (const auto& [pair, bytes] : moves) transfers.push_back({pair.first, pair.second, bytes});
-  return {transfers.empty() ? 0.0 : sim.run_transfers(transfers),
-          plan.woken_ranks.empty() ? 0.0 : k.context_creation_s, k.ddp_rebuild_s,
-          repartitioned ? k.pipeline_warmup_s : 0.0};
+  for (const StateMove& m : state_moves(ctx, *prev, plan)) transfers.push_back({m.src_gpu, m.dst_gpu, m.bytes});
+  return {transfers.empty() ? 0.0 : sim.run_transfers(transfers), t.contexts_s, t.rebuild_s, t.warmup_s};
 }
 
 // Steady-state periods: the last iteration of warm-up + measured ones,
@@ -406,7 +302,8 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
       }
 
       for (int e = p.first_epoch; e < p.end_epoch; ++e) {
-        const bool fill = e == p.first_epoch && p.cache_fill_from >= 0;
+        const CacheRole role = p.cache_role(e);
+        const bool fill = role == CacheRole::Fill || role == CacheRole::Advance;
         double epoch_s = p.iterations_per_epoch * (fill ? p.fill_iteration_s : p.iteration_s);
         if (opt.exact) {
           const auto n = static_cast<int>(p.iterations_per_epoch);

@@ -9,25 +9,19 @@
 #include <string>
 #include <vector>
 
+#include "planner/modes.hpp"
 #include "planner/run_plan.hpp"
 #include "sim/simulator.hpp"
 #include "traces/trace.hpp"
 
 namespace ep::sim {
 
-// The speedup breakdown of SPEC §7, each mode adding one piece.
-enum class Mode { Baseline, Freeze, AutoPipe, AutoDP, AutoCache };
-inline constexpr Mode kAllModes[] = {Mode::Baseline, Mode::Freeze, Mode::AutoPipe, Mode::AutoDP,
-                                     Mode::AutoCache};
-[[nodiscard]] std::string to_string(Mode);
-[[nodiscard]] Mode parse_mode(const std::string&);  // throws ep::Error
-
-// The config a mode runs: baseline = no freezing, K = K0 throughout;
-// freeze = freezing only (frozen layers lose their backward, nothing moves);
-// autopipe = + repartition and compression; autodp = + replicas on the freed
-// GPUs; autocache = + the activation cache (the config's policy, "auto"
-// when the config says "off"). The cache is off in every mode but the last.
-[[nodiscard]] Config mode_config(const Config&, Mode);
+// The ablation modes are the planner's (planner/modes.hpp).
+using ep::kAllModes;
+using ep::Mode;
+using ep::mode_config;
+using ep::parse_mode;
+using ep::to_string;
 
 // What the simulator adds to a plan. The plan's own iteration_s,
 // fill_iteration_s and bubble_fraction are already SimGrid's (its predictor).

@@ -39,9 +39,14 @@ for cfg in "$root"/configs/paper/*.toml "$root"/configs/small/*.toml; do
   expect_rc 0 "plan $(basename "$cfg")" -- "$bin" plan "$cfg"
   expect_text "plan $(basename "$cfg")" "predicted training time"
 done
-expect_rc 0 "plan vit_imagenet" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml"
+expect_rc 0 "plan vit_imagenet" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.objective=paper
 expect_text "plan explains compression" "rejected, K stays"
 expect_text "plan names the freeze source" "alpha bound"
+expect_rc 0 "plan vit_imagenet, objective time" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml"
+expect_text "plan names its objective" "objective: time"
+expect_text "plan lists the alternatives it weighed" "alternatives weighed"
+expect_rc 2 "plan with an unknown objective" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.objective=fast
+expect_text "unknown objective names the key" "key 'planner.objective': expected one of time|paper, found string \"fast\""
 expect_rc 0 "plan --json" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --json
 expect_text "plan --json schema" '"schema": "elasticpipe.plan/1"'
 expect_rc 0 "plan --set" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.compression=memory --set planner.alpha=0.5
@@ -49,6 +54,8 @@ expect_text "plan --set memory" "compression: memory"
 cd "$root"  # golden outputs name the config by its path relative to the repo
 expect_rc 0 "golden plan tiny_bert" -- "$bin" plan configs/small/tiny_bert_synthetic.toml
 golden plan_tiny_bert
+expect_rc 0 "golden plan tiny_bert, objective paper" -- "$bin" plan configs/small/tiny_bert_synthetic.toml --set planner.objective=paper
+golden plan_tiny_bert_paper
 
 # --- schedule ---------------------------------------------------------------
 expect_rc 0 "schedule gpipe" -- "$bin" schedule --K 4 --M 8 --kind gpipe

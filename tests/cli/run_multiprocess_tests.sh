@@ -45,6 +45,18 @@ if awk -F, '{ seen[$1 "," $3]++ } END { for (k in seen) if (seen[k] != 1) { prin
   "$tmp"/dp/samples/rank*.csv; then ok; else bad "sampler: not exactly once per epoch across ranks"; fi
 for r in 0 1 2 3; do [ -s "$tmp/dp/samples/rank$r.csv" ] && ok || bad "rank $r trained on nothing"; done
 [ -s "$tmp/dp/transitions.json" ] && grep -q '"state_transfer_s"' "$tmp/dp/transitions.json" && ok || bad "no transitions.json"
+# The plans the processes ran are the planner's, byte for byte: the
+# executor predicts with the cost model here (exec.chunk_search_iterations = 0).
+"$bin" plan "$cfg" --json > "$tmp/planned.json" && cmp -s "$tmp/planned.json" "$tmp/dp/plan.json" && ok ||
+  bad "the executor's plan.json differs from elasticpipe plan --json"
+
+# 1a. The time objective (the default) on the same job: pure data
+#     parallelism from the start, still the planner's plans byte for byte.
+run dp_time 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/dp_time" --set planner.objective=time
+has dp_time "frozen 0/4  K 1  M 1  x4"
+"$bin" plan "$cfg" --json --set planner.objective=time > "$tmp/planned_time.json" &&
+  cmp -s "$tmp/planned_time.json" "$tmp/dp_time/plan.json" && ok ||
+  bad "objective time: the executor's plan.json differs from elasticpipe plan --json"
 
 # 1b. Two (simulated) nodes of 2 devices: node-sharded sampler and one
 #     cache file per node; still exactly once, replicas still identical.

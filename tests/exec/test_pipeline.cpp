@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -151,6 +152,32 @@ TEST_CASE("activation recomputation changes memory, not the gradients") {
   }
   require_close(results[1], results[0]);
   require_close(results[2], results[0]);
+}
+
+TEST_CASE("the executor recomputes exactly the micro-batches the planner's cost and memory models assume") {
+  // One rule (recomputes() in planner/memory.hpp) for iteration_costs, stage_memory
+  // and the executor: every stage that trains reruns its forward for those micro-batches.
+  std::mt19937 rng(17);
+  const ModelConfig m = tiny(ModelFamily::ViT);
+  for (int trial = 0; trial < 12; ++trial) {
+    const Checkpointing c = std::array{Checkpointing::Never, Checkpointing::ExceptLast, Checkpointing::Always}[trial % 3];
+    const int K = 1 << (rng() % 3), M = K + static_cast<int>(rng() % 4);
+    const int frozen = static_cast<int>(rng() % 2);
+    INFO("checkpointing " << to_string(c) << ", K " << K << ", M " << M << ", frozen " << frozen);
+    const at::Tensor x = inputs(m, 8, trial);
+    const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
+    Run run(m, K, c);
+    run.pipeline.configure(random_partition(run.model.num_sublayers(), frozen, K, rng), K, 1);
+    const Partition& p = run.pipeline.partition();
+    const IterationResult r = run.pipeline.run(
+        schedule_for(rng() % 2 ? ScheduleKind::GPipe : ScheduleKind::OneFOneB, K, M, 1, p, false), split(x, y, M), 8, 0);
+    REQUIRE(static_cast<int>(r.recomputed.size()) == K);
+    for (int st = 0; st < K; ++st)
+      for (int mb = 0; mb < M; ++mb) CHECK(r.recomputed[st][mb] == (!p.active(st).empty() && recomputes(c, mb, M)));
+    // The memory model keeps A (saved activations) for exactly the others.
+    const int kept = M - recomputed_microbatches(c, M);
+    CHECK(kept == (c == Checkpointing::Never ? M : c == Checkpointing::Always ? 0 : 1));
+  }
 }
 
 TEST_CASE("after a transition that freezes layers and repacks, training matches one device bit for bit in weights "

@@ -115,8 +115,10 @@ TEST_CASE("what one process cannot run is refused up front with the config's fil
   three.process.world_size = 3;
   three.process.local_world_size = 3;
   CHECK_THROWS_WITH(exec::train(tiny(), three), Catch::Contains("3 processes") && Catch::Contains("one per device"));
-  // Without compression K never shrinks, so AutoDP never adds a replica.
-  CHECK(exec::train(tiny({"planner.autodp=true", "planner.compression=\"none\"", "training.epochs=1"}), {})
+  // Without compression K only shrinks when too few active sublayers remain
+  // (here 2 * min_active_layers = 4 >= K), so AutoDP never adds a replica.
+  CHECK(exec::train(tiny({"planner.autodp=true", "planner.compression=\"none\"", "planner.min_active_layers=2",
+                          "training.epochs=1"}), {})
             .epochs.size() == 1);
   std::string text = kTiny;
   const std::string needle = "name = \"synthetic-images\"";

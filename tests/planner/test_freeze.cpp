@@ -278,12 +278,16 @@ TEST_CASE("freeze timeline: none, alpha, gradient_norm without trace, replay lis
     CHECK_FALSE(t.used_alpha_bound);
   }
   SECTION("alpha: the alpha_bound iteration") {
-    // L = 4, alpha = 1/3, floor: 1.33->1, 1+1=2, 2+2/3->2.
+    // L = 4, alpha = 1/3, floor_progress (the default): 1.33->1, 1+1=2,
+    // 2+2/3->2 but at least one more: 3 = L - min_active.
     const auto t = freeze_timeline(tiny(), 5);
-    CHECK(t.frozen == std::vector<int>{0, 1, 2, 2, 2, 2});
+    CHECK(t.frozen == std::vector<int>{0, 1, 2, 3, 3, 3});
     CHECK_FALSE(t.used_alpha_bound);
     const auto t12 = freeze_timeline(tiny({"model.num_hidden_layers=12"}), 7);
-    CHECK(t12.frozen == std::vector<int>{0, 4, 6, 8, 9, 10, 10, 10});
+    CHECK(t12.frozen == std::vector<int>{0, 4, 6, 8, 9, 10, 11, 11});
+    // Plain floor stalls once alpha (L - f) < 1: 10 of 12 forever.
+    const auto floor12 = freeze_timeline(tiny({"model.num_hidden_layers=12", "planner.freeze_rounding=floor"}), 7);
+    CHECK(floor12.frozen == std::vector<int>{0, 4, 6, 8, 9, 10, 10, 10});
 
     std::mt19937 rng(99);
     const char* rounding[] = {"floor", "round", "ceil"};
@@ -448,7 +452,7 @@ TEST_CASE("replay of a gradient-norm trace runs the gradient-norm policy on it",
     std::vector<int> expected{0};
     for (int T = 1; T <= steps + 2; ++T) {
       const int f = expected.back();
-      expected.push_back(T <= steps ? std::min(alpha_bound(4, f, rc.planner.alpha, FreezeRounding::Floor, 1),
+      expected.push_back(T <= steps ? std::min(alpha_bound(4, f, rc.planner.alpha, rc.planner.freeze_rounding, 1),
                                                converged_count(norms[T - 1], f))
                                     : f);
     }

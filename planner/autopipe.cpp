@@ -283,7 +283,7 @@ IterationPredictor analytic_predictor(const PlanContext& ctx) {
   };
 }
 
-const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup) {
+const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup, const std::vector<int>& only) {
   const auto& c = ctx_.config;
   const auto key = std::make_pair(setup.K, c.training.batch_size);
   if (auto it = memo_.find(key); it != memo_.end()) return it->second;
@@ -298,6 +298,7 @@ const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup) {
   ChunkChoice choice;
   std::vector<IterationSetup> setups;
   for (int M = lo; M <= hi; ++M) {
+    if (!only.empty() && std::find(only.begin(), only.end(), M) == only.end()) continue;
     IterationSetup s = setup;
     s.M = M;
     ChunkCandidate cand;

@@ -161,7 +161,9 @@ class ChunkSearch {
  public:
   ChunkSearch(const PlanContext& ctx, IterationPredictor predict)
       : ctx_(ctx), predict_(std::move(predict)) {}
-  const ChunkChoice& choose(const IterationSetup& setup);
+  // `only`: the candidates to ask the predictor about (the time objective's
+  // shortlist from the planner's own timeline); empty: the whole range.
+  const ChunkChoice& choose(const IterationSetup& setup, const std::vector<int>& only = {});
 
  private:
   const PlanContext& ctx_;

@@ -148,13 +148,13 @@ Plan RunPlanner::shape(const Plan& base, int K, Partition partition, CacheDecisi
   return plan;
 }
 
-void RunPlanner::time_with_backend(Plan& plan) {
+void RunPlanner::time_with_backend(Plan& plan, const std::vector<int>& only_M) {
   const Config& c = ctx_.config;
   IterationSetup setup = iteration_setup(c, plan, false);
   setup.M = 0;
   const bool first_with_K =
       std::none_of(run_.plans.begin(), run_.plans.end(), [&](const Plan& p) { return p.K == plan.K; });
-  const ChunkChoice& choice = search_.choose(setup);
+  const ChunkChoice& choice = search_.choose(setup, only_M);
   plan.chunk_table = first_with_K ? choice.table : std::vector<ChunkCandidate>{};
   plan.M = choice.M;
   std::vector<IterationSetup> setups{iteration_setup(c, plan, false)};
@@ -234,6 +234,9 @@ double RunPlanner::remaining_s(const Plan& p) const {
 
 namespace {
 
+// How many M per K the back end's chunk search times under objective "time".
+constexpr std::size_t kShortlistM = 3;
+
 std::string stage_sizes(const Partition& p) {
   std::string out;
   for (int s = 0; s < p.K(); ++s) out += (s ? "," : "") + std::to_string(p.bounds[s + 1] - p.bounds[s]);
@@ -274,6 +277,7 @@ Plan RunPlanner::choose_time(Plan base) {
   struct Candidate {
     Plan plan;
     double remaining = 0;
+    std::vector<std::pair<double, int>> by_M;  // (remaining, M): the shortlist the back end's chunk search times
   };
   std::vector<Candidate> cands;
   for (const int K : K_candidates(base)) {
@@ -290,6 +294,7 @@ Plan RunPlanner::choose_time(Plan base) {
         hi = std::min(batch, pc.M_max_factor * K);
       }
       std::optional<Candidate> best;
+      std::vector<std::pair<double, int>> by_M;
       std::map<std::vector<int>, Plan> shaped;  // by partition bounds
       for (int M = lo; M <= hi; ++M) {
         const int micro = (batch + M - 1) / M;
@@ -326,10 +331,14 @@ Plan RunPlanner::choose_time(Plan base) {
         p.samples_per_s = p.layout.replicas * static_cast<double>(batch) / p.iteration_s;
         p.recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, M);
         const double r = remaining_s(p);
-        if (!best || better(p, r, best->plan, best->remaining)) best = Candidate{std::move(p), r};
+        if (p.fits_memory) by_M.emplace_back(r, M);
+        if (!best || better(p, r, best->plan, best->remaining)) best = Candidate{std::move(p), r, {}};
         }
       }
-      if (best) cands.push_back(std::move(*best));
+      if (!best) continue;
+      std::sort(by_M.begin(), by_M.end());
+      best->by_M = std::move(by_M);
+      cands.push_back(std::move(*best));
     }
   }
   if (cands.empty())
@@ -352,7 +361,13 @@ Plan RunPlanner::choose_time(Plan base) {
   std::size_t chosen_at = 0;
   for (const std::size_t i : confirm) {
     Plan p = cands[i].plan;
-    time_with_backend(p);
+    // The back end times the planner's best few M, not the whole range.
+    std::vector<int> shortlist;
+    for (const auto& [r, M] : cands[i].by_M) {
+      if (shortlist.size() == kShortlistM) break;
+      if (std::find(shortlist.begin(), shortlist.end(), M) == shortlist.end()) shortlist.push_back(M);
+    }
+    time_with_backend(p, shortlist);
     const double r = remaining_s(p);
     alts[i] = alternative(p, r, true);
     if (!chosen || better(p, r, chosen->plan, chosen->remaining)) {

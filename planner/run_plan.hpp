@@ -141,7 +141,7 @@ class RunPlanner {
   // The plan's layout-dependent fields for K, partition and cache.
   Plan shape(const Plan& base, int K, Partition partition, CacheDecision cache) const;
   // M, predicted times and memory: the back end's chunk search and predictor.
-  void time_with_backend(Plan& plan);
+  void time_with_backend(Plan& plan, const std::vector<int>& only_M = {});
   Plan choose_paper(Plan base);
   Plan choose_time(Plan base);
   [[nodiscard]] std::vector<int> K_candidates(const Plan& base) const;

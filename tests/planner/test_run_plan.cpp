@@ -145,7 +145,13 @@ TEST_CASE("ablation switches: freeze only keeps the pipeline, AutoDP off keeps t
 }
 
 TEST_CASE("chunk search picks the fastest feasible M in [K, 6K] and memoises per K") {
-  const ep::Config c = paper_config("vit_imagenet");
+  // Objective time asks the predictor about its own three best M only.
+  for (const ep::Plan& p : plan(paper_config("vit_imagenet")).plans) {
+    CHECK(p.chunk_table.size() <= 3);
+    if (!p.chunk_table.empty())
+      CHECK(std::any_of(p.chunk_table.begin(), p.chunk_table.end(), [&](const auto& c) { return c.M == p.M; }));
+  }
+  const ep::Config c = paper_config("vit_imagenet", {"planner.objective=paper"});
   const ep::RunPlan r = plan(c);
   for (const ep::Plan& p : r.plans) {
     if (p.chunk_table.empty()) continue;  // decided by an earlier plan with the same K

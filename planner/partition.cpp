@@ -168,17 +168,50 @@ std::vector<double> unit_train_flops(const ModelSpec& spec, const MPartition& mp
   });
 }
 
+PaperItems paper_items(const ModelSpec& spec, int frozen_layers) {
+  PaperItems items;
+  const int n = spec.num_sublayers();
+  for (int s = ModelSpec::frozen_prefix(frozen_layers).last; s < n; ++s) {
+    const Sublayer& sl = spec.sublayers[s];
+    if (sl.kind == SublayerKind::Head && spec.config.family == ModelFamily::ViT) {
+      const double norm = 2.0 * spec.config.hidden_size;  // final LayerNorm: weight and bias
+      items.params_millions.insert(items.params_millions.end(), {norm / 1e6, (sl.params - norm) / 1e6});
+      items.first_sublayer.insert(items.first_sublayer.end(), {s, s});
+      continue;
+    }
+    items.params_millions.push_back(sl.params / 1e6);
+    items.first_sublayer.push_back(s);
+  }
+  return items;
+}
+
+Partition greedy_partition_paper(const ModelSpec& spec, int frozen_layers, int K, double lambda_frozen) {
+  const MPartition mp = m_partition(spec, frozen_layers);
+  const double fixed0 = lambda_frozen * frozen_params_millions(spec, mp);
+  const PaperItems items = paper_items(spec, frozen_layers);
+  if (static_cast<int>(items.params_millions.size()) >= K) {
+    Partition p;
+    p.frozen_layers = frozen_layers;
+    p.frozen_end = mp.frozen_end;
+    p.bounds.push_back(mp.frozen_end);
+    std::size_t item = 0;
+    for (const int c : load_balance_greedy(items.params_millions, fixed0, K)) {
+      item += c;
+      p.bounds.push_back(item < items.first_sublayer.size() ? items.first_sublayer[item] : spec.num_sublayers());
+    }
+    if (std::adjacent_find(p.bounds.begin(), p.bounds.end(), std::greater_equal<>()) == p.bounds.end()) return p;
+  }
+  return partition_from_counts(mp, load_balance_greedy(unit_params_millions(spec, mp), fixed0, K));
+}
+
 Partition make_partition(const ModelSpec& spec, int frozen_layers, int K, PartitionerKind kind,
                          double lambda_frozen, double frozen_flops0) {
-  const MPartition mp = m_partition(spec, frozen_layers);
-  std::vector<int> counts;
   if (kind == PartitionerKind::Greedy) {
-    counts = load_balance_greedy(unit_params_millions(spec, mp),
-                                 lambda_frozen * frozen_params_millions(spec, mp), K);
-  } else {
-    counts = partition_min_max(unit_train_flops(spec, mp), frozen_flops0, K);
+    check_partition_args(m_partition(spec, frozen_layers).units.size(), K);
+    return greedy_partition_paper(spec, frozen_layers, K, lambda_frozen);
   }
-  return partition_from_counts(mp, counts);
+  const MPartition mp = m_partition(spec, frozen_layers);
+  return partition_from_counts(mp, partition_min_max(unit_train_flops(spec, mp), frozen_flops0, K));
 }
 
 Partition partition_from_counts(const MPartition& mp, std::span<const int> counts) {

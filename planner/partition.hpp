@@ -75,6 +75,22 @@ std::ostream& operator<<(std::ostream&, const Partition&);
 [[nodiscard]] std::vector<double> stage_loads(std::span<const double> unit_load, double fixed_load0,
                                               std::span<const int> counts);
 
+// The list the paper's greedy sees, as the authors' code builds it: the
+// stem (patch or token embedding) while active, every attention and MLP
+// sublayer, and ViT's head as two items, the final LayerNorm and the
+// classifier (BERT's pooler + classifier stay one). Sizes in millions of
+// parameters; `first_sublayer[i]` is the sublayer item i starts (both head
+// items start the head: a cut between them moves before it).
+struct PaperItems {
+  std::vector<double> params_millions;
+  std::vector<int> first_sublayer;
+};
+[[nodiscard]] PaperItems paper_items(const ModelSpec&, int frozen_layers);
+// load_balance_greedy on paper_items, mapped back to sublayer bounds. When
+// a cut moved before the head would empty a stage, the greedy runs on the
+// glued units instead (m_partition).
+[[nodiscard]] Partition greedy_partition_paper(const ModelSpec&, int frozen_layers, int K, double lambda_frozen);
+
 // The paper's size proxy: parameters in millions (the authors' unit; the
 // greedy's mean + variance criterion depends on the unit).
 [[nodiscard]] std::vector<double> unit_params_millions(const ModelSpec&, const MPartition&);
@@ -87,7 +103,8 @@ std::ostream& operator<<(std::ostream&, const Partition&);
 [[nodiscard]] Partition partition_from_counts(const MPartition& mp, std::span<const int> counts);
 
 // Cut the model with `frozen_layers` frozen into K stages: the greedy on the
-// paper's proxy (plus lambda_frozen * S_frozen on stage 0), or the optimal
+// paper's items (greedy_partition_paper, plus lambda_frozen * S_frozen on
+// stage 0), or the optimal
 // partitioner on compute (plus `frozen_flops0`, the frozen forward's FLOPs
 // per sample on stage 0, 0 when the cache serves it). Throws ep::Error when
 // fewer than K units remain.

@@ -293,7 +293,8 @@ TEST_CASE("partitioners: random instances, shape, loads, optimality", "[partitio
 // ---------------------------------------------------------------------------
 // make_partition
 
-TEST_CASE("make_partition: bounds, stage_of, stem and head glued, both partitioners", "[partition]") {
+TEST_CASE("make_partition: bounds, stage_of, the greedy on the authors' items, the optimal one on glued units",
+          "[partition]") {
   std::mt19937 rng(777);
   for (int trial = 0; trial < 300; ++trial) {
     const ModelConfig m = random_model(rng);
@@ -319,7 +320,8 @@ TEST_CASE("make_partition: bounds, stage_of, stem and head glued, both partition
         REQUIRE(p.bounds.front() == mp.frozen_end);
         REQUIRE(p.bounds.back() == n);
         for (int k = 0; k < K; ++k) REQUIRE(p.bounds[k] < p.bounds[k + 1]);
-        for (int k = 1; k < K; ++k) {
+        const PaperItems items = paper_items(spec, f);
+        for (int k = 1; k < K && kind == PartitionerKind::Optimal; ++k) {
           REQUIRE(p.bounds[k] != n - 1);          // head glued to mlp.{L-1}
           if (f == 0) REQUIRE(p.bounds[k] != 1);  // stem glued to att.0
           // Every interior boundary starts a unit.
@@ -341,15 +343,26 @@ TEST_CASE("make_partition: bounds, stage_of, stem and head glued, both partition
           counts.push_back(c);
         }
         if (kind == PartitionerKind::Greedy) {
-          const auto up = unit_params_millions(spec, mp);
+          // The greedy on the authors' items (stem alone, ViT's final norm
+          // and classifier apart), each cut at its item's first sublayer (a
+          // cut between the head's two items before the head); the glued
+          // units when that would empty a stage.
           const double fixed0 = lambda * frozen_params_millions(spec, mp);
-          REQUIRE(counts == load_balance_greedy(up, fixed0, K));
-          // Eq. 2's paper measure agrees with the greedy's own loads.
+          std::vector<int> bounds{mp.frozen_end};
+          std::size_t item = 0;
+          for (const int c : load_balance_greedy(items.params_millions, fixed0, K)) {
+            item += c;
+            bounds.push_back(item < items.first_sublayer.size() ? items.first_sublayer[item] : n);
+          }
+          if (std::adjacent_find(bounds.begin(), bounds.end(), std::greater_equal<>()) == bounds.end()) {
+            REQUIRE(p.bounds == bounds);
+          } else {
+            REQUIRE(counts == load_balance_greedy(unit_params_millions(spec, mp), fixed0, K));
+          }
+          // Eq. 2's paper measure: stage 0 carries lambda * S_frozen.
           const auto paper = stage_loads_paper(spec, p, lambda);
-          const auto own = stage_loads(up, fixed0, counts);
-          REQUIRE(paper.size() == own.size());
-          for (int k = 0; k < K; ++k) REQUIRE(paper[k] == Approx(own[k]));
-          REQUIRE(m_gpu_paper(spec, p, lambda) == Approx(max_of(own)));
+          REQUIRE(paper[0] == Approx(spec.params(p.active(0)) / 1e6 + fixed0));
+          REQUIRE(m_gpu_paper(spec, p, lambda) == Approx(max_of(paper)));
         } else {
           REQUIRE(counts == partition_min_max(unit_train_flops(spec, mp), frozen_flops0, K));
         }
@@ -566,4 +579,26 @@ TEST_CASE("compression = none keeps K except when too few units remain", "[parti
       }
     }
   }
+}
+
+TEST_CASE("paper_items: the authors' list for the greedy (ViT's final norm and classifier apart, the stem alone)",
+          "[partition]") {
+  const ModelSpec vit = build_model_spec(ep::test::vit_b16(), Precision::FP32);
+  const PaperItems all = paper_items(vit, 0);
+  REQUIRE(all.params_millions.size() == 1 + 24 + 2);
+  CHECK(all.first_sublayer.front() == 0);                      // the patch embedding
+  CHECK(all.params_millions[25] == Approx(2 * 768 / 1e6));     // final LayerNorm
+  CHECK(all.params_millions[26] == Approx((768 * 1000 + 1000) / 1e6));  // classifier
+  CHECK(all.first_sublayer[25] == vit.head_sublayer());
+  CHECK(all.first_sublayer[26] == vit.head_sublayer());
+  double sum = 0;
+  for (const double p : all.params_millions) sum += p;
+  CHECK(sum == Approx(vit.total_params() / 1e6));
+  // Frozen layers (and the stem with them) leave the list.
+  const PaperItems four = paper_items(vit, 4);
+  CHECK(four.params_millions.size() == 16 + 2);
+  CHECK(four.first_sublayer.front() == ModelSpec::first_sublayer_of_layer(4));
+  // BERT's head (pooler + classifier) stays one item.
+  const ModelSpec bert = build_model_spec(ep::test::bert(12, 768, 3072, 12), Precision::FP32);
+  CHECK(paper_items(bert, 0).params_millions.size() == 1 + 24 + 1);
 }

@@ -101,6 +101,7 @@ TEST_CASE("ViT-B/16 on ImageNet with the paper's settings compresses as the plan
   for (const ep::Plan& p : r.plans) {
     for (const auto& a : p.compression.attempts) {
       CHECK(a.to_K * 2 == a.from_K);
+      if (!a.reason.empty()) continue;  // forced: too few sublayers for K stages
       CHECK(a.limit == Approx(r.compression_limit));
       CHECK(a.accepted == (a.m_gpu < a.limit));
     }

@@ -361,11 +361,17 @@ Plan RunPlanner::choose_time(Plan base) {
   std::size_t chosen_at = 0;
   for (const std::size_t i : confirm) {
     Plan p = cands[i].plan;
-    // The back end times the planner's best few M, not the whole range.
-    std::vector<int> shortlist;
+    // The back end times the planner's best few M, not the whole range: the
+    // best M of each of the best micro-batch sizes (neighbouring M of one
+    // size differ mostly by how evenly the batch splits, where the
+    // planner's timeline and the back end can disagree).
+    std::vector<int> shortlist, sizes;
     for (const auto& [r, M] : cands[i].by_M) {
       if (shortlist.size() == kShortlistM) break;
-      if (std::find(shortlist.begin(), shortlist.end(), M) == shortlist.end()) shortlist.push_back(M);
+      const int size = (batch + M - 1) / M;
+      if (std::find(sizes.begin(), sizes.end(), size) != sizes.end()) continue;
+      sizes.push_back(size);
+      shortlist.push_back(M);
     }
     time_with_backend(p, shortlist);
     const double r = remaining_s(p);

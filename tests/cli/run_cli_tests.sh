@@ -129,7 +129,7 @@ fm="$root/configs/fashion_mnist_vit_tiny.toml"
 small=(--set data.num_train_samples=512 --set data.num_test_samples=128 --set training.epochs=2)
 expect_rc 0 "train" -- "$bin" train "$fm" "${small[@]}" --out "$tmp/train"
 expect_text "train epoch line" "epoch 2/2  loss"
-expect_text "train transition line" "transition frozen 0->1 K 4->4"
+expect_text "train transition line" "transition frozen 0->1 K 2->2"
 for f in summary.json epochs.csv trace.json grad_norms.csv plan.json weights.bin; do
   [ -s "$tmp/train/$f" ] && ok || bad "train wrote no $f"
 done

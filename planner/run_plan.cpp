@@ -500,14 +500,18 @@ std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
     os << "\nalternatives weighed (predicted seconds to the end of training if kept from that step;\n"
           "  c = confirmed by the back end's chunk search and predictor, * = chosen):\n";
     for (const Plan& p : r.plans) {
-      os << "  T=" << p.freeze_step << ":";
+      bool first = true;
       for (const Alternative& a : p.alternatives) {
-        os << "  K=" << a.K << " M=" << a.M << " x" << a.replicas << (a.cache ? " cache" : "")
-           << (a.frozen_in_stages ? " frozen-in-stages" : "") << " [" << a.stages
-           << "] " << fmt("%.1f", a.remaining_s) << (a.fits_memory ? "" : "(oom)") << (a.confirmed ? "c" : "")
-           << (a.chosen ? "*" : "");
+        const std::string what = "K=" + std::to_string(a.K) + " M=" + std::to_string(a.M) + " x" +
+                                 std::to_string(a.replicas) + (a.cache ? " cache" : "") +
+                                 (a.frozen_in_stages ? " frozen in stages" : "");
+        std::string flags = std::string(a.fits_memory ? "" : " oom") + (a.confirmed ? " c" : "") + (a.chosen ? " *" : "");
+        char row[256];
+        std::snprintf(row, sizeof row, "  %-5s %-34s %-22s %12.1f", first ? ("T=" + std::to_string(p.freeze_step)).c_str() : "",
+                      what.c_str(), ("[" + a.stages + "]").c_str(), a.remaining_s);
+        os << row << flags << "\n";
+        first = false;
       }
-      os << "\n";
     }
   }
   os << "\nchunk search (predicted iteration time per M, first plan of each K):\n";

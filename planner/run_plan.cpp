@@ -267,117 +267,135 @@ bool better(const Plan& a, double ra, const Plan& b, double rb) {
 // and predictor, and the least predicted time to the end of training wins.
 // Keeping the current K, replicas and cache is among the alternatives, so a
 // switch is only made when the model predicts it pays for its transition.
-Plan RunPlanner::choose_time(Plan base) {
+// One alternative being weighed.
+struct RunPlanner::Candidate {
+  Plan plan;
+  double remaining = 0;
+  std::vector<std::pair<double, int>> by_M;  // (remaining, M) that fit: the shortlist the back end times
+};
+
+namespace {
+
+// The back end times the planner's best few M, not the whole range: the
+// best M of each of the best micro-batch sizes (neighbouring M of one size
+// differ mostly by how evenly the batch splits, where the planner's
+// timeline and the back end can disagree).
+std::vector<int> shortlist_M(const std::vector<std::pair<double, int>>& by_M, int batch) {
+  std::vector<int> shortlist, sizes;
+  for (const auto& [r, M] : by_M) {
+    if (shortlist.size() == kShortlistM) break;
+    const int size = (batch + M - 1) / M;
+    if (std::find(sizes.begin(), sizes.end(), size) != sizes.end()) continue;
+    sizes.push_back(size);
+    shortlist.push_back(M);
+  }
+  return shortlist;
+}
+
+}  // namespace
+
+std::optional<RunPlanner::Candidate> RunPlanner::best_M(const Plan& base, int K, const CacheDecision& cache,
+                                                        FrozenPlacement placement) const {
   const Config& c = ctx_.config;
   const auto& pc = c.planner;
   const int batch = c.training.batch_size;
-  const int units = 2 * (c.model.num_hidden_layers - base.frozen_layers);
-  // The cut of the unfrozen model the configured partitioner makes.
-  const auto initial_cut = [&](int stages) { return plan_partition(ctx_, 0, stages, false); };
-  struct Candidate {
-    Plan plan;
-    double remaining = 0;
-    std::vector<std::pair<double, int>> by_M;  // (remaining, M): the shortlist the back end's chunk search times
-  };
-  std::vector<Candidate> cands;
-  for (const int K : K_candidates(base)) {
-    for (const CacheDecision& cache : cache_candidates(base.frozen_layers))
-    for (const FrozenPlacement placement : {FrozenPlacement::Device0, FrozenPlacement::InStages}) {
-      // The prefix can only run inside the stages when there is one, AutoPipe
-      // may repartition, and no cache needs F_frozen's output separately.
-      if (placement == FrozenPlacement::InStages && (base.frozen_layers == 0 || !pc.autopipe || cache.on)) continue;
-      // F_frozen on device 0 leaves the active sublayers to K * v stages.
-      if (placement == FrozenPlacement::Device0 && pc.autopipe && K * base.v > units) continue;
-      int lo = pc.M, hi = pc.M;
-      if (pc.chunk_search) {
-        lo = pc.M_min_factor * K;
-        hi = std::min(batch, pc.M_max_factor * K);
+  int lo = pc.M, hi = pc.M;
+  if (pc.chunk_search) {
+    lo = pc.M_min_factor * K;
+    hi = std::min(batch, pc.M_max_factor * K);
+  }
+  std::optional<Candidate> best;
+  std::vector<std::pair<double, int>> by_M;
+  std::map<std::vector<int>, Plan> shaped;  // by partition bounds
+  for (int M = lo; M <= hi; ++M) {
+    // Balanced by predicted time; in the stages also the initial cut (what
+    // freezing without AutoPipe runs): GPipe pays the slowest forward and
+    // the slowest backward, which a balance of their sums can miss when
+    // frozen sublayers only run forward.
+    std::vector<Partition> parts;
+    if (!pc.autopipe) {
+      parts.push_back(plan_partition(ctx_, base.frozen_layers, K * base.v, false));
+    } else {
+      parts.push_back(partition_by_time(ctx_, base.frozen_layers, K * base.v, cache.on, cache.tier,
+                                        (batch + M - 1) / M, placement));
+      if (placement == FrozenPlacement::InStages) {
+        Partition initial = plan_partition(ctx_, 0, K * base.v, false);
+        initial.frozen_layers = base.frozen_layers;
+        initial.frozen_end = ModelSpec::frozen_prefix(base.frozen_layers).last;
+        parts.push_back(std::move(initial));
       }
-      std::optional<Candidate> best;
-      std::vector<std::pair<double, int>> by_M;
-      std::map<std::vector<int>, Plan> shaped;  // by partition bounds
-      for (int M = lo; M <= hi; ++M) {
-        const int micro = (batch + M - 1) / M;
-        // Balanced by predicted time; in the stages also the initial cut
-        // (what freezing without AutoPipe runs): GPipe pays the slowest
-        // forward and the slowest backward, which a balance of their sums
-        // can miss when frozen sublayers only run forward.
-        std::vector<Partition> parts;
-        if (!pc.autopipe) {
-          parts.push_back(plan_partition(ctx_, base.frozen_layers, K * base.v, false));
-        } else {
-          parts.push_back(partition_by_time(ctx_, base.frozen_layers, K * base.v, cache.on, cache.tier, micro, placement));
-          if (placement == FrozenPlacement::InStages) {
-            Partition initial = initial_cut(K * base.v);
-            initial.frozen_layers = base.frozen_layers;
-            initial.frozen_end = ModelSpec::frozen_prefix(base.frozen_layers).last;
-            parts.push_back(std::move(initial));
-          }
-        }
-        for (Partition& part : parts) {
-        auto it = shaped.find(part.bounds);
-        if (it == shaped.end()) {
-          std::vector<int> key = part.bounds;
-          it = shaped.emplace(std::move(key), shape(base, K, std::move(part), cache)).first;
-        }
-        Plan p = it->second;
-        p.M = M;
-        p.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, p.partition, K, M);
-        p.fits_memory = p.max_device_memory_bytes <= c.cluster.device.memory_bytes;
-        const Timeline t = predict_iteration(ctx_, iteration_setup(c, p, false));
-        p.iteration_s = t.makespan;
-        p.bubble_fraction = t.bubble_fraction();
-        if (p.cache_fill_from >= 0) p.fill_iteration_s = predict_iteration(ctx_, iteration_setup(c, p, true)).makespan;
-        p.samples_per_s = p.layout.replicas * static_cast<double>(batch) / p.iteration_s;
-        p.recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, M);
-        const double r = remaining_s(p);
-        if (p.fits_memory) by_M.emplace_back(r, M);
-        if (!best || better(p, r, best->plan, best->remaining)) best = Candidate{std::move(p), r, {}};
-        }
+    }
+    for (Partition& part : parts) {
+      auto it = shaped.find(part.bounds);
+      if (it == shaped.end()) {
+        std::vector<int> key = part.bounds;
+        it = shaped.emplace(std::move(key), shape(base, K, std::move(part), cache)).first;
       }
-      if (!best) continue;
-      std::sort(by_M.begin(), by_M.end());
-      best->by_M = std::move(by_M);
-      cands.push_back(std::move(*best));
+      Plan p = it->second;
+      p.M = M;
+      p.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, p.partition, K, M);
+      p.fits_memory = p.max_device_memory_bytes <= c.cluster.device.memory_bytes;
+      const Timeline t = predict_iteration(ctx_, iteration_setup(c, p, false));
+      p.iteration_s = t.makespan;
+      p.bubble_fraction = t.bubble_fraction();
+      if (p.cache_fill_from >= 0) p.fill_iteration_s = predict_iteration(ctx_, iteration_setup(c, p, true)).makespan;
+      p.samples_per_s = p.layout.replicas * static_cast<double>(batch) / p.iteration_s;
+      p.recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, M);
+      const double r = remaining_s(p);
+      if (p.fits_memory) by_M.emplace_back(r, M);
+      if (!best || better(p, r, best->plan, best->remaining)) best = Candidate{std::move(p), r, {}};
     }
   }
-  if (cands.empty())
-    throw c.error("planner.M_min_factor",
-                  "a chunk range [M_min_factor K, min(batch, M_max_factor K)] that is not empty for some K <= " +
-                      std::to_string(run_.plans.empty() ? pc.K : run_.plans.back().K),
-                  std::to_string(pc.M_min_factor));
-  std::stable_sort(cands.begin(), cands.end(),
-                   [&](const Candidate& a, const Candidate& b) { return better(a.plan, a.remaining, b.plan, b.remaining); });
-  // The back end confirms the best and a near tie.
-  std::vector<std::size_t> confirm;
-  for (std::size_t i = 0; i < cands.size(); ++i) {
-    const Plan& p = cands[i].plan;
-    if (i == 0 || (p.fits_memory && confirm.size() < 2 && cands[i].remaining <= 1.03 * cands[0].remaining))
-      confirm.push_back(i);
+  if (best) {
+    std::sort(by_M.begin(), by_M.end());
+    best->by_M = std::move(by_M);
   }
+  return best;
+}
+
+std::vector<RunPlanner::Candidate> RunPlanner::weigh(const Plan& base) const {
+  const auto& pc = ctx_.config.planner;
+  const int units = 2 * (ctx_.config.model.num_hidden_layers - base.frozen_layers);
+  std::vector<Candidate> cands;
+  for (const int K : K_candidates(base))
+    for (const CacheDecision& cache : cache_candidates(base.frozen_layers))
+      for (const FrozenPlacement placement : {FrozenPlacement::Device0, FrozenPlacement::InStages}) {
+        // The prefix runs inside the stages only when there is one, AutoPipe
+        // may repartition, and no cache needs F_frozen's output separately;
+        // on device 0 it leaves the active sublayers to K * v stages.
+        if (placement == FrozenPlacement::InStages && (base.frozen_layers == 0 || !pc.autopipe || cache.on)) continue;
+        if (placement == FrozenPlacement::Device0 && pc.autopipe && K * base.v > units) continue;
+        if (auto best = best_M(base, K, cache, placement)) cands.push_back(std::move(*best));
+      }
+  if (cands.empty())
+    throw ctx_.config.error("planner.M_min_factor",
+                            "a chunk range [M_min_factor K, min(batch, M_max_factor K)] that is not empty for some K <= " +
+                                std::to_string(run_.plans.empty() ? pc.K : run_.plans.back().K),
+                            std::to_string(pc.M_min_factor));
+  std::stable_sort(cands.begin(), cands.end(), [&](const Candidate& a, const Candidate& b) {
+    return better(a.plan, a.remaining, b.plan, b.remaining);
+  });
+  return cands;
+}
+
+Plan RunPlanner::choose_time(Plan base) {
+  const auto& pc = ctx_.config.planner;
+  const std::vector<Candidate> cands = weigh(base);
   std::vector<Alternative> alts;
   for (const Candidate& cand : cands) alts.push_back(alternative(cand.plan, cand.remaining, false));
+  // The back end confirms the best and a near tie.
   std::optional<Candidate> chosen;
   std::size_t chosen_at = 0;
-  for (const std::size_t i : confirm) {
+  for (std::size_t i = 0, confirmed = 0; i < cands.size(); ++i) {
+    const bool near = cands[i].plan.fits_memory && confirmed < 2 && cands[i].remaining <= 1.03 * cands[0].remaining;
+    if (i > 0 && !near) continue;
+    ++confirmed;
     Plan p = cands[i].plan;
-    // The back end times the planner's best few M, not the whole range: the
-    // best M of each of the best micro-batch sizes (neighbouring M of one
-    // size differ mostly by how evenly the batch splits, where the
-    // planner's timeline and the back end can disagree).
-    std::vector<int> shortlist, sizes;
-    for (const auto& [r, M] : cands[i].by_M) {
-      if (shortlist.size() == kShortlistM) break;
-      const int size = (batch + M - 1) / M;
-      if (std::find(sizes.begin(), sizes.end(), size) != sizes.end()) continue;
-      sizes.push_back(size);
-      shortlist.push_back(M);
-    }
-    time_with_backend(p, shortlist);
+    time_with_backend(p, shortlist_M(cands[i].by_M, ctx_.config.training.batch_size));
     const double r = remaining_s(p);
     alts[i] = alternative(p, r, true);
     if (!chosen || better(p, r, chosen->plan, chosen->remaining)) {
-      chosen = Candidate{std::move(p), r};
+      chosen = Candidate{std::move(p), r, {}};
       chosen_at = i;
     }
   }

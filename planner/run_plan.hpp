@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -143,6 +144,12 @@ class RunPlanner {
   // M, predicted times and memory: the back end's chunk search and predictor.
   void time_with_backend(Plan& plan, const std::vector<int>& only_M = {});
   Plan choose_paper(Plan base);
+  // Objective "time": the alternatives, best first (weigh), each the best M
+  // of one (K, cache, placement) by the planner's own timeline (best_M);
+  // choose_time has the back end confirm the best and picks.
+  struct Candidate;
+  [[nodiscard]] std::optional<Candidate> best_M(const Plan& base, int K, const CacheDecision&, FrozenPlacement) const;
+  [[nodiscard]] std::vector<Candidate> weigh(const Plan& base) const;
   Plan choose_time(Plan base);
   [[nodiscard]] std::vector<int> K_candidates(const Plan& base) const;
   [[nodiscard]] std::vector<CacheDecision> cache_candidates(int frozen_layers) const;

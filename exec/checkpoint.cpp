@@ -1,6 +1,5 @@
 #include "exec/checkpoint.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <utility>
 
 #include "planner/error.hpp"
+#include "traces/atomic_file.hpp"
 
 namespace ep::exec {
 namespace {
@@ -37,42 +37,6 @@ std::optional<std::int64_t> parse_number(std::string_view s, std::string_view pr
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < 0) return std::nullopt;
   return v;
-}
-
-// Writes and fsyncs a file: the data is on disk before any rename
-// publishes it.
-void write_file(const fs::path& path, std::span<const std::uint8_t> bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(path.string() + ": cannot create: " + errno_text());
-  const std::uint8_t* p = bytes.data();
-  std::size_t left = bytes.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string err = errno_text();
-      ::close(fd);
-      throw Error(path.string() + ": write failed: " + err);
-    }
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const std::string err = errno_text();
-    ::close(fd);
-    throw Error(path.string() + ": fsync failed: " + err);
-  }
-  if (::close(fd) != 0) throw Error(path.string() + ": close failed: " + errno_text());
-}
-
-// A rename is durable only once its directory is fsync'd.
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw Error(dir.string() + ": cannot open directory: " + errno_text());
-  const int rc = ::fsync(fd);
-  const std::string err = rc != 0 ? errno_text() : "";
-  ::close(fd);
-  if (rc != 0) throw Error(dir.string() + ": fsync failed: " + err);
 }
 
 void rename_or_throw(const fs::path& from, const fs::path& to) {
@@ -140,24 +104,20 @@ void write_checkpoint(const std::string& dir, std::int64_t step, std::span<const
   const fs::path tmp = root / (".tmp-" + std::to_string(step) + "-" + pid);
   fs::remove_all(tmp, ec);  // our pid's own leftover from an earlier life
   if (!fs::create_directory(tmp, ec) || ec) throw Error(tmp.string() + ": cannot create: " + ec.message());
-  write_file(tmp / "state.bin", state);
-  fsync_dir(tmp);
+  write_file_durably((tmp / "state.bin").string(), state);
+  fsync_directory(tmp.string());
   if (fs::exists(final_dir)) {
     // A directory cannot be renamed over a non-empty one; replacing the file
     // is just as atomic, and `latest` stays valid throughout.
     rename_or_throw(tmp / "state.bin", final_dir / "state.bin");
-    fsync_dir(final_dir);
+    fsync_directory(final_dir.string());
     fs::remove_all(tmp, ec);
   } else {
     rename_or_throw(tmp, final_dir);
   }
-  fsync_dir(root);
+  fsync_directory(root.string());
 
-  const std::string text = name + "\n";
-  const fs::path latest_tmp = root / (".latest.tmp-" + pid);
-  write_file(latest_tmp, {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()});
-  rename_or_throw(latest_tmp, root / "latest");
-  fsync_dir(root);
+  write_file_atomically((root / "latest").string(), name + "\n");
   // Only after `latest` moved on: it never names a removed dir.
   prune(root, step, keep);
 }

@@ -19,19 +19,36 @@ namespace {
 using namespace detail;
 
 // Times travel as integer nanoseconds (Perfetto's own resolution), written as
-// microseconds. Within 1e6 s, ns -> us double -> text -> double -> ns is
-// exact, so write -> read -> write gives the same bytes.
-constexpr double kMaxAbsTimeS = 1e6;
+// microseconds, and may lie within +-1e9 s (31.7 years: a simulated training
+// of months fits, a garbage time does not); a span lasts at most 8e6 s (92
+// days). Within 8e6 s of the start, ns -> us double -> text -> double -> ns
+// is exact, so write -> read -> write gives the same bytes. Beyond, neither
+// a double of microseconds nor the trace's double of seconds holds every
+// nanosecond: the writer rounds each time to one the reader gets back
+// exactly (at 1e9 s, within 64 ns), a round trip moves a time by at most
+// 128 ns, and the order of times, so how spans nest, is kept. Durations up
+// to 8e6 s travel exactly.
+constexpr double kMaxAbsTimeS = 1e9;
 constexpr double kMaxAbsTimeUs = kMaxAbsTimeS * 1e6;
+constexpr double kMaxSpanS = 8e6;
+constexpr double kMaxSpanUs = kMaxSpanS * 1e6;
 
-double to_us(std::int64_t ns) { return static_cast<double>(ns) / 1e3; }
+// Whole microseconds exactly, plus the fraction: one rounding only.
+double to_us(std::int64_t ns) { return static_cast<double>(ns / 1000) + static_cast<double>(ns % 1000) / 1e3; }
 
-std::int64_t us_to_ns(double us) { return std::llround(us * 1e3); }
+std::int64_t us_to_ns(double us) {
+  const double whole = std::trunc(us);
+  return static_cast<std::int64_t>(whole) * 1000 + std::llround((us - whole) * 1e3);
+}
+
+// The time the reader will see for `ns`.
+std::int64_t representable(std::int64_t ns) { return us_to_ns(to_us(ns)); }
 
 std::int64_t seconds_to_ns(double s, const std::string& where, const char* what) {
   if (!(std::abs(s) <= kMaxAbsTimeS))
-    throw Error(where + ": " + what + " = " + std::to_string(s) + " s, expected a time in [-1e6, 1e6] s");
-  return std::llround(s * 1e9);
+    throw Error(where + ": " + what + " = " + std::to_string(s) +
+                " s, expected a time in [-1e9, 1e9] s (31.7 years either side of the run's start)");
+  return representable(std::llround(s * 1e9));
 }
 
 bool known_category(std::string_view c) {
@@ -106,7 +123,7 @@ bool parse_process_name(const std::string& s, int& node) {
 
 }  // namespace
 
-void write_chrome_trace(const Trace& t, const std::string& path) {
+void write_chrome_trace(const Trace& t, std::ostream& out, const std::string& path) {
   const std::string ctx = "writing " + path;
   check_source(t.source, ctx);
   int max_node = -1;
@@ -130,6 +147,9 @@ void write_chrome_trace(const Trace& t, const std::string& path) {
       throw Error(where + ": category '" + e.category + "': expected " + categories_text());
     const auto t0 = seconds_to_ns(e.start_s, where, "start_s"), t1 = seconds_to_ns(e.end_s, where, "end_s");
     if (t1 < t0) throw Error(where + ": end_s < start_s");
+    if (static_cast<double>(t1 - t0) > kMaxSpanUs * 1e3)
+      throw Error(where + ": lasts " + std::to_string((t1 - t0) / 1'000'000'000) +
+                  " s, expected at most 8e6 s (92 days, the longest span kept to the nanosecond)");
     if (e.flow_out < 0 || e.flow_in < 0) throw Error(where + ": flow ids must be >= 0 (0 = none)");
     if (e.flow_out > 0) flows.add(e.flow_out, true, where);
     if (e.flow_in > 0) flows.add(e.flow_in, false, where);
@@ -163,7 +183,6 @@ void write_chrome_trace(const Trace& t, const std::string& path) {
       throw Error(ctx + ": " + what + ": " + e.what());
     }
   };
-  std::ofstream out = open_for_writing(path);
   // otherData first, so that a reader checks the schema before any event.
   out << "{\"displayTimeUnit\":\"ms\",\n\"otherData\":"
       << dump({{"schema", kSchemaVersion},
@@ -270,7 +289,12 @@ void write_chrome_trace(const Trace& t, const std::string& path) {
     out << line;
   }
   out << "\n]}\n";
-  finish_writing(out, path);
+}
+
+void write_chrome_trace(const Trace& t, const std::string& path) {
+  AtomicFile file(path);
+  write_chrome_trace(t, file.stream(), path);
+  file.commit();
 }
 
 Trace read_chrome_trace(const std::string& path) {
@@ -341,10 +365,9 @@ Trace read_chrome_trace(const std::string& path) {
     e.category = get_string(ev, "cat", w);
     if (!known_category(e.category)) bad_field(w, "cat", categories_text(), ev.at("cat"));
     const double dur_us = get_number(ev, "dur", w);
-    if (!(dur_us >= 0 && dur_us <= 2 * kMaxAbsTimeUs))
-      bad_field(w, "dur", "microseconds in [0, 2e12]", ev.at("dur"));
+    if (!(dur_us >= 0 && dur_us <= kMaxSpanUs)) bad_field(w, "dur", "microseconds in [0, 8e12]", ev.at("dur"));
     s.t1_ns = s.t0_ns + us_to_ns(dur_us);
-    if (s.t1_ns > kMaxAbsTimeUs * 1e3) throw Error(w + ": ts + dur is beyond 1e12 microseconds");
+    if (s.t1_ns > kMaxAbsTimeUs * 1e3) throw Error(w + ": ts + dur is beyond 1e15 microseconds");
     e.start_s = static_cast<double>(s.t0_ns) / 1e9;
     e.end_s = static_cast<double>(s.t1_ns) / 1e9;
     const std::string aw = w + ": args";
@@ -386,7 +409,7 @@ Trace read_chrome_trace(const std::string& path) {
     if (ph != "X" && ph != "s" && ph != "f") bad_field(w, "ph", "one of X, M, s, f", ev.at("ph"));
     const auto pid = get_int(ev, "pid", w, 1, INT_MAX), tid = get_int(ev, "tid", w, 1, INT_MAX);
     const double ts_us = get_number(ev, "ts", w);
-    if (!(std::abs(ts_us) <= kMaxAbsTimeUs)) bad_field(w, "ts", "microseconds in [-1e12, 1e12]", ev.at("ts"));
+    if (!(std::abs(ts_us) <= kMaxAbsTimeUs)) bad_field(w, "ts", "microseconds in [-1e15, 1e15]", ev.at("ts"));
     const Span s{pid, tid, i, us_to_ns(ts_us), 0};
     if (ph == "X")
       read_span(ev, w, s);

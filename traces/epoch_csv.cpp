@@ -91,7 +91,7 @@ const char* expected(double) { return "a number"; }
 
 }  // namespace
 
-void write_epoch_csv(const std::vector<EpochMetrics>& rows, const std::string& path) {
+void write_epoch_csv(const std::vector<EpochMetrics>& rows, std::ostream& out, const std::string& path) {
   std::string text = join(column_names()) + "\n";
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const std::string where = "writing " + path + ": row " + std::to_string(r);
@@ -105,9 +105,13 @@ void write_epoch_csv(const std::vector<EpochMetrics>& rows, const std::string& p
     });
     text += join(fields) + "\n";
   }
-  std::ofstream out = open_for_writing(path);
   out << text;
-  finish_writing(out, path);
+}
+
+void write_epoch_csv(const std::vector<EpochMetrics>& rows, const std::string& path) {
+  AtomicFile file(path);
+  write_epoch_csv(rows, file.stream(), path);
+  file.commit();
 }
 
 std::vector<EpochMetrics> read_epoch_csv(const std::string& path) {

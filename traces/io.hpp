@@ -1,4 +1,4 @@
-// Internal to traces/: file access and typed JSON field access whose errors
+// Internal to traces/: file access (writing goes through atomic_file.hpp) and typed JSON field access whose errors
 // name the file, the place in it, the field, what was expected and what was
 // found. Not for use outside traces/.
 #pragma once
@@ -13,22 +13,12 @@
 #include <vector>
 
 #include "planner/error.hpp"
+#include "traces/atomic_file.hpp"
 #include "traces/trace.hpp"
 
 namespace ep::trace::detail {
 
 using json = nlohmann::ordered_json;
-
-inline std::ofstream open_for_writing(const std::string& path) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw Error(path + ": cannot open for writing");
-  return out;
-}
-
-inline void finish_writing(std::ofstream& out, const std::string& path) {
-  out.close();
-  if (!out) throw Error(path + ": write failed");
-}
 
 inline std::ifstream open_for_reading(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -58,7 +58,7 @@ void read_value(const json& obj, const char* key, const std::string& where, std:
 
 }  // namespace
 
-void write_summary_json(const RunSummary& s, const std::string& path) {
+void write_summary_json(const RunSummary& s, std::ostream& out, const std::string& path) {
   check_summary(s, "writing " + path);
   json modes = json::array();
   for (const ModeSummary& m : s.modes) {
@@ -71,13 +71,17 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
                     {"config", s.config},
                     {"modes", std::move(modes)},
                     {"metadata", s.metadata}};
-  std::ofstream out = open_for_writing(path);
   try {
     out << doc.dump(2) << "\n";
   } catch (const json::exception& e) {  // e.g. a name that is not UTF-8
     throw Error("writing " + path + ": " + e.what());
   }
-  finish_writing(out, path);
+}
+
+void write_summary_json(const RunSummary& s, const std::string& path) {
+  AtomicFile file(path);
+  write_summary_json(s, file.stream(), path);
+  file.commit();
 }
 
 RunSummary read_summary_json(const std::string& path) {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -137,7 +138,8 @@ struct RunSummary {
 // Writers validate their input and readers validate the file; both throw
 // ep::Error naming the file and the offending event, line or field.
 // Chrome trace-event JSON (Perfetto, chrome://tracing). Times are kept to
-// the nanosecond and must lie within [-1e6, 1e6] s.
+// the nanosecond (within 52 days; to 64 ns up to the limit) and must lie
+// within [-1e9, 1e9] s.
 void write_chrome_trace(const Trace& trace, const std::string& path);
 Trace read_chrome_trace(const std::string& path);
 
@@ -147,6 +149,13 @@ std::vector<EpochMetrics> read_epoch_csv(const std::string& path);
 
 // Run summary JSON.
 void write_summary_json(const RunSummary& summary, const std::string& path);
+
+// The writers above write atomically (traces/atomic_file.hpp). These write
+// the same bytes to a stream, e.g. an AtomicFile's when a run's files are
+// committed together; `path` names the file in errors.
+void write_chrome_trace(const Trace& trace, std::ostream& out, const std::string& path);
+void write_epoch_csv(const std::vector<EpochMetrics>& rows, std::ostream& out, const std::string& path);
+void write_summary_json(const RunSummary& summary, std::ostream& out, const std::string& path);
 RunSummary read_summary_json(const std::string& path);
 
 }  // namespace ep::trace

@@ -16,38 +16,15 @@
 #include <tuple>
 
 #include "planner/error.hpp"
+#include "tests/traces/support.hpp"
 #include "traces/trace.hpp"
 
 using namespace ep::trace;
+using ep::test::slurp;
+using ep::test::TempDir;
 using json = nlohmann::ordered_json;
 
 namespace {
-
-// A fresh folder per test case (ctest runs cases in parallel processes).
-class TempDir {
- public:
-  TempDir()
-      : path_(std::filesystem::temp_directory_path() /
-              ("ep_trace_tests_" + std::to_string(::getpid()) + "_" + std::to_string(count_++))) {
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  static inline int count_ = 0;
-  std::filesystem::path path_;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
@@ -143,7 +120,8 @@ Trace random_trace(std::uint64_t seed) {
   return t;
 }
 
-void require_same(const Trace& a, const Trace& b) {
+// Times equal within `tolerance_s` (a nanosecond: the trace's resolution).
+void require_same(const Trace& a, const Trace& b, double tolerance_s = 1e-9) {
   REQUIRE(a.source == b.source);
   REQUIRE(a.config == b.config);
   REQUIRE(a.mode == b.mode);
@@ -156,8 +134,8 @@ void require_same(const Trace& a, const Trace& b) {
     CHECK(x.track == y.track);
     CHECK(x.name == y.name);
     CHECK(x.category == y.category);
-    CHECK(std::abs(x.start_s - y.start_s) <= 1e-9);
-    CHECK(std::abs(x.end_s - y.end_s) <= 1e-9);
+    CHECK(std::abs(x.start_s - y.start_s) <= tolerance_s);
+    CHECK(std::abs(x.end_s - y.end_s) <= tolerance_s);
     CHECK(std::tie(x.stage, x.microbatch, x.bucket, x.replica, x.plan_id, x.iteration, x.bytes, x.flow_out,
                    x.flow_in) == std::tie(y.stage, y.microbatch, y.bucket, y.replica, y.plan_id, y.iteration,
                                           y.bytes, y.flow_out, y.flow_in));
@@ -319,23 +297,33 @@ TEST_CASE("chrome trace: times keep nanoseconds, also far into a run", "[traces]
 }
 
 TEST_CASE("chrome trace: rewriting is byte-identical over the whole time range", "[traces]") {
-  TempDir dir;
-  Trace t = random_trace(3);
-  REQUIRE(!t.events.empty());
-  std::mt19937_64 rng(3);
-  // Disjoint spans spread over the whole range (sorted random cut points),
-  // and one span over all of it, which the others nest in.
-  std::uniform_real_distribution<double> time(-1e6, 1e6);
-  std::vector<double> cuts(2 * t.events.size());
-  for (double& c : cuts) c = time(rng);
-  std::sort(cuts.begin(), cuts.end());
-  for (std::size_t i = 0; i < t.events.size(); ++i) t.events[i].start_s = cuts[2 * i], t.events[i].end_s = cuts[2 * i + 1];
-  t.events.front().start_s = -1e6, t.events.front().end_s = 1e6;
-  write_chrome_trace(t, dir.file("a.json"));
-  const Trace back = read_chrome_trace(dir.file("a.json"));
-  require_same(t, back);
-  write_chrome_trace(back, dir.file("b.json"));
-  REQUIRE(slurp(dir.file("a.json")) == slurp(dir.file("b.json")));
+  // Within 92 days every nanosecond survives and rewriting gives the same
+  // bytes; up to the limit (1e9 s, 31.7 years: a simulated training of
+  // months or years) a round trip moves a time by at most 128 ns and
+  // nesting survives (the rewrite would refuse a partial overlap).
+  for (const double range : {1e6, 4e6, 1e8, 1e9}) {
+    INFO("times within +-" << range << " s");
+    TempDir dir;
+    Trace t = random_trace(3);
+    REQUIRE(!t.events.empty());
+    std::mt19937_64 rng(3);
+    // Disjoint spans spread over the whole range (sorted random cut points),
+    // and one span over all of it, which the others nest in.
+    std::uniform_real_distribution<double> time(-range, range);
+    std::vector<double> cuts(2 * t.events.size());
+    for (double& c : cuts) c = time(rng);
+    std::sort(cuts.begin(), cuts.end());
+    // A span lasts at most 92 days.
+    for (std::size_t i = 0; i < t.events.size(); ++i)
+      t.events[i].start_s = cuts[2 * i], t.events[i].end_s = std::min(cuts[2 * i + 1], cuts[2 * i] + 1e6);
+    if (range <= 4e6) t.events.front().start_s = -range, t.events.front().end_s = range;
+    write_chrome_trace(t, dir.file("a.json"));
+    const Trace back = read_chrome_trace(dir.file("a.json"));
+    require_same(t, back, range <= 4e6 ? 1e-9 : 128e-9);
+    write_chrome_trace(back, dir.file("b.json"));
+    if (range <= 4e6) REQUIRE(slurp(dir.file("a.json")) == slurp(dir.file("b.json")));
+    require_same(back, read_chrome_trace(dir.file("b.json")), range <= 4e6 ? 0 : 128e-9);
+  }
 }
 
 TEST_CASE("chrome trace: an empty trace round-trips", "[traces]") {
@@ -524,6 +512,14 @@ TEST_CASE("chrome trace: the writer rejects a malformed trace", "[traces]") {
   SECTION("a time that is not finite") {
     t.events[0].end_s = std::nan("");
     require_error([&] { write_chrome_trace(t, out); }, {"end_s"});
+  }
+  SECTION("a span longer than 92 days") {
+    t.events[0].end_s = 9e6;
+    require_error([&] { write_chrome_trace(t, out); }, {"event 0", "lasts 9000000 s, expected at most 8e6 s"});
+  }
+  SECTION("a time beyond 31.7 years") {
+    t.events[0].end_s = 2e9;
+    require_error([&] { write_chrome_trace(t, out); }, {"end_s = 2000000000", "expected a time in [-1e9, 1e9] s"});
   }
   SECTION("a flow without its end") {
     t.events[2].flow_in = 0;

@@ -1,0 +1,61 @@
+#include "traces/output_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "planner/error.hpp"
+
+namespace ep {
+namespace {
+
+std::string named(const std::string& dir, const std::string& flag) {
+  return flag.empty() ? dir : flag + " " + dir;
+}
+
+}  // namespace
+
+void create_output_dir(const std::string& dir, const std::string& flag) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!ec && !std::filesystem::is_directory(dir, ec))
+    ec = std::make_error_code(std::errc::not_a_directory);
+  if (ec) throw Error(named(dir, flag) + ": cannot create the output folder: " + ec.message());
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw Error(named(dir, flag) + ": cannot write into the output folder: " + std::strerror(errno));
+}
+
+OutputDirLock::OutputDirLock(const std::string& dir, const std::string& command, const std::string& flag) {
+  create_output_dir(dir, flag);
+  const std::string path = (std::filesystem::path(dir) / ".elasticpipe.lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error(path + ": cannot open the output folder's lock: " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[512] = {};
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    if (err != EWOULDBLOCK) throw Error(path + ": cannot lock the output folder: " + std::strerror(err));
+    std::string holder = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "a job that has not said who it is";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    throw Error(named(dir, flag) + ": the output folder is in use by another job (" + holder +
+                "); wait for it to finish or choose another folder");
+  }
+  const std::string text = "pid " + std::to_string(::getpid()) + ": " + command + "\n";
+  // Who holds it is for the message above only: a failure to record it
+  // does not stop the job.
+  if (::ftruncate(fd_, 0) == 0) {
+    [[maybe_unused]] const ssize_t n = ::pwrite(fd_, text.data(), text.size(), 0);
+  }
+}
+
+OutputDirLock::~OutputDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // drops the lock
+}
+
+}  // namespace ep

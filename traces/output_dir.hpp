@@ -1,0 +1,31 @@
+// Output folders: created with an error that names them, and held by one
+// job at a time (two jobs writing one folder would interleave their files).
+#pragma once
+
+#include <string>
+
+namespace ep {
+
+// Creates `dir` and its parents. Throws ep::Error naming `dir` (and `flag`,
+// e.g. "--out", when given) with the system's reason: a read-only parent,
+// a parent that is a file, a full disk.
+void create_output_dir(const std::string& dir, const std::string& flag = "");
+
+// An exclusive lock on an output folder: flock(2) on DIR/.elasticpipe.lock,
+// which records the holder (pid and command). Released by the destructor or
+// when the process exits, however it exits (the kernel drops the lock), so
+// a killed job never leaves a folder locked. Creates `dir` first. A second
+// job on the same folder gets ep::Error naming the folder, `flag` and the
+// holder.
+class OutputDirLock {
+ public:
+  OutputDirLock(const std::string& dir, const std::string& command, const std::string& flag = "");
+  ~OutputDirLock();
+  OutputDirLock(const OutputDirLock&) = delete;
+  OutputDirLock& operator=(const OutputDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace ep

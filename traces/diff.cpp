@@ -6,6 +6,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "planner/error.hpp"
+
 namespace ep::trace {
 
 namespace {
@@ -54,7 +56,17 @@ void finish(CategoryDiff& d, int with_reference) {
 }  // namespace
 
 TraceDiff diff_traces(const Trace& first, const Trace& second) {
+  // Nothing to compare is refused rather than reported as no error.
+  const auto model = [](const Trace& t) {
+    const auto it = t.metadata.find("model");
+    return it == t.metadata.end() ? std::string() : it->second;
+  };
+  if (!model(first).empty() && !model(second).empty() && model(first) != model(second))
+    throw Error("the traces are of different models: the first of '" + model(first) + "', the second of '" +
+                model(second) + "'");
   const auto a = mean_durations(first), b = mean_durations(second);
+  for (const auto& [which, m] : {std::pair{"first", &a}, std::pair{"second", &b}})
+    if (m->empty()) throw Error(std::string("the ") + which + " trace has no GPU spans to compare (an empty trace)");
   std::map<std::string, CategoryDiff> by_cat;
   std::map<std::string, int> with_reference;
   int total_with_reference = 0;
@@ -86,6 +98,9 @@ TraceDiff diff_traces(const Trace& first, const Trace& second) {
     out.categories.push_back(it->second);
   }
   finish(out.total, total_with_reference);
+  if (out.total.matched == 0)
+    throw Error("no action of the first trace matches one of the second by (plan, replica, action name): "
+                "they are not runs of the same config");
   return out;
 }
 

@@ -30,6 +30,9 @@ struct TraceDiff {
   CategoryDiff total;                    // over all matched actions
 };
 
+// Throws ep::Error when there is nothing to compare: a trace without GPU
+// spans, traces of different models (metadata "model"), or no action in
+// common.
 [[nodiscard]] TraceDiff diff_traces(const Trace& first, const Trace& second);
 // A table for the terminal.
 [[nodiscard]] std::string format_diff(const TraceDiff&, const Trace& first, const Trace& second);

@@ -61,7 +61,20 @@ TEST_CASE("diff aligns runs with different iteration counts and measures per kin
   CHECK(d.categories[1].category == "backward");
   CHECK(d.categories[1].mape == 0);
   CHECK(d.total.mape == Approx(0.05));
-  const TraceDiff missing = diff_traces(run(1, 1e-3), Trace{});
-  CHECK(missing.total.matched == 0);
-  CHECK(missing.total.only_first == 4);
+}
+
+TEST_CASE("diff refuses traces with nothing to compare instead of reporting no error", "[traces][diff]") {
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(diff_traces(run(1, 1e-3), Trace{}), Contains("the second trace has no GPU spans"));
+  CHECK_THROWS_WITH(diff_traces(Trace{}, run(1, 1e-3)), Contains("the first trace has no GPU spans"));
+  Trace vit = run(1, 1e-3), bert = run(1, 1e-3);
+  vit.metadata["model"] = "vit L=12";
+  bert.metadata["model"] = "bert L=24";
+  CHECK_THROWS_WITH(diff_traces(vit, bert), Contains("different models") && Contains("'vit L=12'") &&
+                                                 Contains("'bert L=24'"));
+  bert.metadata["model"] = "vit L=12";
+  CHECK_NOTHROW(diff_traces(vit, bert));
+  Trace other = run(1, 1e-3);
+  for (Event& e : other.events) e.plan_id = 7;  // another run's plans: nothing in common
+  CHECK_THROWS_WITH(diff_traces(run(1, 1e-3), other), Contains("no action of the first trace matches"));
 }

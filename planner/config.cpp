@@ -6,7 +6,9 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -104,18 +106,15 @@ class Reader {
       : root_(root), origin_(std::move(origin)), overridden_(std::move(overridden)) {}
 
   SourcePos pos_of(const std::string& key) const {
-    if (overridden_.count(key)) return {"--set " + key, 0, 0};
+    if (const auto flag = override_of(key)) return {"--set " + *flag, 0, 0};
     const toml::node* n = root_.at_path(key).node();
-    if (n && n->source().begin.line > 0)
-      return {origin_, static_cast<int>(n->source().begin.line),
-              static_cast<int>(n->source().begin.column)};
-    // A missing key: point at its section, if present, else the file.
-    const auto dot = key.rfind('.');
-    if (dot != std::string::npos) {
-      const toml::node* sec = root_.at_path(key.substr(0, dot)).node();
-      if (sec && sec->source().begin.line > 0)
-        return {origin_, static_cast<int>(sec->source().begin.line),
-                static_cast<int>(sec->source().begin.column)};
+    if (n && n->source().begin.line > 0) return source(*n, key);
+    // A missing key: point at the innermost of its sections present, else
+    // the file.
+    for (std::string section = key; section.find('.') != std::string::npos;) {
+      section.resize(section.rfind('.'));
+      const toml::node* sec = root_.at_path(section).node();
+      if (sec && sec->source().begin.line > 0) return source(*sec, section);
     }
     return {origin_, 0, 0};
   }
@@ -149,18 +148,41 @@ class Reader {
     const toml::node* n = required ? &require(key, "a number") : get(key);
     if (!n) return;
     if (auto v = n->value<double>(); v && (n->is_floating_point() || n->is_integer())) {
+      // No key means anything by inf or nan (an infinite learning rate or
+      // bandwidth is a typo, not a setting).
+      if (!std::isfinite(*v)) fail(key, "a finite number", describe(*n));
       out = *v;
       return;
     }
     fail(key, "a number", describe(*n));
   }
 
+  // A number in [lo, hi]: physical quantities have physical ranges, and
+  // values outside them make the planner's and SimGrid's arithmetic
+  // meaningless (a bandwidth of 1e-300 B/s deadlocks the simulation).
+  void quantity(const std::string& key, double& out, bool required, double lo, double hi, const char* what) {
+    number(key, out, required);
+    if (!(out >= lo && out <= hi))
+      fail(key, std::string("a number in [") + fmt(lo) + ", " + fmt(hi) + "] (" + what + ")", fmt(out));
+  }
+
+  // An integer read as the 64-bit value written, then checked against
+  // [lo, hi] (hi with `why`, the physical reason for it) and the range of
+  // the field it goes into: nothing is cut to 32 bits silently.
   template <class Int>
-  void integer(const std::string& key, Int& out, bool required) {
+  void integer(const std::string& key, Int& out, bool required, std::int64_t lo, std::int64_t hi,
+               const char* why) {
     const toml::node* n = required ? &require(key, "an integer") : get(key);
     if (!n) return;
     if (!n->is_integer()) fail(key, "an integer", describe(*n));
-    out = static_cast<Int>(*n->value<std::int64_t>());
+    const std::int64_t v = *n->value<std::int64_t>();
+    check_bounds(key, v, lo, hi, why);
+    out = static_cast<Int>(v);
+  }
+
+  void check_bounds(const std::string& key, std::int64_t v, std::int64_t lo, std::int64_t hi, const char* why) const {
+    if (v < lo) fail(key, "an integer >= " + std::to_string(lo), std::to_string(v));
+    if (v > hi) fail(key, "an integer <= " + std::to_string(hi) + " (" + why + ")", std::to_string(v));
   }
 
   void boolean(const std::string& key, bool& out) {
@@ -209,7 +231,9 @@ class Reader {
     out.clear();
     for (const auto& e : *arr) {
       if (!e.is_integer()) fail(key, "an array of integers", "an element " + describe(e));
-      out.push_back(static_cast<int>(*e.value<std::int64_t>()));
+      const std::int64_t v = *e.value<std::int64_t>();
+      if (v < INT_MIN || v > INT_MAX) fail(key, "an array of 32-bit integers", "an element " + std::to_string(v));
+      out.push_back(static_cast<int>(v));
     }
   }
 
@@ -228,8 +252,19 @@ class Reader {
   }
 
  private:
+  // The --set that gave `key` its value: the key itself, or a table
+  // containing it (--set cluster.device={...}).
+  std::optional<std::string> override_of(const std::string& key) const {
+    for (std::string k = key;; k = k.substr(0, k.rfind('.'))) {
+      if (overridden_.count(k)) return k;
+      if (k.find('.') == std::string::npos) return std::nullopt;
+    }
+  }
+
   SourcePos source(const toml::node& n, const std::string& key) const {
-    if (overridden_.count(key)) return {"--set " + key, 0, 0};
+    if (const auto flag = override_of(key)) return {"--set " + *flag, 0, 0};
+    // A node parsed from a --set value has no file: its line 1 is the flag's.
+    if (!n.source().path || *n.source().path != origin_) return {"--set " + key, 0, 0};
     return {origin_, static_cast<int>(n.source().begin.line),
             static_cast<int>(n.source().begin.column)};
   }
@@ -269,12 +304,18 @@ std::string apply_override(toml::table& root, const std::string& assignment) {
     throw Error("--set '" + assignment + "': expected KEY=VALUE (e.g. planner.alpha=0.2)");
   const std::string key = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
+  // One --set is one value: text after a line break would be a second
+  // assignment, parsed (or dropped) where nobody sees it.
+  if (text.find_first_of("\r\n") != std::string::npos)
+    throw Error("--set " + key + ": the value holds a line break; give one KEY=VALUE per --set");
   toml::table parsed;
   try {
     parsed = toml::parse("v = " + text);
   } catch (const toml::parse_error&) {
     parsed = toml::table{{"v", text}};
   }
+  if (parsed.size() != 1 || !parsed.get("v"))
+    throw Error("--set " + key + ": expected one value, found '" + text + "'");
   std::vector<std::string> parts;
   std::stringstream ss(key);
   for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
@@ -292,64 +333,57 @@ std::string apply_override(toml::table& root, const std::string& assignment) {
   return key;
 }
 
+// Physical ranges, checked once here so that the planner, SimGrid and the
+// executor only ever see values they can compute with. Wide enough for any
+// real machine; the reason is part of the message.
+constexpr double kMinBandwidth = 1e3, kMaxBandwidth = 1e15;  // bytes/s: 1 kB/s to 1 PB/s
+constexpr const char* kBandwidthWhy = "bytes/s, 1 kB/s to 1 PB/s";
+constexpr std::int64_t kMaxDevices = 65536;
+constexpr std::int64_t kMaxSamples = 1'000'000'000'000;  // a trillion: far beyond any data set, and
+                                                          // samples x epochs still fits 64 bits
+
 void read_cluster(Reader& r, ClusterSpec& c) {
   r.string("cluster.name", c.name, false);
-  r.integer("cluster.nodes", c.nodes, true);
-  r.integer("cluster.gpus_per_node", c.gpus_per_node, true);
-  if (c.nodes < 1) r.fail("cluster.nodes", "an integer >= 1", std::to_string(c.nodes));
-  if (c.gpus_per_node < 1)
-    r.fail("cluster.gpus_per_node", "an integer >= 1", std::to_string(c.gpus_per_node));
-  r.integer("cluster.shared_cores", c.shared_cores, false);
-  if (c.shared_cores < 0) r.fail("cluster.shared_cores", "an integer >= 0", std::to_string(c.shared_cores));
+  r.integer("cluster.nodes", c.nodes, true, 1, 8192, "nodes in a cluster");
+  r.integer("cluster.gpus_per_node", c.gpus_per_node, true, 1, 256, "devices in one node");
+  if (static_cast<std::int64_t>(c.nodes) * c.gpus_per_node > kMaxDevices)
+    r.fail("cluster.nodes", "nodes x gpus_per_node <= " + std::to_string(kMaxDevices) +
+                                " (the simulator models every device)",
+           std::to_string(c.nodes) + " x " + std::to_string(c.gpus_per_node));
+  r.integer("cluster.shared_cores", c.shared_cores, false, 0, 65536, "cores of one machine");
   auto& d = c.device;
   r.string("cluster.device.name", d.name, false);
-  r.number("cluster.device.peak_flops_per_s", d.peak_flops_per_s, true);
+  r.quantity("cluster.device.peak_flops_per_s", d.peak_flops_per_s, true, 1e6, 1e18,
+             "FLOP/s of one device, 1 MFLOP/s to 1 EFLOP/s");
   r.number("cluster.device.efficiency", d.efficiency, false);
-  r.number("cluster.device.sublayer_overhead_s", d.sublayer_overhead_s, false);
-  r.number("cluster.device.memory_bytes", d.memory_bytes, true);
-  r.number("cluster.device.memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s, true);
-  auto positive = [&](const char* key, double v) {
-    if (!(v > 0)) r.fail(key, "a number > 0", fmt(v));
-  };
-  auto non_negative = [&](const char* key, double v) {
-    if (!(v >= 0)) r.fail(key, "a number >= 0", fmt(v));
-  };
-  positive("cluster.device.peak_flops_per_s", d.peak_flops_per_s);
   if (!(d.efficiency > 0 && d.efficiency <= 1))
     r.fail("cluster.device.efficiency", "a fraction of peak in (0, 1]", fmt(d.efficiency));
-  non_negative("cluster.device.sublayer_overhead_s", d.sublayer_overhead_s);
-  positive("cluster.device.memory_bytes", d.memory_bytes);
-  positive("cluster.device.memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s);
+  r.quantity("cluster.device.sublayer_overhead_s", d.sublayer_overhead_s, false, 0, 10,
+             "seconds per sublayer launch");
+  r.quantity("cluster.device.memory_bytes", d.memory_bytes, true, 1e6, 1e15, "bytes, 1 MB to 1 PB");
+  r.quantity("cluster.device.memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s, true, kMinBandwidth,
+             kMaxBandwidth, kBandwidthWhy);
   for (auto [name, link] : {std::pair{"intra_node", &c.intra_node}, {"inter_node", &c.inter_node}}) {
     const std::string p = std::string("cluster.") + name;
-    r.number(p + ".bandwidth_bytes_per_s", link->bandwidth_bytes_per_s, true);
-    r.number(p + ".latency_s", link->latency_s, true);
-    positive((p + ".bandwidth_bytes_per_s").c_str(), link->bandwidth_bytes_per_s);
-    non_negative((p + ".latency_s").c_str(), link->latency_s);
+    r.quantity(p + ".bandwidth_bytes_per_s", link->bandwidth_bytes_per_s, true, kMinBandwidth, kMaxBandwidth,
+               kBandwidthWhy);
+    r.quantity(p + ".latency_s", link->latency_s, true, 0, 10, "seconds per message; a slow WAN has 0.3");
   }
-  r.number("cluster.host.memory_bytes", c.host.memory_bytes, true);
-  r.number("cluster.host.memory_bandwidth_bytes_per_s", c.host.memory_bandwidth_bytes_per_s, true);
-  r.number("cluster.host.disk_bandwidth_bytes_per_s", c.host.disk_bandwidth_bytes_per_s, true);
-  non_negative("cluster.host.memory_bytes", c.host.memory_bytes);
-  positive("cluster.host.memory_bandwidth_bytes_per_s", c.host.memory_bandwidth_bytes_per_s);
-  positive("cluster.host.disk_bandwidth_bytes_per_s", c.host.disk_bandwidth_bytes_per_s);
+  r.quantity("cluster.host.memory_bytes", c.host.memory_bytes, true, 0, 1e16, "bytes, up to 10 PB");
+  r.quantity("cluster.host.memory_bandwidth_bytes_per_s", c.host.memory_bandwidth_bytes_per_s, true, kMinBandwidth,
+             kMaxBandwidth, kBandwidthWhy);
+  r.quantity("cluster.host.disk_bandwidth_bytes_per_s", c.host.disk_bandwidth_bytes_per_s, true, kMinBandwidth,
+             kMaxBandwidth, kBandwidthWhy);
 }
 
 void read_model(Reader& r, ModelConfig& m) {
   r.choice("model.family", m.family, kFamilies, true);
-  r.integer("model.num_hidden_layers", m.num_hidden_layers, true);
-  r.integer("model.hidden_size", m.hidden_size, true);
-  r.integer("model.intermediate_size", m.intermediate_size, true);
-  r.integer("model.num_attention_heads", m.num_attention_heads, true);
-  r.integer("model.num_labels", m.num_labels, true);
-  auto at_least = [&](const std::string& key, int v, int lo) {
-    if (v < lo) r.fail(key, "an integer >= " + std::to_string(lo), std::to_string(v));
-  };
-  at_least("model.num_hidden_layers", m.num_hidden_layers, 1);
-  at_least("model.hidden_size", m.hidden_size, 1);
-  at_least("model.intermediate_size", m.intermediate_size, 1);
-  at_least("model.num_attention_heads", m.num_attention_heads, 1);
-  at_least("model.num_labels", m.num_labels, 1);
+  r.integer("model.num_hidden_layers", m.num_hidden_layers, true, 1, 1024,
+            "the deepest Transformers have a few hundred layers");
+  r.integer("model.hidden_size", m.hidden_size, true, 1, 1 << 17, "the widest Transformers have 2^15");
+  r.integer("model.intermediate_size", m.intermediate_size, true, 1, 1 << 19, "4 x the widest hidden size");
+  r.integer("model.num_attention_heads", m.num_attention_heads, true, 1, 4096, "heads of one layer");
+  r.integer("model.num_labels", m.num_labels, true, 1, 1 << 24, "classes of a classifier");
   if (m.hidden_size % m.num_attention_heads != 0)
     r.fail("model.num_attention_heads", "a divisor of model.hidden_size = " + std::to_string(m.hidden_size),
            std::to_string(m.num_attention_heads));
@@ -360,88 +394,82 @@ void read_model(Reader& r, ModelConfig& m) {
   for (const char* k : {"model.seq_length", "model.vocab_size", "model.max_position_embeddings",
                         "model.type_vocab_size"})
     if (vit && r.has(k)) r.fail(k, "no BERT key in a vit model", "a BERT key");
+  constexpr std::int64_t kMaxTokens = 1 << 20;
+  constexpr const char* kTokensWhy = "tokens per sample, 2^20 at most";
   if (vit) {
-    r.integer("model.image_size", m.image_size, true);
-    r.integer("model.patch_size", m.patch_size, true);
-    r.integer("model.num_channels", m.num_channels, false);
-    at_least("model.patch_size", m.patch_size, 1);
-    at_least("model.num_channels", m.num_channels, 1);
+    r.integer("model.image_size", m.image_size, true, 1, 1 << 16, "pixels per side");
+    r.integer("model.patch_size", m.patch_size, true, 1, 1 << 16, "pixels per side");
+    r.integer("model.num_channels", m.num_channels, false, 1, 1024, "channels of an image");
     if (m.image_size < m.patch_size || m.image_size % m.patch_size != 0)
       r.fail("model.image_size", "a multiple of model.patch_size = " + std::to_string(m.patch_size),
              std::to_string(m.image_size));
+    const std::int64_t side = m.image_size / m.patch_size;
+    if (side * side + 1 > kMaxTokens)
+      r.fail("model.image_size",
+             "at most " + std::to_string(kMaxTokens) + " tokens, (image_size / patch_size)^2 + 1 (" + kTokensWhy + ")",
+             std::to_string(m.image_size) + " (" + std::to_string(side * side + 1) + " tokens)");
   } else {
-    r.integer("model.seq_length", m.seq_length, true);
-    r.integer("model.vocab_size", m.vocab_size, true);
+    r.integer("model.seq_length", m.seq_length, true, 1, kMaxTokens, kTokensWhy);
+    r.integer("model.vocab_size", m.vocab_size, true, 1, 1 << 24, "tokens of a vocabulary");
     m.max_position_embeddings = m.seq_length;
-    r.integer("model.max_position_embeddings", m.max_position_embeddings, false);
-    r.integer("model.type_vocab_size", m.type_vocab_size, false);
-    at_least("model.seq_length", m.seq_length, 1);
-    at_least("model.vocab_size", m.vocab_size, 1);
-    at_least("model.type_vocab_size", m.type_vocab_size, 1);
-    if (m.max_position_embeddings < m.seq_length)
-      r.fail("model.max_position_embeddings",
-             "at least model.seq_length = " + std::to_string(m.seq_length),
-             std::to_string(m.max_position_embeddings));
+    r.integer("model.max_position_embeddings", m.max_position_embeddings, false, m.seq_length, kMaxTokens, kTokensWhy);
+    r.integer("model.type_vocab_size", m.type_vocab_size, false, 1, 1024, "segment types");
   }
 }
 
 void read_data(Reader& r, DataConfig& d) {
   r.string("data.name", d.name, true);
   r.path("data.path", d.path);
-  r.integer("data.num_train_samples", d.num_train_samples, true);
-  r.integer("data.num_test_samples", d.num_test_samples, true);
-  if (d.num_train_samples < 1)
-    r.fail("data.num_train_samples", "an integer >= 1", std::to_string(d.num_train_samples));
-  if (d.num_test_samples < 0)
-    r.fail("data.num_test_samples", "an integer >= 0", std::to_string(d.num_test_samples));
+  r.integer("data.num_train_samples", d.num_train_samples, true, 1, kMaxSamples,
+            "a trillion samples: beyond any data set, and kept so that counts of iterations fit 64 bits");
+  r.integer("data.num_test_samples", d.num_test_samples, true, 0, kMaxSamples, "a trillion samples");
 }
 
 void read_training(Reader& r, TrainingConfig& t) {
-  r.integer("training.epochs", t.epochs, true);
-  r.integer("training.batch_size", t.batch_size, true);
+  r.integer("training.epochs", t.epochs, true, 1, 100000, "passes over the data");
+  r.integer("training.batch_size", t.batch_size, true, 1, 1 << 24, "samples per pipeline and iteration");
   r.choice("training.optimizer", t.optimizer, kOptimizers, true);
   r.number("training.lr", t.lr, true);
   r.number("training.momentum", t.momentum, false);
   r.number("training.weight_decay", t.weight_decay, false);
   r.choice("training.lr_schedule", t.lr_schedule, kLrSchedules, false);
-  r.integer("training.warmup_steps", t.warmup_steps, false);
+  r.integer("training.warmup_steps", t.warmup_steps, false, 0, INT_MAX, "iterations, a 32-bit count");
   std::int64_t seed = 0;
-  r.integer("training.seed", seed, true);
+  r.integer("training.seed", seed, true, 0, INT64_MAX, "");
   t.seed = static_cast<std::uint64_t>(seed);
   r.choice("training.precision", t.precision, kPrecisions, false);
   r.choice("training.checkpointing", t.checkpointing, kCheckpointing, false);
   r.choice("training.batch_policy", t.batch_policy, kBatchPolicies, false);
-  if (t.epochs < 1) r.fail("training.epochs", "an integer >= 1", std::to_string(t.epochs));
-  if (t.batch_size < 1) r.fail("training.batch_size", "an integer >= 1", std::to_string(t.batch_size));
   if (!(t.lr > 0)) r.fail("training.lr", "a number > 0", fmt(t.lr));
   if (!(t.momentum >= 0 && t.momentum < 1)) r.fail("training.momentum", "a number in [0, 1)", fmt(t.momentum));
   if (!(t.weight_decay >= 0)) r.fail("training.weight_decay", "a number >= 0", fmt(t.weight_decay));
-  if (t.warmup_steps < 0) r.fail("training.warmup_steps", "an integer >= 0", std::to_string(t.warmup_steps));
-  if (seed < 0) r.fail("training.seed", "an integer >= 0", std::to_string(seed));
 }
 
 void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
+  // The chunk search simulates every M in [M_min_factor K, M_max_factor K].
+  constexpr const char* kChunkSearchWhy = "micro-batches per stage the chunk search simulates";
   r.choice("planner.objective", p.objective, kObjectives, false);
   r.number("planner.alpha", p.alpha, false);
   r.number("planner.lambda_frozen", p.lambda_frozen, false);
-  r.integer("planner.freeze_interval_epochs", p.freeze_interval_epochs, false);
+  r.integer("planner.freeze_interval_epochs", p.freeze_interval_epochs, false, 1, 100000, "epochs");
   r.choice("planner.freeze_policy", p.freeze_policy, kFreezePolicies, false);
   r.choice("planner.freeze_rounding", p.freeze_rounding, kRoundings, false);
-  r.integer("planner.min_active_layers", p.min_active_layers, false);
+  r.integer("planner.min_active_layers", p.min_active_layers, false, 1, INT_MAX, "layers");
   r.int_list("planner.replay_frozen", p.replay_frozen);
   r.path("planner.replay_grad_norms_file", p.replay_grad_norms_file);
   r.choice("planner.partitioner", p.partitioner, kPartitioners, false);
   r.choice("planner.compression", p.compression, kCompressions, false);
   p.K = c.cluster.gpus_per_node;
-  r.integer("planner.K", p.K, false);
+  r.integer("planner.K", p.K, false, 1, 256, "devices in one node");
   r.boolean("planner.chunk_search", p.chunk_search);
-  r.integer("planner.M", p.M, !p.chunk_search);
-  r.integer("planner.M_min_factor", p.M_min_factor, false);
-  r.integer("planner.M_max_factor", p.M_max_factor, false);
+  r.integer("planner.M", p.M, !p.chunk_search, 1, 1 << 24, "micro-batches of one batch");
+  r.integer("planner.M_min_factor", p.M_min_factor, false, 1, 64, kChunkSearchWhy);
+  r.integer("planner.M_max_factor", p.M_max_factor, false, 1, 64, kChunkSearchWhy);
   r.choice("planner.cache", p.cache, kCachePolicies, false);
   r.choice("planner.schedule", p.schedule, kSchedules, false);
-  r.integer("planner.virtual_stages", p.virtual_stages, false);
-  r.number("planner.bucket_size_bytes", p.bucket_size_bytes, false);
+  r.integer("planner.virtual_stages", p.virtual_stages, false, 1, 64, "chunks per device");
+  r.quantity("planner.bucket_size_bytes", p.bucket_size_bytes, false, 1 << 20, 1e12,
+             "bytes per all-reduce bucket, 1 MiB to 1 TB: smaller buckets multiply the all-reduces");
   r.boolean("planner.autopipe", p.autopipe);
   r.boolean("planner.autodp", p.autodp);
 
@@ -449,8 +477,6 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
   if (!(p.alpha > 0 && p.alpha < 1)) r.fail("planner.alpha", "a number in (0, 1)", fmt(p.alpha));
   if (!(p.lambda_frozen >= 0 && p.lambda_frozen <= 1))
     r.fail("planner.lambda_frozen", "a number in [0, 1]", fmt(p.lambda_frozen));
-  if (p.freeze_interval_epochs < 1)
-    r.fail("planner.freeze_interval_epochs", "an integer >= 1", std::to_string(p.freeze_interval_epochs));
   if (p.min_active_layers < 1 || p.min_active_layers > L)
     r.fail("planner.min_active_layers",
            "an integer in [1, model.num_hidden_layers = " + std::to_string(L) + "]",
@@ -469,8 +495,6 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
   if (p.K > 2 * L)
     r.fail("planner.K", "at most 2 * model.num_hidden_layers = " + std::to_string(2 * L) +
                             " (one sublayer per stage)", std::to_string(p.K));
-  if (p.virtual_stages < 1)
-    r.fail("planner.virtual_stages", "an integer >= 1", std::to_string(p.virtual_stages));
   const bool looping = p.schedule == ScheduleKind::LoopingBreadthFirst ||
                        p.schedule == ScheduleKind::LoopingDepthFirst;
   if (p.virtual_stages > 1 && !looping)
@@ -480,8 +504,6 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
     r.fail("planner.virtual_stages",
            "K * virtual_stages at most 2 * model.num_hidden_layers = " + std::to_string(2 * L),
            std::to_string(p.virtual_stages));
-  if (p.M_min_factor < 1)
-    r.fail("planner.M_min_factor", "an integer >= 1", std::to_string(p.M_min_factor));
   if (p.M_max_factor < p.M_min_factor)
     r.fail("planner.M_max_factor",
            "an integer >= planner.M_min_factor = " + std::to_string(p.M_min_factor),
@@ -496,13 +518,10 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
                  std::to_string(p.M_min_factor * p.K),
              std::to_string(batch));
   } else {
-    if (p.M < 1) r.fail("planner.M", "an integer >= 1", std::to_string(p.M));
     if (batch < p.M)
       r.fail("training.batch_size", "at least the micro-batch count planner.M = " + std::to_string(p.M),
              std::to_string(batch));
   }
-  if (!(p.bucket_size_bytes > 0))
-    r.fail("planner.bucket_size_bytes", "a number > 0", fmt(p.bucket_size_bytes));
 
   const bool replay = p.freeze_policy == FreezePolicyKind::Replay;
   const bool has_list = r.has("planner.replay_frozen");
@@ -529,43 +548,30 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
 
 void read_exec(Reader& r, ExecConfig& e) {
   r.choice("exec.device", e.device, kExecDevices, false);
-  r.integer("exec.threads_per_worker", e.threads_per_worker, false);
-  r.integer("exec.trace_iterations", e.trace_iterations, false);
-  r.integer("exec.eval_batch_size", e.eval_batch_size, false);
-  r.number("exec.collective_timeout_s", e.collective_timeout_s, false);
-  r.integer("exec.checkpoint_every", e.checkpoint_every, false);
-  r.integer("exec.checkpoint_keep", e.checkpoint_keep, false);
+  r.integer("exec.threads_per_worker", e.threads_per_worker, false, 0, 4096, "threads of one machine");
+  r.integer("exec.trace_iterations", e.trace_iterations, false, 0, 1000000, "iterations traced per epoch");
+  r.integer("exec.eval_batch_size", e.eval_batch_size, false, 0, 1 << 24, "samples per evaluation batch");
+  r.quantity("exec.collective_timeout_s", e.collective_timeout_s, false, 1e-3, 1e6,
+             "seconds, a millisecond to 11 days");
+  r.integer("exec.checkpoint_every", e.checkpoint_every, false, 0, INT_MAX, "iterations, a 32-bit count");
+  r.integer("exec.checkpoint_keep", e.checkpoint_keep, false, 1, 1000, "checkpoints kept on disk");
   r.path("exec.cache_memory_dir", e.cache_memory_dir);
   r.path("exec.cache_disk_dir", e.cache_disk_dir);
-  r.integer("exec.prefetch_iterations", e.prefetch_iterations, false);
-  r.integer("exec.chunk_search_iterations", e.chunk_search_iterations, false);
+  r.integer("exec.prefetch_iterations", e.prefetch_iterations, false, 0, 1024, "iterations read ahead");
+  r.integer("exec.chunk_search_iterations", e.chunk_search_iterations, false, 0, 1000,
+            "timed iterations per candidate M");
   r.path("exec.chunk_memo", e.chunk_memo);
   r.boolean("exec.record_samples", e.record_samples);
-  for (auto [key, v] : {std::pair{"exec.threads_per_worker", e.threads_per_worker},
-                        {"exec.trace_iterations", e.trace_iterations}, {"exec.eval_batch_size", e.eval_batch_size},
-                        {"exec.checkpoint_every", e.checkpoint_every}, {"exec.prefetch_iterations", e.prefetch_iterations},
-                        {"exec.chunk_search_iterations", e.chunk_search_iterations}})
-    if (v < 0) r.fail(key, "an integer >= 0", std::to_string(v));
-  if (e.checkpoint_keep < 1) r.fail("exec.checkpoint_keep", "an integer >= 1", std::to_string(e.checkpoint_keep));
-  if (!(e.collective_timeout_s > 0))
-    r.fail("exec.collective_timeout_s", "a number of seconds > 0", fmt(e.collective_timeout_s));
 }
 
 void read_sim(Reader& r, SimConfig& s) {
-  r.integer("sim.warmup_iterations", s.warmup_iterations, false);
-  r.integer("sim.measure_iterations", s.measure_iterations, false);
-  r.number("sim.context_creation_s", s.context_creation_s, false);
-  r.number("sim.pipeline_warmup_s", s.pipeline_warmup_s, false);
-  r.number("sim.ddp_rebuild_s", s.ddp_rebuild_s, false);
+  constexpr const char* kIterationsWhy = "iterations simulated per plan, before the period is searched";
+  r.integer("sim.warmup_iterations", s.warmup_iterations, false, 0, 100, kIterationsWhy);
+  r.integer("sim.measure_iterations", s.measure_iterations, false, 2, 100, kIterationsWhy);
+  for (auto [key, v] : {std::pair{"sim.context_creation_s", &s.context_creation_s},
+                        {"sim.pipeline_warmup_s", &s.pipeline_warmup_s}, {"sim.ddp_rebuild_s", &s.ddp_rebuild_s}})
+    r.quantity(key, *v, false, 0, 1e5, "seconds per transition part, about a day at most");
   r.boolean("sim.trace", s.trace);
-  if (s.warmup_iterations < 0)
-    r.fail("sim.warmup_iterations", "an integer >= 0", std::to_string(s.warmup_iterations));
-  if (s.measure_iterations < 2)
-    r.fail("sim.measure_iterations", "an integer >= 2 (the period must be seen to repeat)",
-           std::to_string(s.measure_iterations));
-  for (auto [key, v] : {std::pair{"sim.context_creation_s", s.context_creation_s},
-                        {"sim.pipeline_warmup_s", s.pipeline_warmup_s}, {"sim.ddp_rebuild_s", s.ddp_rebuild_s}})
-    if (!(v >= 0)) r.fail(key, "a number >= 0", fmt(v));
 }
 
 std::string read_file(const std::string& path) {

@@ -1,5 +1,7 @@
 #include "planner/profile.hpp"
 
+#include "planner/config.hpp"
+
 #include <cmath>
 #include <fstream>
 #include <cstdint>
@@ -195,6 +197,22 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
                              n["bytes"].number(false), n["seconds"].number(true)});
   });
   return p;
+}
+
+std::string profile_model(const ModelConfig& m) {
+  return to_string(m.family) + " L=" + std::to_string(m.num_hidden_layers) + " H=" + std::to_string(m.hidden_size) +
+         " heads=" + std::to_string(m.num_attention_heads) + " I=" + std::to_string(m.intermediate_size) +
+         (m.family == ModelFamily::ViT ? " image=" + std::to_string(m.image_size) + "/" + std::to_string(m.patch_size)
+                                       : " seq=" + std::to_string(m.seq_length));
+}
+
+void check_profile_model(const Profile& p, const std::string& profile_source, const ModelConfig& model,
+                         const std::string& config_source) {
+  const std::string want = profile_model(model);
+  if (p.model != want)
+    throw Error(profile_source + ": the profile was recorded on model '" + p.model + "', but " + config_source +
+                " has model '" + want + "': its compute timings do not hold for another model (profile this one: "
+                "elasticpipe profile " + config_source + ")");
 }
 
 void check_profile(const Profile& p, const std::string& source) {

@@ -293,3 +293,110 @@ TEST_CASE("enum names round-trip through to_string") {
     CHECK(ep::to_string(c.planner.compression) == name);
   }
 }
+
+TEST_CASE("integers are read as written, 64 bits, and refused when they do not fit") {
+  // 4294967298 is 2 mod 2^32: it must not become 2 epochs.
+  for (const auto& [from, to, key, found] : std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
+           {"epochs = 3", "epochs = 4294967298", "training.epochs", "found 4294967298"},
+           {"num_hidden_layers = 4", "num_hidden_layers = 4294967300", "model.num_hidden_layers", "found 4294967300"},
+           {"batch_size = 32", "batch_size = 1000000000000000000", "training.batch_size", "found 1000000000000000000"},
+           {"num_train_samples = 4096", "num_train_samples = 9223372036854775807", "data.num_train_samples",
+            "found 9223372036854775807"},
+           {"nodes = 1", "nodes = -4294967295", "cluster.nodes", "found -4294967295"},
+           {"seq_length = 32", "seq_length = 2147483648", "model.seq_length", "found 2147483648"},
+       }) {
+    const std::string text = with(from, to);
+    const std::string msg = error_of(text);
+    INFO(msg);
+    check_names(msg, line_of(text, to), key);
+    CHECK(msg.find(found) != std::string::npos);
+  }
+  // The upper bounds say why.
+  const std::string msg = error_of(with("num_train_samples = 4096", "num_train_samples = 9223372036854775807"));
+  CHECK(msg.find("expected an integer <= 1000000000000 (a trillion samples") != std::string::npos);
+  CHECK(error_of(with("epochs = 3", "epochs = 4294967298")).find("<= 100000 (passes over the data)") !=
+        std::string::npos);
+}
+
+TEST_CASE("counts whose products would overflow are bounded at load") {
+  // A cluster of 2^21 devices, a ViT whose token count overflows 32 bits.
+  std::string text = with("nodes = 1\ngpus_per_node = 4", "nodes = 8192\ngpus_per_node = 256");
+  std::string msg = error_of(text);
+  check_names(msg, line_of(text, "nodes = 8192"), "cluster.nodes");
+  CHECK(msg.find("nodes x gpus_per_node <= 65536") != std::string::npos);
+  text = with("family = \"bert\"", "family = \"vit\"");
+  text = with("seq_length = 32\nvocab_size = 1000\n", "image_size = 65536\npatch_size = 1\n", text);
+  msg = error_of(text);
+  check_names(msg, line_of(text, "image_size"), "model.image_size");
+  CHECK(msg.find("4294967297 tokens") != std::string::npos);
+}
+
+TEST_CASE("a float key must be finite: inf and nan are refused by name") {
+  for (const auto& [from, to, key] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"lr = 1e-3", "lr = inf", "training.lr"},
+           {"lr = 1e-3", "lr = nan", "training.lr"},
+           {"alpha = 0.25", "alpha = -inf", "planner.alpha"},
+           {"bandwidth_bytes_per_s = 5e9", "bandwidth_bytes_per_s = inf", "cluster.intra_node.bandwidth_bytes_per_s"},
+           {"latency_s = 20e-6", "latency_s = nan", "cluster.intra_node.latency_s"},
+           {"memory_bytes = 4294967296", "memory_bytes = +inf", "cluster.device.memory_bytes"},
+       }) {
+    const std::string text = with(from, to);
+    const std::string msg = error_of(text);
+    INFO(msg);
+    check_names(msg, line_of(text, to), key);
+    CHECK(msg.find("a finite number") != std::string::npos);
+  }
+  CHECK(error_of(kBase, {"training.lr=inf"}).rfind("--set training.lr: key 'training.lr': expected a finite number", 0) ==
+        0);
+}
+
+TEST_CASE("physical quantities are checked against physical ranges at load") {
+  for (const auto& [from, to, key, range] :
+       std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
+           // SimGrid deadlocks on the first, aborts on the second.
+           {"bandwidth_bytes_per_s = 5e9", "bandwidth_bytes_per_s = 1e-300", "cluster.intra_node.bandwidth_bytes_per_s",
+            "[1000, 1e+15]"},
+           {"latency_s = 20e-6", "latency_s = 1e18", "cluster.intra_node.latency_s", "[0, 10]"},
+           {"latency_s = 50e-6", "latency_s = -1e-6", "cluster.inter_node.latency_s", "[0, 10]"},
+           {"peak_flops_per_s = 50e9", "peak_flops_per_s = 1e30", "cluster.device.peak_flops_per_s", "[1e+06, 1e+18]"},
+           {"memory_bytes = 4294967296", "memory_bytes = 1", "cluster.device.memory_bytes", "[1e+06, 1e+15]"},
+           {"memory_bandwidth_bytes_per_s = 10e9", "memory_bandwidth_bytes_per_s = 1e20",
+            "cluster.device.memory_bandwidth_bytes_per_s", "[1000, 1e+15]"},
+           {"memory_bytes = 2147483648", "memory_bytes = 1e30", "cluster.host.memory_bytes", "[0, 1e+16]"},
+           {"disk_bandwidth_bytes_per_s = 500e6", "disk_bandwidth_bytes_per_s = 0",
+            "cluster.host.disk_bandwidth_bytes_per_s", "[1000, 1e+15]"},
+       }) {
+    const std::string text = with(from, to);
+    const std::string msg = error_of(text);
+    INFO(msg);
+    check_names(msg, line_of(text, to), key);
+    CHECK(msg.find("expected a number in " + range) != std::string::npos);
+  }
+  // Keys with defaults too.
+  std::string msg = error_of(kBase + "\n[sim]\nddp_rebuild_s = 1e12\n");
+  CHECK(msg.find("key 'sim.ddp_rebuild_s': expected a number in [0, 100000]") != std::string::npos);
+  msg = error_of(kBase, {"planner.bucket_size_bytes=1"});
+  CHECK(msg.find("smaller buckets multiply the all-reduces") != std::string::npos);
+}
+
+TEST_CASE("a --set value is one value: a line break in it is refused, not dropped") {
+  std::string msg = error_of(kBase, {"training.epochs=3\nplanner.alpha=0.9"});
+  CHECK(msg.find("--set training.epochs") != std::string::npos);
+  CHECK(msg.find("line break") != std::string::npos);
+  msg = error_of(kBase, {"training.epochs=3\r"});
+  CHECK(msg.find("line break") != std::string::npos);
+}
+
+TEST_CASE("errors in a value that --set gave are blamed on the flag, not the file") {
+  // An inline table from --set: its keys' errors name the flag, never the
+  // config file's line 1.
+  std::string msg = error_of(kBase, {"cluster.intra_node={bandwidth_bytes_per_s = 0, latency_s = 1e-6}"});
+  INFO(msg);
+  CHECK(msg.rfind("--set cluster.intra_node: key 'cluster.intra_node.bandwidth_bytes_per_s'", 0) == 0);
+  msg = error_of(kBase, {"cluster.intra_node={bandwidth_bytes_per_s = 5e9, latency_s = 1e-6, latncy = 1}"});
+  CHECK(msg.rfind("--set cluster.intra_node: key 'cluster.intra_node.latncy'", 0) == 0);
+  msg = error_of(kBase, {"cluster.intra_node={latency_s = 1e-6}"});  // a required key missing from it
+  CHECK(msg.rfind("--set cluster.intra_node: key 'cluster.intra_node.bandwidth_bytes_per_s'", 0) == 0);
+  msg = error_of(kBase, {"sim.measure_iterations=1"});  // a section the file does not have
+  CHECK(msg.rfind("--set sim.measure_iterations: key 'sim.measure_iterations'", 0) == 0);
+}

@@ -497,3 +497,25 @@ TEST_CASE("profile files: not JSON, missing, unwritable", "[profile]") {
   CHECK_THAT(error_of([&] { write_profile(ok, dir.path("no/such/dir/p.json")); }),
              Catch::Contains("cannot open"));
 }
+
+TEST_CASE("a profile recorded on another model is refused, naming both", "[profile]") {
+  const Config vit = test::paper_config("vit_imagenet");
+  const Config bert = test::paper_config("bert_large_squad");
+  Profile p;
+  p.model = profile_model(vit.model);
+  CHECK(p.model == "vit L=12 H=768 heads=12 I=3072 image=224/16");
+  CHECK_NOTHROW(check_profile_model(p, "vit.json", vit.model, "vit.toml"));
+  try {
+    check_profile_model(p, "vit.json", bert.model, "bert.toml");
+    FAIL("a ViT profile was accepted for BERT-Large");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.rfind("vit.json: ", 0) == 0);
+    CHECK(msg.find("'vit L=12 H=768 heads=12 I=3072 image=224/16'") != std::string::npos);
+    CHECK(msg.find("bert.toml has model 'bert L=24 H=1024") != std::string::npos);
+  }
+  // Another shape of the same family is another model too.
+  ModelConfig wider = vit.model;
+  wider.hidden_size = 1024;
+  CHECK_THROWS_AS(check_profile_model(p, "vit.json", wider, "wide.toml"), Error);
+}

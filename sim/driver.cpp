@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -12,6 +11,8 @@
 #include <unistd.h>
 
 #include "planner/transition.hpp"
+#include "traces/atomic_file.hpp"
+#include "traces/output_dir.hpp"
 
 namespace ep::sim {
 
@@ -235,6 +236,7 @@ trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, int e
 }  // namespace
 
 RunResult simulate_training(const Config& config, const RunOptions& opt, Simulator& sim) {
+  if (opt.modes.empty()) throw Error("no mode to simulate: expected at least one of all|baseline|freeze|autopipe|autodp|autocache");
   RunResult out;
   out.config = config.source;
   out.device_memory_bytes = config.cluster.device.memory_bytes;
@@ -367,6 +369,7 @@ std::string format_result(const RunResult& r) {
                   s.total_s / 3600, s.samples_per_s, s.speedup > 0 ? s.speedup : 1.0);
     os << line;
   }
+  if (r.modes.empty()) return os.str();
   const ModeRun& last = r.modes.back();
   os << "\n" << to_string(last.mode) << ", per epoch:\n";
   std::snprintf(line, sizeof line, "  %5s %7s %3s %8s %4s %-5s %11s %9s %7s %10s %11s\n", "epoch", "frozen", "K",
@@ -406,22 +409,34 @@ std::string format_result(const RunResult& r) {
 }
 
 void write_outputs(const RunResult& r, const std::string& dir) {
-  std::filesystem::create_directories(dir);
+  create_output_dir(dir);
   const std::filesystem::path d(dir);
-  trace::write_summary_json(r.summary, (d / "summary.json").string());
+  // All four written before any replaces an earlier run's: a full disk or a
+  // trace the writer refuses leaves the folder as it was.
+  AtomicFile summary((d / "summary.json").string()), epochs((d / "epochs.csv").string()),
+      chunks((d / "chunks.csv").string());
+  std::optional<AtomicFile> trace;
+  trace::write_summary_json(r.summary, summary.stream(), summary.path());
   std::vector<trace::EpochMetrics> rows;
   for (const auto& m : r.modes) rows.insert(rows.end(), m.epochs.begin(), m.epochs.end());
-  trace::write_epoch_csv(rows, (d / "epochs.csv").string());
-  std::ofstream chunks(d / "chunks.csv");
-  if (!chunks) throw Error((d / "chunks.csv").string() + ": cannot write");
-  chunks << "mode,K,M,replicas,iteration_s,samples_per_s,fits_memory,chosen\n";
+  trace::write_epoch_csv(rows, epochs.stream(), epochs.path());
+  chunks.stream() << "mode,K,M,replicas,iteration_s,samples_per_s,fits_memory,chosen\n";
   char line[256];
   for (const auto& c : r.chunks) {
     std::snprintf(line, sizeof line, "%s,%d,%d,%d,%.17g,%.17g,%d,%d\n", to_string(c.mode).c_str(), c.K, c.M,
                   c.replicas, c.iteration_s, c.samples_per_s, c.fits_memory ? 1 : 0, c.chosen ? 1 : 0);
-    chunks << line;
+    chunks.stream() << line;
   }
-  if (!r.trace.events.empty()) trace::write_chrome_trace(r.trace, (d / "trace.json").string());
+  if (!r.trace.events.empty()) {
+    // A plan's traced iteration starts from idle devices and can outlast an
+    // epoch of one or two steady-state periods, so the next transition may
+    // begin inside it: such spans go to lanes of their own.
+    trace::Trace t = r.trace;
+    trace::separate_overlaps(t);
+    trace.emplace((d / "trace.json").string());
+    trace::write_chrome_trace(t, trace->stream(), trace->path());
+  }
+  commit_together({&summary, &epochs, &chunks, trace ? &*trace : nullptr});
 }
 
 std::vector<double> simulate_steady_iterations(const Config& config, const CostModel& cost,

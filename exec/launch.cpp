@@ -148,6 +148,16 @@ ProcessEnv detect_process_env(const std::function<const char*(const char*)>& get
   }
   const Family& f = *family;
   out.launcher = marker ? "elasticpipe" : f.launcher;
+  for (const Family& other : kFamilies) {
+    if (&other == family) continue;
+    for (const char* name : {other.rank, other.size, other.local_rank, other.local_size})
+      if (env.get(name)) {
+        out.warning = std::string("the job's place is read from ") + trigger + " (" + out.launcher + "); " + name +
+                      " (" + other.launcher + ") is set too and ignored";
+        break;
+      }
+    if (!out.warning.empty()) break;
+  }
 
   // Partial sets are refused rather than guessed: a missing local size
   // would silently put every rank on node 0.
@@ -524,7 +534,10 @@ LaunchResult launch_local(const LaunchOptions& o) {
     const std::string entry = *e;
     if (overridden.count(entry.substr(0, entry.find('='))) == 0) base_env.push_back(entry);
   }
-  const int port = free_port();
+  if (o.master_port < 0 || o.master_port > 65535)
+    throw Error("launch: master_port: expected a TCP port in 1..65535 (0: a free one), found " +
+                std::to_string(o.master_port));
+  const int port = o.master_port > 0 ? o.master_port : free_port();
   std::deque<ChildSpec> specs;  // a deque never moves its elements: argv/envp point into them
   for (int r = 0; r < o.nproc; ++r) specs.emplace_back(o, base_env, r, port);
 

@@ -22,6 +22,9 @@ struct ProcessEnv {
   // "single", "elasticpipe" (our --nproc), "torchrun", "mpirun" (Open MPI),
   // "mpich" (PMI).
   std::string launcher = "single";
+  // Set when variables of another launcher are present too (e.g. torchrun
+  // inside an mpirun allocation): which were used and which ignored.
+  std::string warning;
   [[nodiscard]] int node_rank() const;  // rank / local_world_size (ranks are node-major)
 };
 
@@ -30,7 +33,8 @@ struct ProcessEnv {
 //     --nproc children also carry ELASTICPIPE_LAUNCHER=elasticpipe);
 //  2. OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (Open MPI);
 //  3. PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (MPICH/Hydra).
-// Any one variable of a family selects it and then all four are required.
+// Any one variable of a family selects it and then all four are required;
+// variables of a later family are then ignored, and `warning` says so.
 // MASTER_ADDR and MASTER_PORT (rank 0's TCPStore) are required whenever
 // WORLD_SIZE > 1, under MPI too (mpirun -x MASTER_ADDR -x MASTER_PORT); a
 // single process reads them only if present. None present: single process.
@@ -54,6 +58,7 @@ struct LaunchOptions {
   // ELASTICPIPE_LAUNCHER) are the launcher's and may not appear here.
   std::vector<std::pair<std::string, std::string>> env;
   std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL delay when bringing the job down
+  int master_port = 0;  // rank 0's TCPStore port, 1..65535 (e.g. the caller's MASTER_PORT); 0: a free one
 };
 
 struct LaunchResult {
@@ -69,7 +74,7 @@ struct LaunchResult {
 
 // Starts nproc children (fork + execv of program), rank r with RANK=r,
 // WORLD_SIZE=LOCAL_WORLD_SIZE=nproc, LOCAL_RANK=r, MASTER_ADDR=127.0.0.1,
-// MASTER_PORT=<free_port()>, ELASTICPIPE_LAUNCHER=elasticpipe, in the
+// MASTER_PORT=<master_port, or free_port()>, ELASTICPIPE_LAUNCHER=elasticpipe, in the
 // launcher's process group, stdout/stderr inherited; then waits for all.
 // When one fails (non-zero exit or signal) the others get SIGTERM, then
 // SIGKILL after `grace`, all are reaped, and the first failure is returned.

@@ -261,11 +261,7 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
   gethostname(host, sizeof host - 1);
   p.environment = std::string(host) + ", " + std::to_string(cores) + " cores, " + to_string(c.exec.device) +
                   ", libtorch " + TORCH_VERSION + ", " + std::to_string(threads) + " intra-op threads";
-  const auto& m = c.model;
-  p.model = to_string(m.family) + " L=" + std::to_string(m.num_hidden_layers) + " H=" + std::to_string(m.hidden_size) +
-            " heads=" + std::to_string(m.num_attention_heads) + " I=" + std::to_string(m.intermediate_size) +
-            (m.family == ModelFamily::ViT ? " image=" + std::to_string(m.image_size) + "/" + std::to_string(m.patch_size)
-                                          : " seq=" + std::to_string(m.seq_length));
+  p.model = profile_model(c.model);
   log("compute (forward, backward, frozen forward per sublayer kind)...");
   profile_compute(c, o, p);
   log("point-to-point hand-over...");

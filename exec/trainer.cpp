@@ -30,6 +30,8 @@
 #include "planner/freeze.hpp"
 #include "planner/random.hpp"
 #include "planner/run_plan.hpp"
+#include "traces/atomic_file.hpp"
+#include "traces/output_dir.hpp"
 
 namespace ep::exec {
 namespace {
@@ -44,6 +46,20 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+}  // namespace
+
+void check_process_count(const Config& c, int processes) {
+  const int gpus = c.cluster.total_gpus();
+  // One process per potential pipeline: the planner's process model (one per
+  // GPU, node-major ranks), so every layout's ranks exist.
+  if (processes != 1 && processes != gpus)
+    throw Error("this job has " + std::to_string(processes) + " processes; " + c.source +
+                " needs one per device: cluster.nodes x cluster.gpus_per_node = " + std::to_string(gpus) +
+                " (elasticpipe train --nproc " + std::to_string(gpus) + ")");
+}
+
+namespace {
 
 // What this job cannot run, refused before any work.
 void check_runnable(const Config& c, const ProcessEnv& env) {
@@ -65,16 +81,28 @@ void check_runnable(const Config& c, const ProcessEnv& env) {
     if (r > most) most = r, most_K = K;
   }
   const int gpus = c.cluster.total_gpus();
-  // One process per potential pipeline: the planner's process model (one per
-  // GPU, node-major ranks), so every layout's ranks exist.
-  if (env.world_size != 1 && env.world_size != gpus)
-    throw Error("this job has " + std::to_string(env.world_size) + " processes; " + c.source +
-                " needs one per device: cluster.nodes x cluster.gpus_per_node = " + std::to_string(gpus) +
-                " (elasticpipe train --nproc " + std::to_string(gpus) + ")");
+  check_process_count(c, env.world_size);
   if (most > 1 && env.world_size == 1)
     throw Error(c.source + ": the plans reach " + std::to_string(most) + " data-parallel replicas (at K = " +
                 std::to_string(most_K) + "); one process trains one pipeline: run elasticpipe train --nproc " +
                 std::to_string(gpus) + " (or set planner.autodp = false)");
+  // Synthetic data sets live in memory: a size beyond this machine's is
+  // refused before any allocation (which would otherwise swap or be killed).
+  if (name != "fashion-mnist") {
+    const double per_sample = vit ? 4.0 * c.model.num_channels * c.model.image_size * c.model.image_size
+                                  : 8.0 * c.model.seq_length;
+    const double bytes = per_sample * static_cast<double>(c.data.num_train_samples + c.data.num_test_samples);
+    const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    if (ram > 0 && bytes > ram / 2) {
+      char found[160];
+      std::snprintf(found, sizeof found, "%lld (%.3g GB of samples, with the test set)",
+                    static_cast<long long>(c.data.num_train_samples), bytes / 1e9);
+      char expected[200];
+      std::snprintf(expected, sizeof expected,
+                    "synthetic samples that fit half of this machine's %.3g GB of memory", ram / 1e9);
+      throw c.error("data.num_train_samples", expected, found);
+    }
+  }
   if (c.exec.device == ExecDevice::CUDA && !at::hasCUDA())
     throw c.error("exec.device", "cpu (this LibTorch has no CUDA; build with -DELASTICPIPE_CUDA=ON against a CUDA LibTorch)",
                   "\"cuda\"");
@@ -406,6 +434,24 @@ std::uint64_t hash_text(const std::string& s) {
   return h;
 }
 
+// Where a job's node-shared cache files live: the tier's folder (empty: the
+// job's <out>/cache, else the system temp folder).
+std::string cache_dir(const Config& c, CacheTier tier, const std::string& out_dir) {
+  const std::string& dir = tier == CacheTier::HostMemory ? c.exec.cache_memory_dir : c.exec.cache_disk_dir;
+  if (!dir.empty()) return dir;
+  return out_dir.empty() ? std::filesystem::temp_directory_path().string()
+                         : (std::filesystem::path(out_dir) / "cache").string();
+}
+
+// "elasticpipe-<job>-": one file per (job, node), the job named by its
+// output folder (or config) so that concurrent jobs on one machine do not
+// share entries.
+std::string cache_file_prefix(const Config& c, const std::string& out_dir) {
+  const std::string job =
+      hex(hash_text(std::filesystem::absolute(out_dir.empty() ? c.source : out_dir).string())).substr(0, 12);
+  return "elasticpipe-" + job + "-";
+}
+
 class Trainer {
  public:
   Trainer(const Config& c, const TrainOptions& opt)
@@ -434,7 +480,7 @@ class Trainer {
     pipeline_->set_reducer(dist_.get());
     compat::set_thread_count(std::max(1, cores_ / std::max(1, c.cluster.gpus_per_node)));
     p_.interval_norm_sum.assign(L_, 0.0);
-    if (!opt.out_dir.empty() && rank0()) std::filesystem::create_directories(opt.out_dir);
+    if (!opt.out_dir.empty() && rank0()) create_output_dir(opt.out_dir);
     init_trace();
   }
 
@@ -571,10 +617,8 @@ class Trainer {
       }
     }
     memo["entries"].push_back({{"key", memo_key(setups)}, {"iteration_s", times}});
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-    const std::string tmp = path + ".tmp" + std::to_string(getpid());
-    std::ofstream(tmp) << memo.dump(1) << '\n';
-    std::filesystem::rename(tmp, path);
+    create_output_dir(std::filesystem::path(path).parent_path().string());
+    write_file_atomically(path, memo.dump(1) + "\n");
   }
 
   // Median of exec.chunk_search_iterations iterations (after one warm-up)
@@ -700,17 +744,9 @@ class Trainer {
   // ------------------------------------------------------------ plans
 
   std::string cache_path(CacheTier tier, const std::string& name) const {
-    std::string dir = tier == CacheTier::HostMemory ? c_.exec.cache_memory_dir : c_.exec.cache_disk_dir;
-    if (dir.empty())
-      dir = opt_.out_dir.empty() ? std::filesystem::temp_directory_path().string()
-                                 : (std::filesystem::path(opt_.out_dir) / "cache").string();
-    std::filesystem::create_directories(dir);
-    // One file per (job, node): the job is named by its output directory
-    // (or config) so concurrent jobs on one machine do not share entries.
-    const std::string job = hex(hash_text(std::filesystem::absolute(opt_.out_dir.empty() ? c_.source : opt_.out_dir)
-                                              .string()))
-                                .substr(0, 12);
-    return (std::filesystem::path(dir) / ("elasticpipe-" + job + "-" + name + ".cache")).string();
+    const std::string dir = cache_dir(c_, tier, opt_.out_dir);
+    create_output_dir(dir);
+    return (std::filesystem::path(dir) / (cache_file_prefix(c_, opt_.out_dir) + name + ".cache")).string();
   }
 
   std::vector<std::int64_t> entry_shape() {
@@ -912,11 +948,15 @@ class Trainer {
     const std::int64_t total0 = per_epoch0() * c_.training.epochs;
     const bool prefetch = plan_->cache.on && !fill && plan_->cache.tier == CacheTier::Disk && cache_;
     const std::int64_t slot_step = static_cast<std::int64_t>(ppn) * batch_;
+    // The audit log grows by appending (a kill keeps what it holds); a write
+    // it loses is an error, not a silently shorter file.
     std::unique_ptr<std::ofstream> samples;
+    std::string samples_path;
     if (c_.exec.record_samples && !opt_.out_dir.empty()) {
       const auto dir = std::filesystem::path(opt_.out_dir) / "samples";
-      std::filesystem::create_directories(dir);
-      samples = std::make_unique<std::ofstream>(dir / ("rank" + std::to_string(env_.rank) + ".csv"), std::ios::app);
+      create_output_dir(dir.string());
+      samples_path = (dir / ("rank" + std::to_string(env_.rank) + ".csv")).string();
+      samples = std::make_unique<std::ofstream>(samples_path, std::ios::app);
     }
     Traced traced;
     std::vector<double> first_iterations;
@@ -949,6 +989,7 @@ class Trainer {
         loss = t[0].item<double>();
         correct = t[1].item<double>();
       }
+      check_finite(loss, r.layer_grad_sq, lr);  // before anything records the iteration
       if (samples)
         for (const auto i : idx)
           if (i >= 0) *samples << p_.epoch << ',' << p_.consumed << ',' << i << '\n';
@@ -974,6 +1015,7 @@ class Trainer {
         checkpoint(seconds(epoch_start, Clock::now()));
       }
     }
+    if (samples && !samples->flush()) throw Error(samples_path + ": write failed (the sample audit is incomplete)");
     const double epoch_s = p_.epoch_elapsed_s + seconds(epoch_start, Clock::now());
     const double transition_s = pending_transition_s_;
     pending_transition_s_ = 0;
@@ -1013,6 +1055,38 @@ class Trainer {
     checkpoint();
   }
 
+  // A diverged run stops here, before its loss, its gradient norms (which
+  // would drive the freeze policy) or a checkpoint of its state are kept:
+  // the checkpoints on disk are all of finite states from before, and the
+  // message names them.
+  void check_finite(double loss, const std::vector<double>& layer_grad_sq, double lr) const {
+    std::string what;
+    if (!std::isfinite(loss)) what = "loss " + std::to_string(loss);
+    for (std::size_t l = 0; what.empty() && l < layer_grad_sq.size(); ++l)
+      if (!std::isfinite(layer_grad_sq[l]))
+        what = "gradient norm of layer " + std::to_string(l) + " " + std::to_string(std::sqrt(layer_grad_sq[l]));
+    char lr_text[32];
+    std::snprintf(lr_text, sizeof lr_text, "%g", lr);
+    if (!what.empty()) diverged(p_.iteration + 1, what + " (learning rate " + lr_text + ")");
+  }
+
+  // A finite loss can still leave non-finite weights after the step.
+  void check_finite_weights() const {
+    for (const NamedTensor& p : model_.named_params())
+      if (!at::isfinite(p.tensor).all().item<bool>()) diverged(p_.iteration, "parameter " + p.name + " is not finite");
+  }
+
+  [[noreturn]] void diverged(std::int64_t iteration, const std::string& what) const {
+    const std::filesystem::path checkpoints = std::filesystem::path(opt_.out_dir) / "checkpoints";
+    std::error_code ec;
+    const bool have = !opt_.out_dir.empty() && std::filesystem::exists(checkpoints / "latest", ec);
+    throw Error("training diverged at epoch " + std::to_string(p_.epoch + 1) + ", iteration " +
+                std::to_string(iteration) + ": " + what + "; " +
+                (have ? "the last good checkpoint is " + checkpoints.string() + ": continue with --resume " +
+                            checkpoints.string() + " and a smaller training.lr"
+                      : std::string("no checkpoint was written before it: start again with a smaller training.lr")));
+  }
+
   // The active replicas split the test set; the hits are summed.
   double evaluate() {
     const Dataset& test = data_.test;
@@ -1048,6 +1122,7 @@ class Trainer {
   // resumed run adds it to what the checkpoint holds).
   void checkpoint(double running_s = 0) {
     if (!rank0() || opt_.out_dir.empty()) return;
+    check_finite_weights();  // a checkpoint is only ever of a state worth resuming
     json progress = to_json(p_);
     progress["epoch_elapsed_s"] = p_.epoch_elapsed_s + running_s;
     const json meta = {{"fingerprint", fingerprint(c_)},
@@ -1102,10 +1177,16 @@ class Trainer {
     tb_.trace.metadata["batch_policy"] = to_string(c_.training.batch_policy);
   }
 
+  // Every file written before any is renamed into place: a failure (a full
+  // disk) leaves the previous run's set, never a mix or a partial file.
   void write_outputs() {
     if (opt_.out_dir.empty()) return;
     const std::filesystem::path out(opt_.out_dir);
-    write_chrome_trace(tb_.trace, (out / "trace.json").string());
+    const auto file = [&](const char* name) { return (out / name).string(); };
+    AtomicFile trace(file("trace.json")), summary_file(file("summary.json")), grad_norms(file("grad_norms.csv")),
+        plan(file("plan.json")), transitions_file(file("transitions.json")), iterations(file("iterations.csv")),
+        weights(file("weights.bin"));
+    write_chrome_trace(tb_.trace, trace.stream(), trace.path());
     trace::RunSummary summary;
     summary.source = "exec";
     summary.config = c_.source;
@@ -1117,22 +1198,20 @@ class Trainer {
     mode.final_accuracy = p_.result.final_accuracy;
     for (const auto& e : p_.result.epochs) mode.epoch_s.push_back(e.epoch_s);
     summary.modes.push_back(mode);
-    write_summary_json(summary, (out / "summary.json").string());
-    write_grad_norm_trace(GradNormTrace{p_.result.grad_norms}, (out / "grad_norms.csv").string());
-    std::ofstream(out / "plan.json") << ep::to_json(planner_.run(), planner_.context().spec).dump(2) << '\n';
+    write_summary_json(summary, summary_file.stream(), summary_file.path());
+    grad_norms.write_with([&](const std::string& temp) { write_grad_norm_trace(GradNormTrace{p_.result.grad_norms}, temp); });
+    plan.stream() << ep::to_json(planner_.run(), planner_.context().spec).dump(2) << '\n';
     json transitions = json::array();
     for (const auto& t : p_.result.transitions) transitions.push_back(to_json(t));
-    std::ofstream(out / "transitions.json") << transitions.dump(2) << '\n';
-    {
-      std::ofstream it(out / "iterations.csv");
-      it << "iteration,loss\n";
-      char buf[64];
-      for (std::size_t i = 0; i < p_.result.iteration_losses.size(); ++i) {
-        std::snprintf(buf, sizeof buf, "%zu,%.9g\n", i, p_.result.iteration_losses[i]);
-        it << buf;
-      }
+    transitions_file.stream() << transitions.dump(2) << '\n';
+    iterations.stream() << "iteration,loss\n";
+    char buf[64];
+    for (std::size_t i = 0; i < p_.result.iteration_losses.size(); ++i) {
+      std::snprintf(buf, sizeof buf, "%zu,%.9g\n", i, p_.result.iteration_losses[i]);
+      iterations.stream() << buf;
     }
-    model_.save((out / "weights.bin").string());
+    weights.write_with([&](const std::string& temp) { model_.save(temp); });
+    commit_together({&trace, &summary_file, &grad_norms, &plan, &transitions_file, &iterations, &weights});
   }
 
   const Config& c_;
@@ -1176,6 +1255,30 @@ std::string format_epoch(const trace::EpochMetrics& m, int epochs, int L) {
                 m.frozen_layers, L, m.K, m.M, m.replicas > 1 ? ("x" + std::to_string(m.replicas) + "  ").c_str() : "",
                 m.samples_per_s, m.cache ? "  cache" : "");
   return buf;
+}
+
+std::vector<std::string> cache_file_names(const Config& c, const std::string& out_dir, int rank) {
+  const std::string prefix = cache_file_prefix(c, out_dir);
+  std::vector<std::string> out;
+  for (const CacheTier tier : {CacheTier::HostMemory, CacheTier::Disk})
+    for (const std::string& name :
+         {"node" + std::to_string(rank / c.cluster.gpus_per_node), "probe-" + std::to_string(rank)})
+      out.push_back((std::filesystem::path(cache_dir(c, tier, out_dir)) / (prefix + name + ".cache")).string());
+  return out;
+}
+
+std::vector<std::string> remove_cache_files(const Config& c, const std::string& out_dir) {
+  std::vector<std::string> removed;
+  const std::string prefix = cache_file_prefix(c, out_dir);
+  for (const CacheTier tier : {CacheTier::HostMemory, CacheTier::Disk}) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(cache_dir(c, tier, out_dir), ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(prefix) && name.ends_with(".cache") && std::filesystem::remove(entry.path(), ec))
+        removed.push_back(entry.path().string());
+    }
+  }
+  return removed;
 }
 
 TrainResult train(const Config& c, const TrainOptions& opt) {

@@ -61,6 +61,18 @@ struct TrainResult {
 // training when the config asks for what this job cannot run.
 TrainResult train(const Config& config, const TrainOptions& options);
 
+// A job trains with one process (one pipeline) or one per device of the
+// config's cluster; anything else is an ep::Error saying which.
+void check_process_count(const Config& config, int processes);
+
+// Removes the node-shared activation cache files of the job writing to
+// `out_dir` (exec.cache_memory_dir, exec.cache_disk_dir): what a job that
+// was killed or interrupted leaves behind. Returns the paths removed.
+std::vector<std::string> remove_cache_files(const Config& config, const std::string& out_dir);
+// The cache files process `rank` of that job may create, named beforehand
+// (for a signal handler, which cannot list a folder).
+std::vector<std::string> cache_file_names(const Config& config, const std::string& out_dir, int rank);
+
 // "epoch 3/4  loss 0.4512  acc 84.31%  frozen 2/4  K 2  M 4  1234 samples/s"
 [[nodiscard]] std::string format_epoch(const trace::EpochMetrics& m, int epochs, int L);
 

@@ -206,6 +206,10 @@ TEST_CASE("detect_process_env: torchrun variables win over MPI ones", "[launch]"
                                {"PMI_RANK", "0"}});
   CHECK(e.launcher == "torchrun");
   CHECK(e.rank == 1);
+  // ... and say so: the MPI variables are ignored, not silently.
+  CHECK(e.warning.find("RANK (torchrun)") != std::string::npos);
+  CHECK(e.warning.find("OMPI_COMM_WORLD_RANK (mpirun) is set too and ignored") != std::string::npos);
+  CHECK(detect({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"}}).warning.empty());
 }
 
 TEST_CASE("detect_process_env: malformed environments name the variable", "[launch]") {
@@ -386,6 +390,16 @@ TEST_CASE("launch_local: every rank gets its environment, one port for all", "[l
     CHECK(e.master_addr == "127.0.0.1");
     CHECK(e.master_port == port);
   }
+}
+
+TEST_CASE("launch_local: a given master_port reaches every rank", "[launch]") {
+  TempDir dir;
+  LaunchOptions o = sh(2, R"(echo "$MASTER_PORT" > "$D/port.$RANK")", dir);
+  o.master_port = 29517;
+  REQUIRE(launch_local(o).exit_code == 0);
+  for (const char* rank : {"0", "1"}) CHECK(slurp(dir.file(std::string("port.") + rank)) == "29517\n");
+  o.master_port = 70000;
+  CHECK_THROWS_WITH(launch_local(o), Contains("master_port") && Contains("70000"));
 }
 
 TEST_CASE("launch_local: a failing rank brings the others down", "[launch]") {

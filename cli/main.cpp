@@ -4,7 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -21,11 +24,15 @@
 #include "planner/run_plan.hpp"
 #include "planner/schedule.hpp"
 #include "planner/validation.hpp"
+#if ELASTICPIPE_EXEC
 #include "exec/launch.hpp"
 #include "exec/profiler.hpp"
 #include "exec/trainer.hpp"
+#endif
 #include "sim/driver.hpp"
+#include "traces/atomic_file.hpp"
 #include "traces/diff.hpp"
+#include "traces/output_dir.hpp"
 
 namespace {
 
@@ -57,12 +64,21 @@ struct SimulateArgs {
   int jobs = 0;  // sweep only
 };
 
+// "baseline,autocache", "all", "all,freeze": each mode once, the baseline
+// first so that speedups are over it. An empty list or entry is refused.
 std::vector<ep::sim::Mode> parse_modes(const std::string& s) {
-  if (s == "all") return {std::begin(ep::sim::kAllModes), std::end(ep::sim::kAllModes)};
   std::vector<ep::sim::Mode> modes;
-  std::stringstream ss(s);
-  for (std::string m; std::getline(ss, m, ',');) modes.push_back(ep::sim::parse_mode(m));
-  // The baseline first, so that speedups are over it.
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t end = std::min(s.find(',', begin), s.size());
+    const std::string m = s.substr(begin, end - begin);
+    if (m == "all")
+      modes.insert(modes.end(), std::begin(ep::sim::kAllModes), std::end(ep::sim::kAllModes));
+    else
+      modes.push_back(ep::sim::parse_mode(m));  // names the entry, '' included
+    if (end == s.size()) break;
+    begin = end + 1;
+  }
   std::sort(modes.begin(), modes.end());
   modes.erase(std::unique(modes.begin(), modes.end()), modes.end());
   return modes;
@@ -71,6 +87,9 @@ std::vector<ep::sim::Mode> parse_modes(const std::string& s) {
 std::string default_out(const std::string& config, const std::string& what) {
   return (std::filesystem::path("out") / what / std::filesystem::path(config).stem()).string();
 }
+
+// The command line, for the output folder's lock (who holds it).
+std::string g_command_line;
 
 // A bar on stderr, only when stdout is a terminal.
 std::function<void(double)> progress_bar(const std::string& label) {
@@ -84,27 +103,37 @@ std::function<void(double)> progress_bar(const std::string& label) {
   };
 }
 
+// A profile holds for the model it was recorded on: another model's
+// compute timings would be used without a word.
+std::optional<ep::FittedCostModel> fitted_model(const std::string& profile_path, const ep::Config& config,
+                                                const ep::CostModel& analytic) {
+  if (profile_path.empty()) return std::nullopt;
+  const ep::Profile profile = ep::read_profile(profile_path);
+  ep::check_profile_model(profile, profile_path, config.model, config.source);
+  return std::optional<ep::FittedCostModel>(std::in_place, profile, analytic);
+}
+
 int run_simulate_cmd(const SimulateArgs& a) {
   const ep::Config config = ep::load_config(a.config, a.overrides);
   ep::sim::RunOptions opt;
   opt.modes = parse_modes(a.mode);
   opt.exact = a.exact;
-  opt.progress = progress_bar("simulating");
   const ep::AnalyticCostModel analytic(config.cluster, config.training);
-  std::optional<ep::FittedCostModel> fitted;
-  if (!a.profile.empty()) {
-    fitted.emplace(ep::read_profile(a.profile), analytic);
-    opt.cost = &*fitted;
-  }
+  const std::optional<ep::FittedCostModel> fitted = fitted_model(a.profile, config, analytic);
+  if (fitted) opt.cost = &*fitted;
+  const std::string out = a.out.empty() ? default_out(a.config, "simulate") : a.out;
+  const ep::OutputDirLock lock(out, g_command_line, "--out");
+  opt.progress = progress_bar("simulating");
   ep::sim::Simulator sim(config.cluster);
   const ep::sim::RunResult r = ep::sim::simulate_training(config, opt, sim);
-  const std::string out = a.out.empty() ? default_out(a.config, "simulate") : a.out;
+  std::cout << ep::sim::format_result(r) << std::flush;
   ep::sim::write_outputs(r, out);
-  std::cout << ep::sim::format_result(r) << "\nwrote " << out << "/{summary.json,epochs.csv,chunks.csv"
-            << (r.trace.events.empty() ? "" : ",trace.json") << "}\n";
+  std::cout << "\nwrote " << out << "/{summary.json,epochs.csv,chunks.csv" << (r.trace.events.empty() ? "" : ",trace.json")
+            << "}\n";
   return 0;
 }
 
+#if ELASTICPIPE_EXEC
 struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
@@ -113,12 +142,20 @@ struct TrainArgs {
   std::string resume;
 };
 
+// One machine's processes: each rank is a whole LibTorch process with its
+// own threads and memory; a larger job spans machines (torchrun, mpirun).
+constexpr int kMaxLocalProcesses = 256;
+
 // `train --nproc N`: this process becomes the launcher of N copies of
 // itself (same arguments minus --nproc), which find their rank in the
 // environment as under torchrun; the job's exit code is the first failure's.
-int launch_train(const TrainArgs& a, int argc, char** argv) {
+// Whatever ends the job (a failed or killed rank, Ctrl-C), the node-shared
+// cache files its ranks created are removed before returning.
+int launch_train(const TrainArgs& a, const ep::Config& config, const ep::exec::ProcessEnv& env,
+                 const std::string& out, int argc, char** argv) {
   ep::exec::LaunchOptions o;
   o.nproc = a.nproc;
+  o.master_port = env.master_port;  // MASTER_PORT when set, else a free port
   o.program = std::filesystem::canonical("/proc/self/exe").string();
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -130,19 +167,53 @@ int launch_train(const TrainArgs& a, int argc, char** argv) {
     o.args.push_back(arg);
   }
   const ep::exec::LaunchResult r = ep::exec::launch_local(o);
+  (void)ep::exec::remove_cache_files(config, out);
   if (r.exit_code != 0) std::cerr << "ERROR: training job failed: " << r.reason << "\n";
   return r.exit_code;
+}
+
+// A single training process removes its cache files when Ctrl-C or SIGTERM
+// ends it: unlink(2) is async-signal-safe, the names are fixed beforehand.
+std::vector<std::string> g_cache_files;
+extern "C" void remove_cache_files_and_die(int sig) {
+  for (const std::string& f : g_cache_files) ::unlink(f.c_str());
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void remove_cache_files_on_signals(const ep::Config& config, const std::string& out) {
+  g_cache_files.clear();
+  for (const std::string& f : ep::exec::cache_file_names(config, out, 0)) g_cache_files.push_back(f);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP})
+    if (std::signal(sig, remove_cache_files_and_die) == SIG_IGN) std::signal(sig, SIG_IGN);  // nohup stays nohup
 }
 
 int run_train_cmd(const TrainArgs& a, int argc, char** argv) {
   const ep::Config config = ep::load_config(a.config, a.overrides);  // bad input fails before any process starts
   const ep::exec::ProcessEnv env = ep::exec::detect_process_env();
+  if (!env.warning.empty() && env.rank == 0) std::cerr << "WARNING: " << env.warning << "\n";
   if (a.nproc > 0 && env.launcher != "single")
     throw ep::Error("--nproc " + std::to_string(a.nproc) + " inside a job already launched by " + env.launcher +
                     " (rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
                     "): drop --nproc");
-  if (a.nproc > 1) return launch_train(a, argc, argv);
+  if (a.nproc > kMaxLocalProcesses)
+    throw ep::Error("--nproc " + std::to_string(a.nproc) + ": at most " + std::to_string(kMaxLocalProcesses) +
+                    " processes on one machine (each rank is a LibTorch process with its own threads and memory; "
+                    "a larger job spans machines: use torchrun or mpirun)");
+  if (a.nproc > 1) {
+    try {
+      ep::exec::check_process_count(config, a.nproc);  // before any process starts
+    } catch (const ep::Error& e) {
+      throw e.with_context("--nproc " + std::to_string(a.nproc));
+    }
+  }
   const std::string out = a.out.empty() ? default_out(a.config, "train") : a.out;
+  // One job per output folder: the launcher (or rank 0 of torchrun/mpirun)
+  // holds it; our own launcher's ranks run under its lock.
+  std::optional<ep::OutputDirLock> lock;
+  if (env.launcher != "elasticpipe" && env.rank == 0) lock.emplace(out, g_command_line, "--out");
+  if (a.nproc > 1) return launch_train(a, config, env, out, argc, argv);
+  if (env.launcher == "single") remove_cache_files_on_signals(config, out);
   ep::exec::TrainOptions opt;
   opt.out_dir = out;
   opt.process = env;
@@ -151,7 +222,13 @@ int run_train_cmd(const TrainArgs& a, int argc, char** argv) {
     opt.progress = progress_bar("training");
     opt.log = [](const std::string& line) { std::cout << line << std::endl; };
   }
-  const ep::exec::TrainResult r = ep::exec::train(config, opt);
+  ep::exec::TrainResult r;
+  try {
+    r = ep::exec::train(config, opt);
+  } catch (...) {
+    if (env.launcher == "single") (void)ep::exec::remove_cache_files(config, out);
+    throw;
+  }
   if (env.rank != 0) return 0;
   std::printf("trained %d epochs in %.1f s, final test accuracy %.2f%%\n", config.training.epochs, r.total_s,
               100 * r.final_accuracy);
@@ -175,9 +252,10 @@ int run_profile_cmd(const ProfileArgs& a) {
   ep::exec::ProfileOptions o;
   o.repeats = a.repeats;
   o.log = [](const std::string& line) { std::cout << line << std::endl; };
+  const std::string dir = std::filesystem::path(out).parent_path().string();
+  if (!dir.empty()) ep::create_output_dir(dir, "--out");  // before measuring: a bad --out loses nothing
   const ep::Profile profile = ep::exec::profile_executor(config, o);
-  if (!std::filesystem::path(out).parent_path().empty()) std::filesystem::create_directories(std::filesystem::path(out).parent_path());
-  ep::write_profile(profile, out);
+  ep::write_file_atomically(out, [&](const std::string& temp) { ep::write_profile(profile, temp); });
   const ep::AnalyticCostModel analytic(config.cluster, config.training);
   std::cout << ep::FittedCostModel(profile, analytic).describe() << "wrote " << out << "\n";
   return 0;
@@ -204,7 +282,7 @@ int run_validate_cmd(const ValidateArgs& a) {
     std::cout << "simulating the CPU executor: cluster.shared_cores = " << config.cluster.shared_cores << "\n";
   }
   const ep::AnalyticCostModel analytic(config.cluster, config.training);
-  const ep::FittedCostModel fitted(ep::read_profile(a.profile), analytic);
+  const ep::FittedCostModel fitted = *fitted_model(a.profile, config, analytic);
   const ep::PlanContext ctx(config, fitted);
   const int L = config.model.num_hidden_layers, B = config.training.batch_size;
   std::vector<ep::IterationSetup> setups;
@@ -256,6 +334,8 @@ int run_validate_cmd(const ValidateArgs& a) {
   return 0;
 }
 
+#endif  // ELASTICPIPE_EXEC
+
 // "a=1,2,3" -> {"a=1", "a=2", "a=3"}; commas inside [] stay (TOML arrays).
 std::vector<std::string> sweep_values(const std::string& assignment) {
   const auto eq = assignment.find('=');
@@ -278,13 +358,45 @@ std::vector<std::string> sweep_values(const std::string& assignment) {
   return out;
 }
 
+// Each point is a whole simulated training (about a second per mode on a
+// core): a sweep larger than this is a mistake or a job for several runs.
+constexpr std::size_t kMaxSweepPoints = 1000;
+
+// Progress: a bar on a terminal, else a line on stderr every 5% (or every
+// point of a small sweep), so that a long sweep in a log shows it is alive.
+std::function<void(std::size_t)> sweep_progress(std::size_t total) {
+  if (const auto bar = progress_bar("sweeping"))
+    return [bar, total](std::size_t done) { bar(static_cast<double>(done) / static_cast<double>(total)); };
+  const auto start = std::chrono::steady_clock::now();
+  return [start, total, last = std::size_t{0}](std::size_t done) mutable {
+    const std::size_t step = std::max<std::size_t>(1, total / 20);
+    if (done != total && done < last + step) return;
+    last = done;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "sweep: %zu/%zu points done (%.0f%%), %.0f s elapsed, about %.0f s left\n", done, total,
+                 100.0 * static_cast<double>(done) / static_cast<double>(total), elapsed,
+                 elapsed / static_cast<double>(done) * static_cast<double>(total - done));
+  };
+}
+
 int run_sweep_cmd(const SimulateArgs& a) {
-  // The cartesian product of every --set list.
-  std::vector<std::vector<std::string>> points{{}};
+  // The cartesian product of every --set list, its size checked before it
+  // is built.
+  std::vector<std::vector<std::string>> lists;
+  std::size_t size = 1;
   for (const auto& set : a.overrides) {
+    lists.push_back(sweep_values(set));
+    size *= lists.back().size();
+    if (size > kMaxSweepPoints)
+      throw ep::Error("--set: the sweep has more than " + std::to_string(kMaxSweepPoints) +
+                      " points (each is a whole simulated training, about a second per mode on a core); "
+                      "split it into several sweeps");
+  }
+  std::vector<std::vector<std::string>> points{{}};
+  for (const auto& values : lists) {
     std::vector<std::vector<std::string>> next;
     for (const auto& p : points)
-      for (const auto& v : sweep_values(set)) {
+      for (const auto& v : values) {
         next.push_back(p);
         next.back().push_back(v);
       }
@@ -294,7 +406,12 @@ int run_sweep_cmd(const SimulateArgs& a) {
   for (const auto& p : points) (void)ep::load_config(a.config, p);
   const auto modes = parse_modes(a.mode == "all" ? "baseline,autocache" : a.mode);
   const int jobs = a.jobs > 0 ? a.jobs : std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-  const auto bar = progress_bar("sweeping");
+  const std::string out = a.out.empty() ? default_out(a.config, "sweep") : a.out;
+  const ep::OutputDirLock lock(out, g_command_line, "--out");
+  std::printf("sweep: %zu point%s x %zu mode%s, %d at a time\n", points.size(), points.size() == 1 ? "" : "s",
+              modes.size(), modes.size() == 1 ? "" : "s", jobs);
+  std::fflush(stdout);
+  auto progress = sweep_progress(points.size());
 
   // SimGrid allows one engine per process: every point runs in a child,
   // which writes its summary JSON to a pipe.
@@ -314,7 +431,7 @@ int run_sweep_cmd(const SimulateArgs& a) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
       throw ep::Error("sweep point " + std::to_string(c.point) + " failed: " + text);
     results[c.point] = text;
-    if (bar) bar(static_cast<double>(++done) / points.size());
+    progress(++done);
   };
   while (next < points.size() || !running.empty()) {
     if (next < points.size() && static_cast<int>(running.size()) < jobs) {
@@ -351,9 +468,8 @@ int run_sweep_cmd(const SimulateArgs& a) {
     }
   }
 
-  const std::string out = a.out.empty() ? default_out(a.config, "sweep") : a.out;
-  std::filesystem::create_directories(out);
-  std::ofstream csv(std::filesystem::path(out) / "sweep.csv");
+  ep::AtomicFile csv_file((std::filesystem::path(out) / "sweep.csv").string());
+  std::ostream& csv = csv_file.stream();
   std::vector<std::string> keys;
   for (const auto& set : a.overrides) keys.push_back(set.substr(0, set.find('=')));
   for (const auto& k : keys) {
@@ -382,7 +498,8 @@ int run_sweep_cmd(const SimulateArgs& a) {
     }
     std::cout << "\n";
   }
-  std::cout << "wrote " << (std::filesystem::path(out) / "sweep.csv").string() << "\n";
+  csv_file.commit();
+  std::cout << "wrote " << csv_file.path() << "\n";
   return 0;
 }
 
@@ -424,6 +541,15 @@ int run_schedule_cmd(const ScheduleArgs& a) {
   else if (looping && o.v == 1 && a.config.empty()) o.v = 2;
   o.K = a.K;
   o.M = a.M;
+  // Four actions or more per device, micro-batch and chunk, each a few
+  // dozen bytes, plus the timeline's text: a million keeps it to about a
+  // second and a few hundred MB.
+  constexpr std::int64_t kMaxChunkPasses = 1'000'000;
+  if (static_cast<std::int64_t>(o.K) * o.M * o.v > kMaxChunkPasses)
+    throw ep::Error("--K " + std::to_string(o.K) + " --M " + std::to_string(o.M) + " --v " + std::to_string(o.v) +
+                    ": K x M x v = " + std::to_string(static_cast<std::int64_t>(o.K) * o.M * o.v) +
+                    " chunk passes, expected at most " + std::to_string(kMaxChunkPasses) +
+                    " (the schedule and its timeline grow with it: gigabytes and minutes beyond)");
   const ep::Schedule schedule = ep::build_schedule(o);
   ep::check_schedule(schedule);
   if (a.csv) {
@@ -441,10 +567,33 @@ int run_schedule_cmd(const ScheduleArgs& a) {
 
 }  // namespace
 
+// The commands that run LibTorch. They live in elasticpipe-exec, beside
+// this program: loading LibTorch (and the ~300 libraries Debian's links)
+// takes about 0.6 s and 190 MB at every start, which plan, schedule,
+// simulate, sweep and trace diff do not pay.
+#if !ELASTICPIPE_EXEC
+constexpr const char* kExecCommands[] = {"train", "profile", "validate"};
+constexpr const char* kExecProgram = "elasticpipe-exec";
+
+int run_in_executor(char** argv) {
+  const std::filesystem::path self = std::filesystem::canonical("/proc/self/exe");
+  const std::string program = (self.parent_path() / kExecProgram).string();
+  ::execv(program.c_str(), argv);  // returns only on failure
+  std::cerr << "ERROR: " << argv[1] << " runs in " << program << ", which cannot be started (" << std::strerror(errno)
+            << "): build with -DELASTICPIPE_EXEC=ON (LibTorch)\n";
+  return kBadInput;
+}
+#endif
+
 int main(int argc, char** argv) {
   CLI::App app{"ElasticPipe: elastic pipelining with progressive layer freezing (PipeTransformer)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "elasticpipe 0.1");
+#if !ELASTICPIPE_EXEC
+  if (argc > 1)
+    for (const char* command : kExecCommands)
+      if (std::string(argv[1]) == command) return run_in_executor(argv);
+#endif
 
   PlanArgs plan;
   auto* plan_cmd = app.add_subcommand("plan", "Print the whole training's plan timeline (one row per freeze step)");
@@ -484,6 +633,7 @@ int main(int argc, char** argv) {
   sweep_cmd->add_flag("--exact", sweep.exact, "Simulate every iteration");
 
   std::string diff_first, diff_second;
+#if ELASTICPIPE_EXEC
   TrainArgs train;
   auto* train_cmd = app.add_subcommand(
       "train", "Train for real with LibTorch: one process per pipeline (--nproc N here; or torchrun/mpirun)");
@@ -491,7 +641,7 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--set", train.overrides, "Override a config key")->take_all();
   train_cmd->add_option("--out", train.out, "Output folder (default out/train/<config name>)");
   train_cmd->add_option("--nproc", train.nproc, "Start this many local processes (one per device of the config's cluster)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::PositiveNumber);
   train_cmd->add_option("--resume", train.resume, "Continue from a checkpoint directory (e.g. OUT/checkpoints)");
 
   ProfileArgs prof;
@@ -510,6 +660,12 @@ int main(int argc, char** argv) {
   val_cmd->add_option("--profile", val.profile, "Profile file (elasticpipe profile)")->required()->check(CLI::ExistingFile);
   val_cmd->add_option("--iterations", val.iterations, "Timed iterations per plan")->check(CLI::Range(1, 1000));
 
+#else
+  // Listed in --help; `elasticpipe train --help` shows elasticpipe-exec's.
+  app.add_subcommand("train", "Train for real with LibTorch (elasticpipe train --help)");
+  app.add_subcommand("profile", "Measure this machine's executor into a profile (elasticpipe profile --help)");
+  app.add_subcommand("validate", "Run plans for real and in simulation with a fitted cost model (elasticpipe validate --help)");
+#endif
   auto* trace_cmd = app.add_subcommand("trace", "Work with trace files");
   trace_cmd->require_subcommand(1);
   auto* diff_cmd = trace_cmd->add_subcommand(
@@ -519,6 +675,7 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
 
+  for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + std::string(argv[i]);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -530,13 +687,21 @@ int main(int argc, char** argv) {
     if (*sched_cmd) return run_schedule_cmd(sched);
     if (*sim_cmd) return run_simulate_cmd(simulate);
     if (*sweep_cmd) return run_sweep_cmd(sweep);
+#if ELASTICPIPE_EXEC
     if (*train_cmd) return run_train_cmd(train, argc, argv);
     if (*prof_cmd) return run_profile_cmd(prof);
     if (*val_cmd) return run_validate_cmd(val);
+#endif
     if (*diff_cmd) {
       const ep::trace::Trace a = ep::trace::read_chrome_trace(diff_first);
       const ep::trace::Trace b = ep::trace::read_chrome_trace(diff_second);
-      std::cout << ep::trace::format_diff(ep::trace::diff_traces(a, b), a, b);
+      ep::trace::TraceDiff d;
+      try {
+        d = ep::trace::diff_traces(a, b);
+      } catch (const ep::Error& e) {
+        throw e.with_context("trace diff " + diff_first + " " + diff_second);
+      }
+      std::cout << ep::trace::format_diff(d, a, b);
       return 0;
     }
   } catch (const ep::Error& e) {

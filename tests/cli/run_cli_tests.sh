@@ -86,7 +86,7 @@ expect_text "one mode" "baseline"
 expect_rc 2 "simulate bad mode" -- "$bin" simulate "$small" --mode fastest --out "$tmp/simx"
 expect_text "simulate bad mode" "ERROR: --mode: expected"
 expect_rc 2 "simulate zero bandwidth" -- "$bin" simulate "$small" --set cluster.intra_node.bandwidth_bytes_per_s=0 --out "$tmp/simz"
-expect_text "zero bandwidth names the key" "key 'cluster.intra_node.bandwidth_bytes_per_s': expected a number > 0, found 0"
+expect_text "zero bandwidth names the key" "key 'cluster.intra_node.bandwidth_bytes_per_s': expected a number in [1000, 1e+15] (bytes/s, 1 kB/s to 1 PB/s), found 0"
 expect_rc 0 "sweep" -- "$bin" sweep "$small" --set planner.alpha=0.25,0.5 --set data.num_train_samples=1024 --out "$tmp/sweep"
 if [ "$(wc -l < "$tmp/sweep/sweep.csv")" -eq 3 ]; then ok; else bad "sweep.csv: expected a header and 2 rows"; cat "$tmp/sweep/sweep.csv"; fi
 expect_rc 2 "sweep with a bad point runs nothing" -- "$bin" sweep "$small" --set planner.alpha=0.25,1.5 --out "$tmp/sweepbad"
@@ -166,6 +166,146 @@ expect_text "validate reports Kendall tau" "Kendall tau"
 printf '{"schema": "elasticpipe.profile/1", "environment": "x", "model": "y", "compute": [{"sublayer_kind": "mlp", "op": "forward", "samples": 2, "seconds": "abc"}], "p2p": [], "allreduce": [], "cache": [], "optimizer": [], "transitions": []}' > "$tmp/bad_profile.json"
 expect_rc 2 "a malformed profile" -- "$bin" simulate "$dp" --profile "$tmp/bad_profile.json" --out "$tmp/x"
 expect_text "malformed profile names the field" "compute[0].seconds"
+expect_rc 2 "a profile of another model" -- "$bin" simulate "$root/configs/paper/vit_imagenet.toml" --profile "$tmp/profile.json" --out "$tmp/x"
+expect_text "both models named" "the profile was recorded on model 'vit L=4 H=16 heads=2 I=32 image=8/4', but $root/configs/paper/vit_imagenet.toml has model 'vit L=12 H=768"
+
+# --- hostile input and faults: exit 2 naming the input, or it works ---------
+bert="$root/configs/small/tiny_bert_synthetic.toml"
+# Mode lists: an empty one is refused before anything is written; repeats count once.
+expect_rc 2 "simulate --mode ''" -- "$bin" simulate "$bert" --mode '' --out "$tmp/m0"
+expect_text "empty mode list" "ERROR: --mode: expected all|baseline|freeze|autopipe|autodp|autocache, found ''"
+[ ! -e "$tmp/m0" ] && ok || bad "simulate --mode '' created its output folder"
+expect_rc 2 "sweep --mode ''" -- "$bin" sweep "$bert" --mode '' --set planner.alpha=0.25 --out "$tmp/m1"
+[ ! -e "$tmp/m1/sweep.csv" ] && ok || bad "sweep --mode '' wrote sweep.csv"
+expect_rc 2 "simulate --mode baseline," -- "$bin" simulate "$bert" --mode baseline, --out "$tmp/m2"
+expect_rc 0 "simulate --mode all,all" -- "$bin" simulate "$bert" --mode all,all,baseline --out "$tmp/m3" --set data.num_train_samples=1024
+[ "$(grep -c '^sim,' "$tmp/m3/epochs.csv")" -eq 15 ] && ok || bad "--mode all,all: expected 5 modes x 3 epochs"
+
+# A full disk: no "wrote", exit 2 naming the file, the previous run's files intact.
+cp -r "$tmp/sim" "$tmp/before"
+out=$(trap '' XFSZ; ulimit -f 8; "$bin" simulate "$bert" --out "$tmp/sim" --set data.num_train_samples=1024 --set planner.alpha=0.5 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] && ok || bad "simulate on a full disk: exit $rc, expected 2"
+expect_text "full disk names the file" "ERROR: $tmp/sim/"
+expect_text "full disk says why" "File too large (nothing written)"
+grep -q "^wrote" <<<"$out" && bad "simulate on a full disk printed 'wrote'" || ok
+for f in summary.json epochs.csv chunks.csv trace.json; do
+  cmp -s "$tmp/before/$f" "$tmp/sim/$f" && ok || bad "a failed write changed $f"
+done
+[ -z "$(find "$tmp/sim" -name '.*tmp*')" ] && ok || bad "a failed write left temporary files"
+out=$(trap '' XFSZ; ulimit -f 0; "$bin" sweep "$bert" --set planner.alpha=0.25 --set data.num_train_samples=1024 --out "$tmp/sweepfull" 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] && ok || bad "sweep on a full disk: exit $rc, expected 2"
+expect_text "sweep on a full disk names sweep.csv" "ERROR: $tmp/sweepfull/sweep.csv: write failed"
+[ ! -e "$tmp/sweepfull/sweep.csv" ] && ok || bad "sweep on a full disk left a sweep.csv"
+# A real full file system, where this user may mount one.
+mkdir -p "$tmp/tiny"
+if mount -t tmpfs -o size=64k tmpfs "$tmp/tiny" 2> /dev/null; then
+  expect_rc 2 "simulate on a full tmpfs" -- "$bin" simulate "$bert" --out "$tmp/tiny/run" --set data.num_train_samples=1024
+  expect_text "full tmpfs" "No space left on device (nothing written)"
+  [ -z "$(ls "$tmp/tiny/run")" ] && ok || bad "a full tmpfs kept a partial file: $(ls "$tmp/tiny/run")"
+  umount "$tmp/tiny"
+fi
+# An output folder that cannot be created.
+touch "$tmp/plainfile"
+expect_rc 2 "--out under a file" -- "$bin" simulate "$bert" --out "$tmp/plainfile/run"
+expect_text "--out under a file names it" "ERROR: --out $tmp/plainfile/run: cannot create the output folder: Not a directory"
+
+# Config integers: 64 bits, range-checked, reported as written.
+expect_rc 2 "epochs beyond 32 bits" -- "$bin" plan "$bert" --set training.epochs=4294967298
+expect_text "epochs as written" "key 'training.epochs': expected an integer <= 100000 (passes over the data), found 4294967298"
+expect_rc 2 "samples near INT64_MAX" -- "$bin" plan "$bert" --set data.num_train_samples=9223372036854775807
+expect_text "samples bound with its reason" "expected an integer <= 1000000000000 (a trillion samples"
+# Physical quantities: what SimGrid deadlocked or aborted on.
+expect_rc 2 "bandwidth 1e-300" -- "$bin" simulate "$bert" --set cluster.intra_node.bandwidth_bytes_per_s=1e-300 --out "$tmp/bw"
+expect_text "bandwidth range" "key 'cluster.intra_node.bandwidth_bytes_per_s': expected a number in [1000, 1e+15]"
+expect_rc 2 "latency 1e18" -- "$bin" simulate "$bert" --set cluster.intra_node.latency_s=1e18 --out "$tmp/lat"
+expect_text "latency range" "key 'cluster.intra_node.latency_s': expected a number in [0, 10]"
+expect_rc 2 "lr = inf" -- "$bin" plan "$bert" --set training.lr=inf
+expect_text "lr must be finite" "key 'training.lr': expected a finite number, found float inf"
+# --set: one value per flag, errors blamed on the flag.
+expect_rc 2 "--set with a line break" -- "$bin" plan "$bert" --set $'training.epochs=3\nplanner.alpha=0.9'
+expect_text "--set line break" "ERROR: --set training.epochs: the value holds a line break"
+expect_rc 2 "--set inline table" -- "$bin" plan "$bert" --set 'cluster.intra_node={bandwidth_bytes_per_s = 0, latency_s = 1e-6}'
+expect_text "--set inline table blames the flag" "ERROR: --set cluster.intra_node: key 'cluster.intra_node.bandwidth_bytes_per_s'"
+
+# Runaways: refused at once, with the reason.
+expect_rc 2 "schedule K=1024 M=100000" -- timeout 10 "$bin" schedule --K 1024 --M 100000
+expect_text "schedule size bound" "K x M x v = 102400000 chunk passes, expected at most 1000000"
+expect_rc 2 "sweep of 1001 points" -- "$bin" sweep "$bert" --set "planner.alpha=$(seq -s, 0.0001 0.0001 0.1001)" --out "$tmp/huge"
+expect_text "sweep size bound" "the sweep has more than 1000 points"
+expect_rc 2 "train --nproc 1000" -- timeout 10 "$bin" train "$fm" --nproc 1000
+expect_text "nproc bound" "ERROR: --nproc 1000: at most 256 processes on one machine"
+expect_rc 2 "train --nproc 8 on 4 devices" -- timeout 10 "$bin" train "$fm" --nproc 8
+expect_text "nproc checked before starting" "ERROR: --nproc 8: this job has 8 processes"
+grep -q "rank" <<<"$out" && bad "train --nproc 8 started ranks" || ok
+expect_rc 2 "MASTER_PORT is read" -- env MASTER_PORT=http "$bin" train "$fm" --nproc 4
+expect_text "MASTER_PORT named" "environment variable MASTER_PORT: expected a TCP port in 1..65535, found 'http'"
+# A sweep says how big it is and shows progress without a terminal.
+expect_rc 0 "sweep announces itself" -- "$bin" sweep "$bert" --set planner.alpha=0.25,0.5 --set data.num_train_samples=1024 --out "$tmp/sweep2"
+expect_text "sweep size announced" "sweep: 2 points x 2 modes"
+expect_text "sweep progress" "sweep: 2/2 points done (100%)"
+
+# A training of years simulated (ImageNet x 10000): written, read back, diffed.
+expect_rc 0 "simulate a multi-year what-if" -- "$bin" simulate "$root/configs/paper/vit_imagenet.toml" --mode autocache \
+  --set data.num_train_samples=12811670000 --out "$tmp/long"
+hours=$(awk '$1 == "autocache" && $3 ~ /^[0-9.]+$/ { print int($3) }' <<<"$out" | head -1)
+[ "${hours:-0}" -gt 8760 ] && ok || bad "the long what-if is not longer than a year ($hours h)"
+expect_rc 0 "trace diff of the long run" -- "$bin" trace diff "$tmp/long/trace.json" "$tmp/long/trace.json"
+
+# trace diff with nothing to compare.
+printf '{"displayTimeUnit":"ms","otherData":{"schema":"elasticpipe.trace/1","source":"sim","config":"x","mode":"m","metadata":{}},"traceEvents":[]}' > "$tmp/empty.json"
+expect_rc 2 "trace diff of an empty trace" -- "$bin" trace diff "$tmp/empty.json" "$tmp/sim/trace.json"
+expect_text "empty trace refused" "the first trace has no GPU spans to compare"
+expect_rc 0 "simulate the tiny ViT" -- "$bin" simulate "$root/configs/small/tiny_vit_fmnist.toml" --mode baseline --out "$tmp/vit" \
+  --set data.num_train_samples=1024
+expect_rc 2 "trace diff ViT vs BERT" -- "$bin" trace diff "$tmp/vit/trace.json" "$tmp/sim/trace.json"
+expect_text "different models refused" "the traces are of different models: the first of 'vit L=4', the second of 'bert L=4'"
+
+# Two jobs on one --out: the second is refused, naming the first.
+"$bin" train "$fm" "${small[@]}" --set training.epochs=3 --out "$tmp/locked" > "$tmp/locked.log" 2>&1 &
+first=$!
+for _ in $(seq 1 200); do grep -q "^pid" "$tmp/locked/.elasticpipe.lock" 2> /dev/null && break; sleep 0.05; done
+expect_rc 2 "a second job on the same --out" -- "$bin" simulate "$bert" --out "$tmp/locked"
+expect_text "the holder is named" "ERROR: --out $tmp/locked: the output folder is in use by another job (pid $first: "
+wait "$first" && ok || bad "the first job failed: $(tail -3 "$tmp/locked.log")"
+
+# Ctrl-C of a training: its node-shared cache file is removed. (A
+# background job of a script starts with SIGINT ignored: restored first.)
+python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+  "$bin" train "$fm" --set data.num_train_samples=4096 --set data.num_test_samples=128 --set training.epochs=3 \
+  --set 'planner.cache="on"' --set "exec.cache_memory_dir=\"$tmp/shm\"" --out "$tmp/interrupted" > "$tmp/interrupted.log" 2>&1 &
+job=$!
+for _ in $(seq 1 600); do compgen -G "$tmp/shm/elasticpipe-*.cache" > /dev/null && break; sleep 0.05; done
+compgen -G "$tmp/shm/elasticpipe-*.cache" > /dev/null && ok || bad "the training never created its cache file"
+kill -INT "$job"
+wait "$job"
+[ $? -ne 0 ] && ok || bad "an interrupted training exited 0"
+compgen -G "$tmp/shm/elasticpipe-*.cache" > /dev/null && bad "Ctrl-C left $(ls "$tmp/shm")" || ok
+
+# A diverged training stops (exit 2) before it checkpoints or writes
+# anything of its state: a good run's checkpoints and outputs survive it,
+# and resuming from them with a sane lr gives the good run's weights.
+expect_rc 0 "a good training" -- "$bin" train "$fm" "${small[@]}" --set 'training.optimizer="sgd"' --out "$tmp/diverged"
+cp "$tmp/diverged/weights.bin" "$tmp/good_weights.bin"
+latest=$(cat "$tmp/diverged/checkpoints/latest")
+expect_rc 2 "the same training diverging in epoch 2" -- "$bin" train "$fm" "${small[@]}" --set 'training.optimizer="sgd"' \
+  --set training.lr=1e9 --out "$tmp/diverged" --resume "$tmp/diverged/checkpoints/step-0000000008"
+expect_text "divergence named" "ERROR: training diverged at epoch 2, iteration"
+expect_text "last good checkpoint named" "the last good checkpoint is $tmp/diverged/checkpoints"
+[ "$(cat "$tmp/diverged/checkpoints/latest")" = "$latest" ] && ok || bad "a diverged training moved checkpoints/latest"
+cmp -s "$tmp/good_weights.bin" "$tmp/diverged/weights.bin" && ok || bad "a diverged training overwrote weights.bin"
+expect_rc 0 "resume the good checkpoint with a sane lr" -- "$bin" train "$fm" "${small[@]}" --set 'training.optimizer="sgd"' \
+  --out "$tmp/diverged" --resume "$tmp/diverged/checkpoints/step-0000000008"
+cmp -s "$tmp/good_weights.bin" "$tmp/diverged/weights.bin" && ok || bad "resuming after the divergence changed the final weights"
+expect_rc 2 "a training diverging before its first checkpoint" -- "$bin" train "$fm" "${small[@]}" \
+  --set 'training.optimizer="sgd"' --set training.lr=1e9 --out "$tmp/diverged0"
+expect_text "no checkpoint to go back to" "no checkpoint was written before it: start again with a smaller training.lr"
+[ ! -e "$tmp/diverged0/weights.bin" ] && ok || bad "a diverged training wrote weights.bin"
+# torchrun's and Open MPI's variables both set: used and ignored, said so.
+expect_rc 0 "two launchers' variables" -- env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=0 \
+  "$bin" train "$fm" "${small[@]}" --set training.epochs=1 --out "$tmp/twolaunchers"
+expect_text "two launchers warned" "WARNING: the job's place is read from RANK (torchrun); OMPI_COMM_WORLD_RANK (mpirun) is set too and ignored"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

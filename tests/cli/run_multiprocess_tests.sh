@@ -107,7 +107,7 @@ same_losses "$tmp/dp" "$tmp/disk"
 
 # 4. kill -9 of one process mid-epoch brings the job down (exit != 0);
 #    --resume then gives the same final weights as the uninterrupted run.
-long=(--set data.num_train_samples=4000 --set exec.checkpoint_every=3)
+long=(--set data.num_train_samples=4000 --set exec.checkpoint_every=3 --set "exec.cache_memory_dir=\"$tmp/shm\"")
 run full 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/full" "${long[@]}"
 "$bin" train "$cfg" --nproc 4 --out "$tmp/killed" "${long[@]}" > "$tmp/killed.log" 2>&1 &
 launcher=$!
@@ -120,11 +120,14 @@ for _ in $(seq 1 1200); do
   sleep 0.05
 done
 victim=$(pgrep -P "$launcher" | sed -n 3p)  # rank 2, an onboarded replica
+compgen -G "$tmp/shm/elasticpipe-*.cache" > /dev/null && ok || bad "no cache file before the kill"
 if [ -n "$victim" ]; then kill -9 "$victim"; fi
 wait "$launcher"
 rc=$?
 [ "$rc" -ne 0 ] && ok || bad "killed job exited 0 (victim '$victim')"
 grep -q "killed by signal 9" "$tmp/killed.log" && ok || { bad "launcher did not report the kill"; tail -5 "$tmp/killed.log"; }
+# The launcher removed the node's cache file the ranks had filled.
+compgen -G "$tmp/shm/elasticpipe-*.cache" > /dev/null && bad "kill -9 of a rank left $(ls "$tmp/shm")" || ok
 run resumed 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/killed" "${long[@]}" --resume "$tmp/killed/checkpoints"
 has resumed "resumed from"
 cmp -s "$tmp/full/weights.bin" "$tmp/killed/weights.bin" && ok || bad "kill -9 + resume: final weights differ from the uninterrupted run"

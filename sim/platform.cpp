@@ -40,11 +40,6 @@ void calibrate() {
   s4u::Engine::set_config("network/model:CM02");
   s4u::Engine::set_config("network/crosstraffic:0");
   s4u::Engine::set_config("network/TCP-gamma:0");
-#if defined(__SANITIZE_ADDRESS__)
-  // AddressSanitizer cannot follow SimGrid's own stack switching between
-  // actors: in a sanitizer build (ELASTICPIPE_SANITIZE) they run as threads.
-  s4u::Engine::set_config("contexts/factory:thread");
-#endif
 }
 
 }  // namespace

@@ -549,7 +549,18 @@ Simulator::Simulator(const ClusterSpec& cluster) {
   g_engine_created = true;
   impl_ = std::make_unique<Impl>();
   impl_->cluster = cluster;
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer cannot follow SimGrid's default (raw) stack switching
+  // between actors, but it follows swapcontext: a sanitizer build
+  // (ELASTICPIPE_SANITIZE) switches with ucontext, chosen before the engine
+  // starts.
+  std::string args[] = {"elasticpipe-sim", "--log=xbt_cfg.thresh:warning", "--cfg=contexts/factory:ucontext"};
+  char* argv[] = {args[0].data(), args[1].data(), args[2].data(), nullptr};
+  int argc = 3;
+  impl_->engine = std::make_unique<s4u::Engine>(&argc, argv);
+#else
   impl_->engine = std::make_unique<s4u::Engine>("elasticpipe-sim");
+#endif
   impl_->platform = build_platform(cluster);
 }
 

@@ -103,6 +103,21 @@ std::function<void(double)> progress_bar(const std::string& label) {
   };
 }
 
+// The simulator models every device, link and flow, and its time and
+// memory grow with the square of the devices: beyond this, a run takes
+// many minutes and gigabytes (and runs out of memory well before the
+// planner's limit).
+constexpr int kMaxSimulatedDevices = 256;
+
+void check_simulable(const ep::Config& c) {
+  if (c.cluster.total_gpus() > kMaxSimulatedDevices)
+    throw c.error("cluster.nodes",
+                  "at most " + std::to_string(kMaxSimulatedDevices) +
+                      " devices to simulate, nodes x gpus_per_node (the simulator's time and memory grow with the "
+                      "square of the devices: 128 take about a minute and 1 GB, 256 four minutes and 4 GB)",
+                  std::to_string(c.cluster.nodes) + " x " + std::to_string(c.cluster.gpus_per_node));
+}
+
 // A profile holds for the model it was recorded on: another model's
 // compute timings would be used without a word.
 std::optional<ep::FittedCostModel> fitted_model(const std::string& profile_path, const ep::Config& config,
@@ -115,6 +130,7 @@ std::optional<ep::FittedCostModel> fitted_model(const std::string& profile_path,
 
 int run_simulate_cmd(const SimulateArgs& a) {
   const ep::Config config = ep::load_config(a.config, a.overrides);
+  check_simulable(config);
   ep::sim::RunOptions opt;
   opt.modes = parse_modes(a.mode);
   opt.exact = a.exact;
@@ -403,7 +419,7 @@ int run_sweep_cmd(const SimulateArgs& a) {
     points = std::move(next);
   }
   // Validate every point before running any: bad input loses nothing.
-  for (const auto& p : points) (void)ep::load_config(a.config, p);
+  for (const auto& p : points) check_simulable(ep::load_config(a.config, p));
   const auto modes = parse_modes(a.mode == "all" ? "baseline,autocache" : a.mode);
   const int jobs = a.jobs > 0 ? a.jobs : std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   const std::string out = a.out.empty() ? default_out(a.config, "sweep") : a.out;

@@ -338,7 +338,7 @@ std::string apply_override(toml::table& root, const std::string& assignment) {
 // real machine; the reason is part of the message.
 constexpr double kMinBandwidth = 1e3, kMaxBandwidth = 1e15;  // bytes/s: 1 kB/s to 1 PB/s
 constexpr const char* kBandwidthWhy = "bytes/s, 1 kB/s to 1 PB/s";
-constexpr std::int64_t kMaxDevices = 65536;
+constexpr std::int64_t kMaxDevices = 8192;  // planning takes seconds there, and grows with the square
 constexpr std::int64_t kMaxSamples = 1'000'000'000'000;  // a trillion: far beyond any data set, and
                                                           // samples x epochs still fits 64 bits
 
@@ -348,7 +348,8 @@ void read_cluster(Reader& r, ClusterSpec& c) {
   r.integer("cluster.gpus_per_node", c.gpus_per_node, true, 1, 256, "devices in one node");
   if (static_cast<std::int64_t>(c.nodes) * c.gpus_per_node > kMaxDevices)
     r.fail("cluster.nodes", "nodes x gpus_per_node <= " + std::to_string(kMaxDevices) +
-                                " (the simulator models every device)",
+                                " (the planner weighs every replica layout; its time grows with the square "
+                                "of the devices)",
            std::to_string(c.nodes) + " x " + std::to_string(c.gpus_per_node));
   r.integer("cluster.shared_cores", c.shared_cores, false, 0, 65536, "cores of one machine");
   auto& d = c.device;

@@ -7,7 +7,7 @@ mutant file (file:line:col and the key, where the input has a line) or the
 --set flag; never a signal, another exit code, a traceback-like dump, or
 more than a few seconds.
 
-usage: fuzz_configs.py ELASTICPIPE ROOT [--mutants N] [--seed S] [--jobs J]
+usage: fuzz_configs.py ELASTICPIPE ROOT [--mutants N] [--seed S] [--jobs J] [--config FILE ...]
 A failure prints the seed, the mutation and the mutant's path (kept under
 --keep DIR, default a temporary folder) so that it can be replayed.
 """
@@ -190,11 +190,12 @@ def main():
     ap.add_argument("--limit", type=float, default=float(os.environ.get("FUZZ_LIMIT_S", "5")),
                     help="seconds one command may take")
     ap.add_argument("--keep", help="folder for the mutants (kept when they fail)")
+    ap.add_argument("--config", action="append", help="config to mutate (repeatable; default: the small ones)")
     args = ap.parse_args()
 
-    sources = [os.path.join(args.root, "configs", "small", f) for f in sorted(os.listdir(
-        os.path.join(args.root, "configs", "small"))) if f.endswith(".toml")]
-    sources.append(os.path.join(args.root, "configs", "fashion_mnist_vit_tiny.toml"))
+    sources = args.config or [os.path.join(args.root, "configs", "small", f) for f in sorted(os.listdir(
+        os.path.join(args.root, "configs", "small"))) if f.endswith(".toml")] + [
+        os.path.join(args.root, "configs", "fashion_mnist_vit_tiny.toml")]
     texts = {s: open(s, encoding="utf-8").read() for s in sources}
     rng = random.Random(args.seed)
     workdir = args.keep or tempfile.mkdtemp(prefix="ep_fuzz_")

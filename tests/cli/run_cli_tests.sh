@@ -283,7 +283,7 @@ python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL)
   "$bin" train "$fm" --set data.num_train_samples=4096 --set data.num_test_samples=128 --set training.epochs=3 \
   --set 'planner.cache="on"' --set "exec.cache_memory_dir=\"$tmp/shm\"" --out "$tmp/interrupted" > "$tmp/interrupted.log" 2>&1 &
 job=$!
-for _ in $(seq 1 600); do compgen -G "$tmp/shm/elasticpipe-*.cache" > /dev/null && break; sleep 0.05; done
+for _ in $(seq 1 3600); do compgen -G "$tmp/shm/elasticpipe-*.cache" > /dev/null && break; sleep 0.05; done
 compgen -G "$tmp/shm/elasticpipe-*.cache" > /dev/null && ok || bad "the training never created its cache file"
 kill -INT "$job"
 wait "$job"

@@ -427,7 +427,8 @@ void read_data(Reader& r, DataConfig& d) {
 }
 
 void read_training(Reader& r, TrainingConfig& t) {
-  r.integer("training.epochs", t.epochs, true, 1, 100000, "passes over the data");
+  r.integer("training.epochs", t.epochs, true, 1, 10000,
+            "passes over the data; the longest published trainings run a few thousand");
   r.integer("training.batch_size", t.batch_size, true, 1, 1 << 24, "samples per pipeline and iteration");
   r.choice("training.optimizer", t.optimizer, kOptimizers, true);
   r.number("training.lr", t.lr, true);
@@ -452,7 +453,7 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
   r.choice("planner.objective", p.objective, kObjectives, false);
   r.number("planner.alpha", p.alpha, false);
   r.number("planner.lambda_frozen", p.lambda_frozen, false);
-  r.integer("planner.freeze_interval_epochs", p.freeze_interval_epochs, false, 1, 100000, "epochs");
+  r.integer("planner.freeze_interval_epochs", p.freeze_interval_epochs, false, 1, 10000, "epochs");
   r.choice("planner.freeze_policy", p.freeze_policy, kFreezePolicies, false);
   r.choice("planner.freeze_rounding", p.freeze_rounding, kRoundings, false);
   r.integer("planner.min_active_layers", p.min_active_layers, false, 1, INT_MAX, "layers");

@@ -272,7 +272,7 @@ expect_text "different models refused" "the traces are of different models: the 
 # Two jobs on one --out: the second is refused, naming the first.
 "$bin" train "$fm" "${small[@]}" --set training.epochs=3 --out "$tmp/locked" > "$tmp/locked.log" 2>&1 &
 first=$!
-for _ in $(seq 1 200); do grep -q "^pid" "$tmp/locked/.elasticpipe.lock" 2> /dev/null && break; sleep 0.05; done
+for _ in $(seq 1 1200); do grep -q "^pid" "$tmp/locked/.elasticpipe.lock" 2> /dev/null && break; sleep 0.05; done
 expect_rc 2 "a second job on the same --out" -- "$bin" simulate "$bert" --out "$tmp/locked"
 expect_text "the holder is named" "ERROR: --out $tmp/locked: the output folder is in use by another job (pid $first: "
 wait "$first" && ok || bad "the first job failed: $(tail -3 "$tmp/locked.log")"

@@ -1,7 +1,7 @@
 // SGD (momentum), Adam and AdamW with their state keyed by parameter name,
 // not by tensor identity: a parameter keeps its state when a repartition
 // moves it to another stage or device, leaves the optimizer when its layer
-// freezes, and (issue 5) is checkpointed and sent to a new replica by name.
+// freezes, and is checkpointed and sent to a new replica by name.
 // The update equations are torch.optim's (tests/exec checks them against
 // torch::optim), with betas (0.9, 0.999) and eps 1e-8.
 #pragma once

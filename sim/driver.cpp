@@ -75,7 +75,7 @@ class Runner {
     SimRequest req;
     req.schedule = build_schedule(schedule_options(ctx, s));
     req.costs = iteration_costs(ctx, s);
-    for (const auto& r : layout_for(ctx.config, s).replica) {
+    for (const auto& r : replica_layout(ctx.config, s.K, s.replicas).replica) {
       req.replica_gpus.push_back(r.gpus);
       req.replica_rank.push_back(r.rank);
     }
@@ -84,8 +84,6 @@ class Runner {
     req.plan_id = plan_id;
     return req;
   }
-
-  static ReplicaLayout layout_for(const Config& c, const IterationSetup& s) { return replica_layout(c, s.K, s.replicas); }
 
   // F and B time of one device of one replica, per iteration.
   static double fb_per_device(const SimRequest& req) {
@@ -101,7 +99,7 @@ class Runner {
     os << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/' << static_cast<int>(s.cache_tier) << '/'
        << s.cache_valid_layers << '/' << s.partition.frozen_end << '/' << iterations << ':';
     for (int b : s.partition.bounds) os << b << ',';
-    for (const auto& r : layout_for(c, s).replica) {
+    for (const auto& r : replica_layout(c, s.K, s.replicas).replica) {
       os << '|' << r.rank;
       for (int g : r.gpus) os << ',' << g;
     }

@@ -1,0 +1,259 @@
+// The executor's output formats: iterations.csv, transitions.json, the run
+// state a checkpoint carries, and the plan.json reader. Round trips and
+// malformed files.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "planner/error.hpp"
+#include "tests/traces/support.hpp"
+#include "traces/run_outputs.hpp"
+
+using namespace ep;
+using Catch::Matchers::Contains;
+
+namespace {
+
+void put(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+std::string iterations_text(const std::vector<double>& losses) {
+  std::ostringstream out;
+  trace::write_iterations_csv(losses, out, "iterations.csv");
+  return out.str();
+}
+
+std::string transitions_text(const std::vector<trace::TransitionCost>& t) {
+  std::ostringstream out;
+  trace::write_transitions_json(t, out, "transitions.json");
+  return out.str();
+}
+
+trace::TransitionCost sample_transition(int epoch) {
+  trace::TransitionCost t;
+  t.epoch = epoch;
+  t.frozen_before = 1;
+  t.frozen_after = 3;
+  t.K_before = 4;
+  t.K_after = 2;
+  t.replicas_before = 1;
+  t.replicas_after = 2;
+  t.planning_s = 0.1;
+  t.state_transfer_s = 0.30000000000000004;
+  t.rebuild_s = 1e-7;
+  t.repartition_s = 0.0123456789012345;
+  t.warmup_s = 2.5;
+  return t;
+}
+
+trace::EpochMetrics sample_epoch(int epoch) {
+  trace::EpochMetrics m;
+  m.source = "exec";
+  m.mode = "train";
+  m.epoch = epoch;
+  m.plan_id = epoch / 2;
+  m.frozen_layers = epoch;
+  m.K = 4;
+  m.M = 8;
+  m.replicas = 2;
+  m.cache = epoch % 2 == 1;
+  m.epoch_s = 12.5 + epoch;
+  m.iteration_s = 0.1 / 3;
+  m.samples_per_s = 1234.5;
+  m.bubble_fraction = 0.25;
+  m.comm_s = 1e-3;
+  m.compute_s = 0.02;
+  m.cache_hit_ratio = m.cache ? 1 : 0;
+  m.transition_s = 0.5;
+  m.loss = 2.302585092994046;
+  m.accuracy = 0.8431;
+  return m;
+}
+
+trace::RunState sample_state() {
+  trace::RunState s;
+  s.epoch = 2;
+  s.consumed = 512;
+  s.iteration = 16;
+  s.interval_norm_sum = {0.5, 1.0 / 3, 2e-9};
+  s.interval_iterations = 16;
+  s.frozen_history = {0, 1};
+  s.chunk_times = {{4, {0.1, 0.2, 0.30000000000000004}}, {2, {0.5}}};
+  s.cache_measurements = {{1, {0.001, 0.004}}};
+  s.train_s = 33.25;
+  s.epoch_loss_sum = 123.456;
+  s.epoch_real = 500;
+  s.epoch_correct = 400;
+  s.epoch_elapsed_s = 4.75;
+  s.epochs = {sample_epoch(0), sample_epoch(1)};
+  s.transitions = {sample_transition(1)};
+  s.iteration_losses = {2.3, 2.1, 1.9999999999999998};
+  s.grad_norms = {{1, 2, 3}, {0.5, 0.25, 0.125}};
+  return s;
+}
+
+void require_same(const trace::RunState& a, const trace::RunState& b) {
+  REQUIRE(a.epoch == b.epoch);
+  REQUIRE(a.consumed == b.consumed);
+  REQUIRE(a.iteration == b.iteration);
+  REQUIRE(a.interval_norm_sum == b.interval_norm_sum);
+  REQUIRE(a.interval_iterations == b.interval_iterations);
+  REQUIRE(a.frozen_history == b.frozen_history);
+  REQUIRE(a.chunk_times == b.chunk_times);
+  REQUIRE(a.cache_measurements.size() == b.cache_measurements.size());
+  for (const auto& [f, m] : a.cache_measurements) {
+    REQUIRE(b.cache_measurements.count(f));
+    REQUIRE(m.read_s == b.cache_measurements.at(f).read_s);
+    REQUIRE(m.frozen_forward_s == b.cache_measurements.at(f).frozen_forward_s);
+  }
+  REQUIRE(a.train_s == b.train_s);
+  REQUIRE(a.epoch_loss_sum == b.epoch_loss_sum);
+  REQUIRE(a.epoch_real == b.epoch_real);
+  REQUIRE(a.epoch_correct == b.epoch_correct);
+  REQUIRE(a.epoch_elapsed_s == b.epoch_elapsed_s);
+  REQUIRE(a.epochs == b.epochs);
+  REQUIRE(a.transitions == b.transitions);
+  REQUIRE(a.iteration_losses == b.iteration_losses);
+  REQUIRE(a.grad_norms == b.grad_norms);
+}
+
+// `text` with the first `from` replaced by `to` (which must occur).
+std::string edit(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("iterations CSV: the bytes, a round trip to 9 digits, and a byte-identical rewrite", "[traces]") {
+  test::TempDir dir;
+  const std::vector<double> losses = {2.302585092994046, 0.5, 1e-12, 123456.789};
+  const std::string text = iterations_text(losses);
+  REQUIRE(text == "iteration,loss\n0,2.30258509\n1,0.5\n2,1e-12\n3,123456.789\n");
+  put(dir.file("iterations.csv"), text);
+  const std::vector<double> back = trace::read_iterations_csv(dir.file("iterations.csv"));
+  REQUIRE(back.size() == losses.size());
+  for (std::size_t i = 0; i < losses.size(); ++i) REQUIRE(back[i] == Approx(losses[i]).epsilon(1e-8));
+  REQUIRE(iterations_text(back) == text);
+  REQUIRE(iterations_text({}) == "iteration,loss\n");
+}
+
+TEST_CASE("iterations CSV: malformed files name file:line, the column, expected and found", "[traces]") {
+  test::TempDir dir;
+  const std::string path = dir.file("iterations.csv");
+  const auto fails = [&](const std::string& text, const std::string& message) {
+    put(path, text);
+    REQUIRE_THROWS_WITH(trace::read_iterations_csv(path), Contains(message));
+  };
+  fails("", path + ":1: empty file");
+  fails("iteration,losses\n", path + ":1: header: expected 'iteration,loss', found 'iteration,losses'");
+  fails("iteration,loss\n0,1.5\n2,1.5\n", path + ":3: column 'iteration': expected 1, found '2'");
+  fails("iteration,loss\n0,abc\n", path + ":2: column 'loss': expected a number, found 'abc'");
+  fails("iteration,loss\n0,1,2\n", path + ":2: expected 2 fields");
+  fails("iteration,loss\n0\n", path + ":2: expected 2 fields");
+  REQUIRE_THROWS_WITH(trace::read_iterations_csv(dir.file("missing.csv")), Contains("cannot open"));
+}
+
+TEST_CASE("transitions JSON: exact round trip, sorted keys, byte-identical rewrite", "[traces]") {
+  test::TempDir dir;
+  const std::vector<trace::TransitionCost> t = {sample_transition(1), sample_transition(3)};
+  const std::string text = transitions_text(t);
+  REQUIRE(text.rfind("[\n  {\n    \"K_after\": 2,\n    \"K_before\": 4,\n    \"epoch\": 1,\n", 0) == 0);
+  REQUIRE_THAT(text, Contains("\"total_s\": "));
+  put(dir.file("transitions.json"), text);
+  const auto back = trace::read_transitions_json(dir.file("transitions.json"));
+  REQUIRE(back == t);
+  REQUIRE(transitions_text(back) == text);
+  REQUIRE(transitions_text({}) == "[]\n");
+}
+
+TEST_CASE("transitions JSON: malformed files name the file, the transition and the key", "[traces]") {
+  test::TempDir dir;
+  const std::string path = dir.file("transitions.json");
+  const std::string good = transitions_text({sample_transition(1)});
+  const auto fails = [&](const std::string& text, const std::string& message) {
+    put(path, text);
+    REQUIRE_THROWS_WITH(trace::read_transitions_json(path), Contains(message));
+  };
+  fails("{}", path + ": expected a JSON array");
+  fails("[", path + ": not valid JSON");
+  fails(edit(good, "\"K_after\": 2,", ""), path + ": transition 0: missing field 'K_after'");
+  fails(edit(good, "\"K_after\": 2,", "\"K_after\": 2, \"extra\": 1,"), path + ": transition 0: unknown field 'extra'");
+  fails(edit(good, "\"K_after\": 2,", "\"K_after\": \"two\","),
+        path + ": transition 0: field 'K_after': expected an integer in [0, 1073741824], found \"two\"");
+  fails(edit(good, "\"warmup_s\": 2.5", "\"warmup_s\": 3.5"), "field 'total_s': expected");
+  fails("[1]", path + ": transition 0: expected an object, found 1");
+}
+
+TEST_CASE("run state JSON: exact round trip; epochs carry every epoch CSV column", "[traces]") {
+  const trace::RunState s = sample_state();
+  const std::string text = trace::run_state_json(s);
+  REQUIRE_THAT(text, Contains("\"exposed_comm_s\":0.0"));
+  REQUIRE_THAT(text, Contains("\"source\":\"exec\""));
+  const trace::RunState back = trace::parse_run_state(text, "checkpoint X: progress");
+  require_same(s, back);
+  REQUIRE(trace::run_state_json(back) == text);
+  require_same(trace::parse_run_state(trace::run_state_json({}), "empty"), trace::RunState{});
+}
+
+TEST_CASE("run state JSON: malformed states name where, the key, expected and found", "[traces]") {
+  const std::string good = trace::run_state_json(sample_state());
+  const auto fails = [&](const std::string& text, const std::string& message) {
+    REQUIRE_THROWS_WITH(trace::parse_run_state(text, "ck: progress"), Contains(message));
+  };
+  fails("[]", "ck: progress: expected a JSON object");
+  fails("{", "ck: progress: not valid JSON");
+  fails(edit(good, "\"consumed\":512,", ""), "ck: progress: missing field 'consumed'");
+  fails(edit(good, "\"consumed\":512,", "\"consumed\":512,\"extra\":0,"), "ck: progress: unknown field 'extra'");
+  fails(edit(good, "\"consumed\":512", "\"consumed\":-1"), "field 'consumed': expected an integer in [0, ");
+  fails(edit(good, "\"frozen_history\":[0,1]", "\"frozen_history\":[0,\"x\"]"),
+        "ck: progress: field 'frozen_history[1]': expected a non-negative integer, found \"x\"");
+  fails(edit(good, "\"4\":[", "\"four\":["), "field 'chunk_times': key 'four': expected a non-negative integer");
+  fails(edit(good, "\"read_s\":0.001", "\"read_s\":null"),
+        "ck: progress: cache_measurements.1: field 'read_s': expected a number, found null");
+  fails(edit(good, "\"K\":4,", ""), "ck: progress: epochs[0]: missing field 'K'");
+  fails(edit(good, "\"cache\":false", "\"cache\":0"), "ck: progress: epochs[0]: field 'cache': expected true or false");
+  fails(edit(good, "\"source\":\"exec\"", "\"source\":\"gpu\""), "ck: progress: epochs[0]: source 'gpu'");
+  fails(edit(good, "\"warmup_s\":2.5", "\"warmup_s\":\"slow\""), "ck: progress: transitions[0]: field 'warmup_s'");
+  fails(edit(good, "\"grad_norms\":[[1.0", "\"grad_norms\":[[true"),
+        "ck: progress: field 'grad_norms[0][0]': expected a number, found true");
+}
+
+TEST_CASE("plan JSON reader: the fields a run's readers rely on, checked strictly", "[traces]") {
+  test::TempDir dir;
+  const std::string path = dir.file("plan.json");
+  const std::string good = R"({"schema": "elasticpipe.plan/1", "config": "c.toml", "cost_model": "analytic",
+    "L": 4, "K0": 4, "objective": "time", "plans": [
+    {"id": 0, "freeze_step": 0, "epochs": [0, 2], "frozen_layers": 0, "K": 4, "M": 8, "replicas": 1,
+     "cache": {"on": false, "tier": "host"}, "iteration_s": 0.5, "more": "planner fields"},
+    {"id": 1, "freeze_step": 1, "epochs": [2, 4], "frozen_layers": 2, "K": 2, "M": 4, "replicas": 2,
+     "cache": {"on": true}, "iteration_s": 0.25}]})";
+  put(path, good);
+  const trace::PlanFile f = trace::read_plan_json(path);
+  REQUIRE(f.config == "c.toml");
+  REQUIRE(f.cost_model == "analytic");
+  REQUIRE(f.objective == "time");
+  REQUIRE(f.L == 4);
+  REQUIRE(f.plans.size() == 2);
+  REQUIRE(f.plans[1].first_epoch == 2);
+  REQUIRE(f.plans[1].end_epoch == 4);
+  REQUIRE(f.plans[1].frozen_layers == 2);
+  REQUIRE(f.plans[1].K == 2);
+  REQUIRE(f.plans[1].replicas == 2);
+  REQUIRE(f.plans[1].cache);
+  REQUIRE(f.plans[1].iteration_s == 0.25);
+  const auto fails = [&](const std::string& text, const std::string& message) {
+    put(path, text);
+    REQUIRE_THROWS_WITH(trace::read_plan_json(path), Contains(message));
+  };
+  fails(edit(good, "elasticpipe.plan/1", "elasticpipe.plan/2"),
+        path + ": field 'schema': expected \"elasticpipe.plan/1\", found \"elasticpipe.plan/2\"");
+  fails(edit(good, "\"K\": 2,", "\"K\": 0,"), path + ": plans[1]: field 'K': expected an integer in [1, ");
+  fails(edit(good, "\"epochs\": [2, 4]", "\"epochs\": [4, 2]"), path + ": plans[1]: field 'epochs': expected [first, end]");
+  fails(edit(good, "\"cache\": {\"on\": true}", "\"cache\": {}"), path + ": plans[1]: cache: missing field 'on'");
+  fails(edit(good, "\"L\": 4,", ""), path + ": missing field 'L'");
+}

@@ -1,0 +1,81 @@
+// transitions.json (traces/SCHEMA.md, "Transition costs"), and the one
+// JSON encoding of a TransitionCost, which the run state reuses.
+#include "traces/io.hpp"
+#include "traces/run_outputs.hpp"
+#include "traces/run_state_detail.hpp"
+
+namespace ep::trace {
+namespace detail {
+
+namespace {
+
+// The fields by name (total_s, derived, apart).
+template <class T, class F>
+void visit_transition(T& t, F&& f) {
+  f("epoch", t.epoch);
+  f("frozen_before", t.frozen_before);
+  f("frozen_after", t.frozen_after);
+  f("K_before", t.K_before);
+  f("K_after", t.K_after);
+  f("replicas_before", t.replicas_before);
+  f("replicas_after", t.replicas_after);
+  f("planning_s", t.planning_s);
+  f("state_transfer_s", t.state_transfer_s);
+  f("rebuild_s", t.rebuild_s);
+  f("repartition_s", t.repartition_s);
+  f("warmup_s", t.warmup_s);
+}
+
+}  // namespace
+
+nlohmann::json transition_to_json(const TransitionCost& t) {
+  nlohmann::json j = nlohmann::json::object();
+  visit_transition(t, [&](const char* name, const auto& v) { j[name] = v; });
+  j["total_s"] = t.total_s();
+  return j;
+}
+
+TransitionCost transition_from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) throw Error(where + ": expected an object, found " + j.dump());
+  TransitionCost t;
+  std::vector<std::string_view> keys = {"total_s"};
+  visit_transition(t, [&](const char* name, auto& v) {
+    keys.emplace_back(name);
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, int>)
+      v = static_cast<int>(get_int(j, name, where, 0, 1 << 30));
+    else
+      v = get_number(j, name, where);
+  });
+  check_keys(j, keys, where);
+  const double total = get_number(j, "total_s", where);
+  if (total != t.total_s())
+    bad_field(where, "total_s", std::to_string(t.total_s()) + " (the sum of the parts)", j.at("total_s"));
+  return t;
+}
+
+}  // namespace detail
+
+void write_transitions_json(const std::vector<TransitionCost>& transitions, std::ostream& out,
+                            const std::string& path) {
+  // Keys in nlohmann::json's order (sorted), two-space indent.
+  nlohmann::json all = nlohmann::json::array();
+  for (const TransitionCost& t : transitions) all.push_back(detail::transition_to_json(t));
+  if (!(out << all.dump(2) << '\n')) throw Error("writing " + path + ": write failed");
+}
+
+std::vector<TransitionCost> read_transitions_json(const std::string& path) {
+  std::ifstream in = detail::open_for_reading(path);
+  detail::json doc;
+  try {
+    doc = detail::json::parse(in);
+  } catch (const detail::json::parse_error& e) {
+    throw Error(path + ": not valid JSON: " + e.what());
+  }
+  if (!doc.is_array()) throw Error(path + ": expected a JSON array of transitions at the top level");
+  std::vector<TransitionCost> out;
+  for (std::size_t i = 0; i < doc.size(); ++i)
+    out.push_back(detail::transition_from_json(doc[i], path + ": transition " + std::to_string(i)));
+  return out;
+}
+
+}  // namespace ep::trace

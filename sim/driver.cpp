@@ -1,13 +1,23 @@
 #include "sim/driver.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <cstring>
+#include <deque>
+#include <exception>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <thread>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "planner/transition.hpp"
@@ -32,9 +42,131 @@ struct Measured {
   [[nodiscard]] double bubble_fraction(double period_s) const { return 1.0 - fb_per_device_s / period_s; }
 };
 
-// Runs iterations of setups on SimGrid, memoised across plans and modes (a
-// setup with the same partition, K, M, layout and cache mode is the same
-// simulation); the misses of a batch run in parallel.
+// Runs tasks (one per mode) in threads. Their SimGrid runs come back to
+// the thread that called serve(), the one that built the engine, which
+// forks them from one ChildPool, `jobs` at a time, in the order they were
+// asked for: forking from that thread keeps every child's engine pristine
+// and its maestro context the one SimGrid made. What a run gives does not
+// depend on when it runs, so the results are those of running the tasks
+// one after another.
+class Dispatcher {
+ public:
+  using Body = std::function<void(ByteWriter&)>;
+
+  explicit Dispatcher(int jobs) : jobs_(std::max(1, jobs)) {
+    if (::pipe(wake_) != 0) throw Error("simulator: pipe() failed: " + std::string(std::strerror(errno)));
+    ::fcntl(wake_[0], F_SETFL, ::fcntl(wake_[0], F_GETFL) | O_NONBLOCK);
+  }
+  ~Dispatcher() {
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // From a task: runs `bodies` in children and waits for their results.
+  std::vector<std::string> run(const std::vector<Body>& bodies) {
+    Batch b;
+    b.bodies = &bodies;
+    b.results.resize(bodies.size());
+    b.left = bodies.size();
+    if (bodies.empty()) return {};
+    {
+      const std::lock_guard lock(mutex_);
+      for (std::size_t i = 0; i < bodies.size(); ++i) queue_.push_back({&b, i});
+    }
+    wake();
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return b.left == 0; });
+    if (!b.error.empty()) throw Error(b.error);
+    return std::move(b.results);
+  }
+
+  // Runs `tasks` in threads and serves their runs until all have ended;
+  // then rethrows the first task's exception in task order.
+  void serve(const std::vector<std::function<void()>>& tasks) {
+    std::vector<std::exception_ptr> errors(tasks.size());
+    std::size_t live = tasks.size();
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+      threads.emplace_back([&, i] {
+        try {
+          tasks[i]();
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+        {
+          const std::lock_guard lock(mutex_);
+          --live;
+        }
+        wake();
+      });
+    ChildPool pool;
+    std::map<std::size_t, Item> started;
+    std::size_t next_id = 0;
+    for (;;) {
+      std::vector<Item> start;
+      {
+        const std::lock_guard lock(mutex_);
+        while (!queue_.empty() && pool.running() + start.size() < static_cast<std::size_t>(jobs_)) {
+          start.push_back(queue_.front());
+          queue_.pop_front();
+        }
+        if (start.empty() && pool.running() == 0 && live == 0) break;
+      }
+      for (const Item& it : start) {
+        started[next_id] = it;
+        pool.start((*it.batch->bodies)[it.index], next_id++);
+      }
+      const std::vector<ChildPool::Ended> ended = pool.wait(wake_[0]);
+      char drain[64];
+      while (::read(wake_[0], drain, sizeof drain) > 0) {
+      }
+      if (ended.empty()) continue;
+      const std::lock_guard lock(mutex_);
+      for (const ChildPool::Ended& e : ended) {
+        const Item it = started.at(e.id);
+        started.erase(e.id);
+        it.batch->results[it.index] = e.bytes;
+        if (!e.error.empty() && it.batch->error.empty()) it.batch->error = e.error;
+        --it.batch->left;
+      }
+      done_.notify_all();
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  struct Batch {
+    const std::vector<Body>* bodies = nullptr;
+    std::vector<std::string> results;
+    std::string error;
+    std::size_t left = 0;
+  };
+  struct Item {
+    Batch* batch = nullptr;
+    std::size_t index = 0;
+  };
+  void wake() {
+    const char c = 0;
+    (void)!::write(wake_[1], &c, 1);
+  }
+
+  int jobs_;
+  int wake_[2] = {-1, -1};
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::deque<Item> queue_;
+};
+
+// Runs iterations of setups on SimGrid, memoised across plans, modes and
+// trainings on the same platform: the key is the request itself (partition,
+// K, M, layout, cache mode and every action's duration and bytes), so two
+// requests share a result exactly when SimGrid would be given the same
+// input. The misses of a batch run in parallel; a request another thread
+// is already running is waited for, not run twice. Thread-safe.
 class Runner {
  public:
   Runner(Simulator& sim, int jobs) : sim_(sim), jobs_(jobs) {}
@@ -43,19 +175,41 @@ class Runner {
     std::vector<std::string> keys;
     std::vector<SimRequest> misses;
     std::vector<std::string> miss_keys;
-    for (const IterationSetup& s : setups) {
-      keys.push_back(signature(ctx.config, s, iterations));
-      if (!memo_.count(keys.back()) &&
-          std::find(miss_keys.begin(), miss_keys.end(), keys.back()) == miss_keys.end()) {
-        misses.push_back(request(ctx, s, iterations, -1));
-        miss_keys.push_back(keys.back());
+    {
+      std::vector<SimRequest> requests;
+      for (const IterationSetup& s : setups) {
+        requests.push_back(request(ctx, s, iterations, -1));
+        keys.push_back(signature(requests.back(), s, iterations));
+      }
+      const std::lock_guard lock(mutex_);
+      for (std::size_t i = 0; i < setups.size(); ++i) {
+        if (memo_.count(keys[i]) || running_.count(keys[i])) continue;
+        running_.insert(keys[i]);
+        misses.push_back(std::move(requests[i]));
+        miss_keys.push_back(keys[i]);
       }
     }
-    const std::vector<SimResult> results = sim_.run_batch(misses, jobs_);
-    for (std::size_t i = 0; i < misses.size(); ++i)
+    std::vector<SimResult> results;
+    try {
+      results = sim_.run_batch(misses, jobs_);
+    } catch (const std::exception& e) {
+      const std::lock_guard lock(mutex_);
+      for (const std::string& k : miss_keys) running_.erase(k), failed_.emplace(k, e.what());
+      ready_.notify_all();
+      throw;
+    }
+    std::unique_lock lock(mutex_);
+    for (std::size_t i = 0; i < misses.size(); ++i) {
       memo_.emplace(miss_keys[i], Measured{results[i], fb_per_device(misses[i])});
+      running_.erase(miss_keys[i]);
+    }
+    ready_.notify_all();
     std::vector<Measured> out;
-    for (const std::string& k : keys) out.push_back(memo_.at(k));
+    for (const std::string& k : keys) {
+      ready_.wait(lock, [&] { return memo_.count(k) || failed_.count(k); });
+      if (const auto f = failed_.find(k); f != failed_.end()) throw Error(f->second);
+      out.push_back(memo_.at(k));
+    }
     return out;
   }
 
@@ -94,21 +248,40 @@ class Runner {
     return fb / req.schedule.K;
   }
 
-  static std::string signature(const Config& c, const IterationSetup& s, int iterations) {
+  // Everything of a request SimGrid's result depends on (the platform is
+  // the Simulator's), durations and bytes as their exact doubles.
+  static std::string signature(const SimRequest& q, const IterationSetup& s, int iterations) {
     std::ostringstream os;
     os << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/' << static_cast<int>(s.cache_tier) << '/'
        << s.cache_valid_layers << '/' << s.partition.frozen_end << '/' << iterations << ':';
     for (int b : s.partition.bounds) os << b << ',';
-    for (const auto& r : replica_layout(c, s.K, s.replicas).replica) {
-      os << '|' << r.rank;
-      for (int g : r.gpus) os << ',' << g;
+    for (std::size_t r = 0; r < q.replica_gpus.size(); ++r) {
+      os << '|' << q.replica_rank[r];
+      for (int g : q.replica_gpus[r]) os << ',' << g;
     }
-    return os.str();
+    os << '|';
+    std::string key = os.str();
+    for (const auto& device : q.schedule.devices) {
+      const std::size_t n = device.size();
+      key.append(reinterpret_cast<const char*>(&n), sizeof n);
+      for (const Action& a : device) {
+        const double v[2] = {is_compute(a.kind) ? q.costs.duration(a) : 0.0,
+                             is_compute(a.kind) ? 0.0 : q.costs.bytes(a)};
+        const int id[5] = {static_cast<int>(a.kind), a.stage, a.microbatch, a.bucket, a.peer_device};
+        key.append(reinterpret_cast<const char*>(id), sizeof id);
+        key.append(reinterpret_cast<const char*>(v), sizeof v);
+      }
+    }
+    return key;
   }
 
   Simulator& sim_;
   int jobs_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
   std::map<std::string, Measured> memo_;
+  std::set<std::string> running_;
+  std::map<std::string, std::string> failed_;
 };
 
 // Iteration period with free communication: what communication adds is
@@ -233,105 +406,118 @@ trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, int e
 
 }  // namespace
 
-RunResult simulate_training(const Config& config, const RunOptions& opt, Simulator& sim) {
-  if (opt.modes.empty()) throw Error("no mode to simulate: expected at least one of all|baseline|freeze|autopipe|autodp|autocache");
+namespace {
+
+// One mode of one training: its plans, epochs and chunk rows, and (the
+// traced mode) its trace.
+struct ModeOutput {
+  ModeRun run;
+  std::vector<ChunkRow> chunks;
+  trace::Trace trace;
+};
+
+ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostModel& cost, bool exact,
+                         Runner& runner, Simulator& sim, const std::function<void(double)>& progress) {
+  ModeOutput out;
+  const Config mc = mode_config(config, mode);
+  const PlanContext ctx(mc, cost);
+  // SimGrid answers the planner's profiling step with one iteration per
+  // candidate M (a synchronous iteration starts from idle devices), and a
+  // plan's throughput with its steady state, which the plans below reuse.
+  const IterationPredictor predict = [&](const std::vector<IterationSetup>& setups, PredictionUse use) {
+    std::vector<IterationPrediction> out;
+    if (use == PredictionUse::Plan) {
+      for (const auto& [period, m] : steady_periods(runner, ctx, setups))
+        out.push_back({period, m.bubble_fraction(period)});
+      return out;
+    }
+    for (const Measured& m : runner.run(ctx, setups, 1)) {
+      const double t = m.sim.iteration_end_s.front();
+      out.push_back({t, m.bubble_fraction(t)});
+    }
+    return out;
+  };
+  ModeRun& run = out.run;
+  run.mode = mode;
+  run.plan = plan_run(mc, cost, predict);
+  const bool traced = last && mc.sim.trace;
+  double clock = 0;  // start of the plan on the run's timeline
+  std::optional<IterationSetup> last_traced;  // consecutive identical plans are traced once
+  std::vector<IterationSetup> traced_setups;  // traced together once the plans are known
+  std::vector<int> traced_plans;
+  std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
+  // The steady states plan_run had simulated (memo hits), for their breakdown.
+  std::vector<IterationSetup> setups;
+  for (const Plan& p : run.plan.plans) setups.push_back(iteration_setup(mc, p, false));
+  const auto steady_states = steady_periods(runner, ctx, setups);
+  for (std::size_t pi = 0; pi < run.plan.plans.size(); ++pi) {
+    const Plan& p = run.plan.plans[pi];
+    PlanSim ps;
+    ps.plan_id = p.id;
+    ps.steady = steady_states[pi].second.sim;
+    ps.exposed_comm_s = std::max(0.0, p.iteration_s - period_without_comm(ctx, setups[pi]));
+    const Transition tr = transition(ctx, pi ? &run.plan.plans[pi - 1] : nullptr, p, sim);
+    ps.transition_s = tr.total_s();
+
+    if (traced) {
+      // The iteration the plan starts with (it fills the cache when it does),
+      // once per run of identical plans, after the transition's parts.
+      const IterationSetup first = iteration_setup(mc, p, true);
+      const bool same = last_traced && last_traced->partition == first.partition && last_traced->M == first.M &&
+                        last_traced->cache_on == first.cache_on &&
+                        last_traced->cache_valid_layers == first.cache_valid_layers &&
+                        last_traced->replicas == first.replicas;
+      if (!same) {
+        traced_setups.push_back(first);
+        traced_plans.push_back(p.id);
+        traced_at.push_back({clock + ps.transition_s, p.first_epoch});
+        if (tr.total_s() > 0) add_transition_events(out.trace, mc, p, pi ? &run.plan.plans[pi - 1] : nullptr, tr, clock);
+        last_traced = first;
+      }
+    }
+
+    for (int e = p.first_epoch; e < p.end_epoch; ++e) {
+      const CacheRole role = p.cache_role(e);
+      const bool fill = role == CacheRole::Fill || role == CacheRole::Advance;
+      double epoch_s = p.iterations_per_epoch * (fill ? p.fill_iteration_s : p.iteration_s);
+      if (exact) {
+        const auto n = static_cast<int>(p.iterations_per_epoch);
+        epoch_s = runner.run(ctx, {iteration_setup(mc, p, fill)}, n).front().sim.iteration_end_s.back();
+      }
+      const double transition = e == p.first_epoch ? ps.transition_s : 0.0;
+      run.epochs.push_back(epoch_row(mode, p, ps, e, fill, epoch_s, transition, mc.data.num_train_samples));
+      clock += epoch_s + transition;
+    }
+    run.plans.push_back(ps);
+    if (progress) progress((pi + 1.0) / run.plan.plans.size());
+  }
+  const std::vector<trace::Trace> traces = runner.trace(ctx, traced_setups, traced_plans);
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    const std::size_t begin = trace::append(out.trace, traces[i], traced_at[i].first);
+    for (std::size_t k = begin; k < out.trace.events.size(); ++k) out.trace.events[k].epoch = traced_at[i].second;
+  }
+  for (const Plan& p : run.plan.plans)
+    for (const ChunkCandidate& c : p.chunk_table)
+      out.chunks.push_back({mode, p.K, c.M, p.layout.replicas, c.iteration_s,
+                            p.layout.replicas * static_cast<double>(mc.training.batch_size) / c.iteration_s,
+                            c.feasible, c.M == p.M});
+  return out;
+}
+
+// A training's result from its modes' outputs, in mode order.
+RunResult assemble(const Config& config, const std::vector<Mode>& modes, const CostModel& cost,
+                   std::vector<ModeOutput> outputs) {
   RunResult out;
   out.config = config.source;
   out.device_memory_bytes = config.cluster.device.memory_bytes;
-  const AnalyticCostModel analytic(config.cluster, config.training);
-  const CostModel& cost = opt.cost ? *opt.cost : analytic;
-  Runner runner(sim, opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
-  const double steps = static_cast<double>(opt.modes.size());
-  for (std::size_t mi = 0; mi < opt.modes.size(); ++mi) {
-    const Mode mode = opt.modes[mi];
-    const Config mc = mode_config(config, mode);
-    const PlanContext ctx(mc, cost);
-    // SimGrid answers the planner's profiling step with one iteration per
-    // candidate M (a synchronous iteration starts from idle devices), and a
-    // plan's throughput with its steady state, which the plans below reuse.
-    const IterationPredictor predict = [&](const std::vector<IterationSetup>& setups, PredictionUse use) {
-      std::vector<IterationPrediction> out;
-      if (use == PredictionUse::Plan) {
-        for (const auto& [period, m] : steady_periods(runner, ctx, setups))
-          out.push_back({period, m.bubble_fraction(period)});
-        return out;
-      }
-      for (const Measured& m : runner.run(ctx, setups, 1)) {
-        const double t = m.sim.iteration_end_s.front();
-        out.push_back({t, m.bubble_fraction(t)});
-      }
-      return out;
-    };
-    ModeRun run;
-    run.mode = mode;
-    run.plan = plan_run(mc, cost, predict);
-    const bool traced = mi + 1 == opt.modes.size() && mc.sim.trace;
-    double clock = 0;  // start of the plan on the run's timeline
-    std::optional<IterationSetup> last_traced;  // consecutive identical plans are traced once
-    std::vector<IterationSetup> traced_setups;  // traced together once the plans are known
-    std::vector<int> traced_plans;
-    std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
-    // The steady states plan_run had simulated (memo hits), for their breakdown.
-    std::vector<IterationSetup> setups;
-    for (const Plan& p : run.plan.plans) setups.push_back(iteration_setup(mc, p, false));
-    const auto steady_states = steady_periods(runner, ctx, setups);
-    for (std::size_t pi = 0; pi < run.plan.plans.size(); ++pi) {
-      const Plan& p = run.plan.plans[pi];
-      PlanSim ps;
-      ps.plan_id = p.id;
-      ps.steady = steady_states[pi].second.sim;
-      ps.exposed_comm_s = std::max(0.0, p.iteration_s - period_without_comm(ctx, setups[pi]));
-      const Transition tr = transition(ctx, pi ? &run.plan.plans[pi - 1] : nullptr, p, sim);
-      ps.transition_s = tr.total_s();
-
-      if (traced) {
-        // The iteration the plan starts with (it fills the cache when it does),
-        // once per run of identical plans, after the transition's parts.
-        const IterationSetup first = iteration_setup(mc, p, true);
-        const bool same = last_traced && last_traced->partition == first.partition && last_traced->M == first.M &&
-                          last_traced->cache_on == first.cache_on &&
-                          last_traced->cache_valid_layers == first.cache_valid_layers &&
-                          last_traced->replicas == first.replicas;
-        if (!same) {
-          traced_setups.push_back(first);
-          traced_plans.push_back(p.id);
-          traced_at.push_back({clock + ps.transition_s, p.first_epoch});
-          if (tr.total_s() > 0) add_transition_events(out.trace, mc, p, pi ? &run.plan.plans[pi - 1] : nullptr, tr, clock);
-          last_traced = first;
-        }
-      }
-
-      for (int e = p.first_epoch; e < p.end_epoch; ++e) {
-        const CacheRole role = p.cache_role(e);
-        const bool fill = role == CacheRole::Fill || role == CacheRole::Advance;
-        double epoch_s = p.iterations_per_epoch * (fill ? p.fill_iteration_s : p.iteration_s);
-        if (opt.exact) {
-          const auto n = static_cast<int>(p.iterations_per_epoch);
-          epoch_s = runner.run(ctx, {iteration_setup(mc, p, fill)}, n).front().sim.iteration_end_s.back();
-        }
-        const double transition = e == p.first_epoch ? ps.transition_s : 0.0;
-        run.epochs.push_back(epoch_row(mode, p, ps, e, fill, epoch_s, transition, mc.data.num_train_samples));
-        clock += epoch_s + transition;
-      }
-      run.plans.push_back(ps);
-      if (opt.progress) opt.progress((mi + (pi + 1.0) / run.plan.plans.size()) / steps);
-    }
-    const std::vector<trace::Trace> traces = runner.trace(ctx, traced_setups, traced_plans);
-    for (std::size_t i = 0; i < traces.size(); ++i) {
-      const std::size_t begin = trace::append(out.trace, traces[i], traced_at[i].first);
-      for (std::size_t k = begin; k < out.trace.events.size(); ++k) out.trace.events[k].epoch = traced_at[i].second;
-    }
-    for (const Plan& p : run.plan.plans)
-      for (const ChunkCandidate& c : p.chunk_table)
-        out.chunks.push_back({mode, p.K, c.M, p.layout.replicas, c.iteration_s,
-                              p.layout.replicas * static_cast<double>(mc.training.batch_size) / c.iteration_s,
-                              c.feasible, c.M == p.M});
-    out.modes.push_back(std::move(run));
+  for (ModeOutput& m : outputs) {
+    out.chunks.insert(out.chunks.end(), m.chunks.begin(), m.chunks.end());
+    out.modes.push_back(std::move(m.run));
   }
-
+  out.trace = std::move(outputs.back().trace);  // only the last mode is traced
   out.trace.source = "sim";
   out.trace.config = config.source;
-  out.trace.mode = opt.modes.empty() ? "" : to_string(opt.modes.back());
+  out.trace.mode = to_string(modes.back());
   // The knobs a figure needs to label a run (alpha for the freeze curve, ...).
   out.trace.metadata = describe(config);
   out.trace.metadata["network_model"] = "SimGrid CM02, crosstraffic off";
@@ -351,6 +537,66 @@ RunResult simulate_training(const Config& config, const RunOptions& opt, Simulat
     out.summary.modes.push_back(std::move(s));
   }
   return out;
+}
+
+int default_jobs(int jobs) { return jobs > 0 ? jobs : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
+
+// Routes the Simulator's runs to a dispatcher while it serves.
+class RouteRuns {
+ public:
+  RouteRuns(Simulator& sim, Dispatcher& d) : sim_(sim) {
+    sim_.set_child_runner([&d](const std::vector<Dispatcher::Body>& bodies, int) { return d.run(bodies); });
+  }
+  ~RouteRuns() { sim_.set_child_runner({}); }
+  RouteRuns(const RouteRuns&) = delete;
+  RouteRuns& operator=(const RouteRuns&) = delete;
+
+ private:
+  Simulator& sim_;
+};
+
+}  // namespace
+
+std::vector<RunResult> simulate_trainings(const std::vector<Config>& configs, const RunOptions& opt, Simulator& sim) {
+  if (opt.modes.empty()) throw Error("no mode to simulate: expected at least one of all|baseline|freeze|autopipe|autodp|autocache");
+  std::vector<std::unique_ptr<AnalyticCostModel>> analytic;
+  for (const Config& c : configs) analytic.push_back(std::make_unique<AnalyticCostModel>(c.cluster, c.training));
+  const int jobs = default_jobs(opt.jobs);
+  Runner runner(sim, jobs);
+  Dispatcher dispatcher(jobs);
+  const std::size_t n_modes = opt.modes.size();
+  std::vector<std::vector<ModeOutput>> outputs(configs.size(), std::vector<ModeOutput>(n_modes));
+  // Progress: the mean over every mode of every training of its share done.
+  std::mutex progress_mutex;
+  std::vector<double> done(configs.size() * n_modes, 0.0);
+  std::vector<std::function<void()>> tasks;
+  for (std::size_t ci = 0; ci < configs.size(); ++ci)
+    for (std::size_t mi = 0; mi < n_modes; ++mi)
+      tasks.push_back([&, ci, mi] {
+        const CostModel& cost = opt.cost ? *opt.cost : *analytic[ci];
+        const auto progress = [&](double fraction) {
+          if (!opt.progress) return;
+          const std::lock_guard lock(progress_mutex);
+          done[ci * n_modes + mi] = fraction;
+          double sum = 0;
+          for (const double d : done) sum += d;
+          opt.progress(sum / static_cast<double>(done.size()));
+        };
+        outputs[ci][mi] = simulate_mode(configs[ci], opt.modes[mi], mi + 1 == n_modes, cost, opt.exact, runner,
+                                        sim, progress);
+      });
+  {
+    const RouteRuns route(sim, dispatcher);
+    dispatcher.serve(tasks);
+  }
+  std::vector<RunResult> results;
+  for (std::size_t ci = 0; ci < configs.size(); ++ci)
+    results.push_back(assemble(configs[ci], opt.modes, opt.cost ? *opt.cost : *analytic[ci], std::move(outputs[ci])));
+  return results;
+}
+
+RunResult simulate_training(const Config& config, const RunOptions& opt, Simulator& sim) {
+  return std::move(simulate_trainings({config}, opt, sim).front());
 }
 
 std::string format_result(const RunResult& r) {
@@ -440,7 +686,7 @@ void write_outputs(const RunResult& r, const std::string& dir) {
 std::vector<double> simulate_steady_iterations(const Config& config, const CostModel& cost,
                                                const std::vector<IterationSetup>& setups, Simulator& sim) {
   const PlanContext ctx(config, cost);
-  Runner runner(sim, static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
+  Runner runner(sim, default_jobs(0));
   std::vector<double> out;
   for (const auto& [period, m] : steady_periods(runner, ctx, setups)) out.push_back(period);
   return out;

@@ -73,7 +73,16 @@ struct RunOptions {
   const CostModel* cost = nullptr;
 };
 
+// Every mode is planned in its own thread; their SimGrid runs are forked
+// from the calling thread (which must be the one that built `sim`), at
+// most `jobs` at a time, and shared through one memo. The result is the
+// same as planning the modes one after another.
 [[nodiscard]] RunResult simulate_training(const Config&, const RunOptions&, Simulator&);
+// Several trainings at once on the platform of `sim`: every config must
+// describe the cluster `sim` was built from. Their modes all run in
+// parallel and share the memo, so points of a sweep that ask SimGrid the
+// same question get one run. Results in the order of `configs`.
+[[nodiscard]] std::vector<RunResult> simulate_trainings(const std::vector<Config>&, const RunOptions&, Simulator&);
 
 // The steady-state iteration time (seconds) SimGrid gives each setup under
 // `cost`: what `elasticpipe validate` compares with measured iterations.

@@ -24,18 +24,27 @@ void write_all(int fd, const std::string& bytes) {
   }
 }
 
+// The child's result, or the error it reports.
+std::string finish(int pid, int fd, const std::string& bytes, std::string* error) {
+  ::close(fd);
+  int wstatus = 0;
+  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(wstatus))
+    *error = "simulator: the simulation process died with signal " + std::to_string(WTERMSIG(wstatus)) +
+             " (SimGrid's message, if any, is on stderr)";
+  else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || bytes.empty())
+    *error = "simulator: the simulation process failed (SimGrid's message, if any, is on stderr)";
+  else if (bytes[0] != 0)
+    *error = bytes.substr(1);
+  else
+    return bytes.substr(1);
+  return {};
+}
+
 }  // namespace
 
-namespace {
-
-struct Child {
-  pid_t pid = -1;
-  int fd = -1;
-  std::size_t index = 0;
-  std::string bytes;
-};
-
-Child start(const std::function<void(ByteWriter&)>& body, std::size_t index) {
+void ChildPool::start(const std::function<void(ByteWriter&)>& body, std::size_t id) {
   int fd[2];
   if (::pipe(fd) != 0) throw Error("simulator: pipe() failed: " + std::string(std::strerror(errno)));
   std::fflush(nullptr);  // or the child would inherit, and might flush, unwritten stdio buffers
@@ -67,56 +76,59 @@ Child start(const std::function<void(ByteWriter&)>& body, std::size_t index) {
     ::_exit(0);  // no destructors, no atexit handlers: the parent owns that state
   }
   ::close(fd[1]);
-  return {pid, fd[0], index, {}};
+  running_.push_back({pid, fd[0], id, {}});
 }
 
-// The child's result, or the error it reports.
-std::string finish(Child& c, std::string* error) {
-  ::close(c.fd);
-  int wstatus = 0;
-  while (::waitpid(c.pid, &wstatus, 0) < 0 && errno == EINTR) {
+std::vector<ChildPool::Ended> ChildPool::wait(int wake_fd) {
+  std::vector<Ended> ended;
+  // Read every running child's pipe as it fills, so none blocks on a full pipe.
+  while (ended.empty() && (!running_.empty() || wake_fd >= 0)) {
+    std::vector<pollfd> fds;
+    for (const Child& c : running_) fds.push_back({c.fd, POLLIN, 0});
+    if (wake_fd >= 0) fds.push_back({wake_fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw Error("simulator: poll() failed: " + std::string(std::strerror(errno)));
+    }
+    for (std::size_t i = running_.size(); i-- > 0;) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char chunk[1 << 16];
+      const ssize_t n = ::read(running_[i].fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        running_[i].bytes.append(chunk, static_cast<std::size_t>(n));
+        continue;
+      }
+      Ended e;
+      e.id = running_[i].id;
+      e.bytes = finish(running_[i].pid, running_[i].fd, running_[i].bytes, &e.error);
+      ended.push_back(std::move(e));
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (wake_fd >= 0 && (fds.back().revents & POLLIN)) break;
   }
-  if (WIFSIGNALED(wstatus))
-    *error = "simulator: the simulation process died with signal " + std::to_string(WTERMSIG(wstatus)) +
-             " (SimGrid's message, if any, is on stderr)";
-  else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || c.bytes.empty())
-    *error = "simulator: the simulation process failed (SimGrid's message, if any, is on stderr)";
-  else if (c.bytes[0] != 0)
-    *error = c.bytes.substr(1);
-  else
-    return c.bytes.substr(1);
-  return {};
+  return ended;
 }
 
-}  // namespace
+ChildPool::~ChildPool() {
+  for (const Child& c : running_) {
+    std::string ignored;
+    (void)finish(c.pid, c.fd, c.bytes, &ignored);
+  }
+}
 
 std::vector<std::string> run_in_children(const std::vector<std::function<void(ByteWriter&)>>& bodies, int jobs) {
   std::vector<std::string> results(bodies.size());
-  std::vector<Child> running;
+  ChildPool pool;
   std::string error;
   std::size_t next = 0;
-  // Read every running child's pipe as it fills, so none blocks on a full pipe.
-  while (next < bodies.size() || !running.empty()) {
-    while (next < bodies.size() && static_cast<int>(running.size()) < std::max(1, jobs) && error.empty())
-      running.push_back(start(bodies[next], next)), ++next;
-    if (running.empty()) break;
-    std::vector<pollfd> fds;
-    for (const Child& c : running) fds.push_back({c.fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR)
-      throw Error("simulator: poll() failed: " + std::string(std::strerror(errno)));
-    for (std::size_t i = running.size(); i-- > 0;) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char chunk[1 << 16];
-      const ssize_t n = ::read(running[i].fd, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n > 0) {
-        running[i].bytes.append(chunk, static_cast<std::size_t>(n));
-        continue;
-      }
-      std::string child_error;
-      results[running[i].index] = finish(running[i], &child_error);
-      if (error.empty()) error = child_error;
-      running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+  while (next < bodies.size() || pool.running() > 0) {
+    while (next < bodies.size() && static_cast<int>(pool.running()) < std::max(1, jobs) && error.empty())
+      pool.start(bodies[next], next), ++next;
+    if (pool.running() == 0) break;
+    for (ChildPool::Ended& e : pool.wait()) {
+      results[e.id] = std::move(e.bytes);
+      if (error.empty()) error = e.error;
     }
   }
   if (!error.empty()) throw Error(error);

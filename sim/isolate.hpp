@@ -72,6 +72,40 @@ class ByteReader {
   std::size_t pos_ = 0;
 };
 
+// The subprocess pool: children started one at a time and collected as
+// they end, so a caller can keep starting runs while others go on
+// (run_in_children and the driver's dispatcher are built on it). Every
+// child is forked from the calling process, which must be the one that
+// built the engine and never ran it.
+class ChildPool {
+ public:
+  struct Ended {
+    std::size_t id = 0;
+    std::string bytes;  // what the body wrote (empty on error)
+    std::string error;  // empty on success
+  };
+  ChildPool() = default;
+  ChildPool(const ChildPool&) = delete;
+  ChildPool& operator=(const ChildPool&) = delete;
+  ~ChildPool();  // waits for the children still running
+
+  void start(const std::function<void(ByteWriter&)>& body, std::size_t id);
+  [[nodiscard]] std::size_t running() const { return running_.size(); }
+  // Blocks until at least one child has ended or `wake_fd` (-1: none) is
+  // readable; returns the children that ended (possibly none when woken).
+  // With no child running and no wake_fd it returns at once.
+  std::vector<Ended> wait(int wake_fd = -1);
+
+ private:
+  struct Child {
+    int pid = -1;
+    int fd = -1;
+    std::size_t id = 0;
+    std::string bytes;
+  };
+  std::vector<Child> running_;
+};
+
 // Runs `body` in a forked child and returns what it wrote. An ep::Error or
 // std::exception thrown by `body` is rethrown here as ep::Error with its
 // message; a child that dies (signal, abort) gives an ep::Error naming it.

@@ -512,6 +512,11 @@ struct Simulator::Impl {
   ClusterSpec cluster;
   std::unique_ptr<s4u::Engine> engine;
   Platform platform;
+  ChildRunner children;
+
+  std::vector<std::string> run(const std::vector<std::function<void(ByteWriter&)>>& bodies, int jobs) const {
+    return children ? children(bodies, jobs) : run_in_children(bodies, jobs);
+  }
 
   // Flow ids are unique within the trace they go into, and depend only on
   // it: the same runs into the same trace give the same ids.
@@ -530,11 +535,13 @@ struct Simulator::Impl {
     const std::size_t tracks0 = trace ? trace->tracks.size() : 0;
     const std::size_t events0 = trace ? trace->events.size() : 0;
     const std::int64_t flow0 = first_free_flow(trace);
-    return run_in_child([&](ByteWriter& w) {
-      Recorder rec(trace, platform, flow0);
-      simulate(rec, w);
-      if (trace) put_trace_tail(w, *trace, tracks0, events0);
-    });
+    return run({[&](ByteWriter& w) {
+                 Recorder rec(trace, platform, flow0);
+                 simulate(rec, w);
+                 if (trace) put_trace_tail(w, *trace, tracks0, events0);
+               }},
+               1)
+        .front();
   }
   static void finish(ByteReader& r, trace::Trace* trace) {
     if (trace) get_trace_tail(r, *trace);
@@ -567,6 +574,8 @@ Simulator::Simulator(const ClusterSpec& cluster) {
 Simulator::~Simulator() = default;
 
 const ClusterSpec& Simulator::cluster() const { return impl_->cluster; }
+
+void Simulator::set_child_runner(ChildRunner runner) { impl_->children = std::move(runner); }
 
 namespace {
 
@@ -613,7 +622,7 @@ std::vector<SimResult> Simulator::run_batch(const std::vector<SimRequest>& reque
       if (t) put_trace_tail(w, *t, 0, 0);
     });
   std::vector<SimResult> results;
-  const std::vector<std::string> outputs = run_in_children(bodies, jobs);
+  const std::vector<std::string> outputs = impl_->run(bodies, jobs);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     ByteReader r(outputs[i]);
     results.push_back(get_result(r));

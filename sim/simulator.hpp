@@ -39,6 +39,7 @@
 #include "planner/config.hpp"
 #include "planner/cost_model.hpp"
 #include "planner/schedule.hpp"
+#include "sim/isolate.hpp"
 #include "traces/trace.hpp"
 
 namespace ep::sim {
@@ -103,6 +104,14 @@ class Simulator {
                        const std::string& label = "");
 
   [[nodiscard]] const ClusterSpec& cluster() const;
+
+  // How runs reach their child processes: run_in_children (isolate.hpp)
+  // by default. The driver plans several modes in threads and routes their
+  // runs to one pool served by the thread that built the engine; run,
+  // run_batch and run_transfers may then be called from those threads.
+  using ChildRunner =
+      std::function<std::vector<std::string>(const std::vector<std::function<void(ByteWriter&)>>&, int jobs)>;
+  void set_child_runner(ChildRunner);  // empty: back to run_in_children
 
  private:
   struct Impl;

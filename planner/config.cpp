@@ -663,5 +663,10 @@ std::string to_string(PartitionerKind v) { return enum_name(kPartitioners, v); }
 std::string to_string(CompressionKind v) { return enum_name(kCompressions, v); }
 std::string to_string(CachePolicyKind v) { return enum_name(kCachePolicies, v); }
 std::string to_string(ScheduleKind v) { return enum_name(kSchedules, v); }
+std::optional<ScheduleKind> parse_schedule_kind(const std::string& s) {
+  for (const auto& e : kSchedules)
+    if (s == e.name) return e.value;
+  return std::nullopt;
+}
 
 }  // namespace ep

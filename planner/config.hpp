@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -237,6 +238,9 @@ std::string to_string(Objective);
 std::string to_string(CompressionKind);
 std::string to_string(CachePolicyKind);
 std::string to_string(ScheduleKind);
+// The config's name of a schedule kind ("gpipe", "1f1b", "looping_bf",
+// "looping_df"); nullopt for any other text.
+std::optional<ScheduleKind> parse_schedule_kind(const std::string&);
 std::string to_string(ExecDevice);
 
 }  // namespace ep

@@ -1,5 +1,7 @@
 #include "planner/modes.hpp"
 
+#include <algorithm>
+
 namespace ep {
 
 namespace {
@@ -26,6 +28,24 @@ Mode parse_mode(const std::string& s) {
   for (const auto& e : kModeNames)
     if (s == e.name) return e.mode;
   throw Error("--mode: expected all|baseline|freeze|autopipe|autodp|autocache, found '" + s + "'");
+}
+
+std::vector<Mode> parse_modes(const std::string& s) {
+  std::vector<Mode> modes;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t end = std::min(s.find(',', begin), s.size());
+    const std::string m = s.substr(begin, end - begin);
+    if (m == "all")
+      modes.insert(modes.end(), std::begin(kAllModes), std::end(kAllModes));
+    else
+      modes.push_back(parse_mode(m));  // names the entry, '' included
+    if (end == s.size()) break;
+    begin = end + 1;
+  }
+  std::sort(modes.begin(), modes.end());
+  modes.erase(std::unique(modes.begin(), modes.end()), modes.end());
+  return modes;
 }
 
 Config mode_config(const Config& c, Mode m) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "planner/config.hpp"
 
@@ -13,6 +14,10 @@ inline constexpr Mode kAllModes[] = {Mode::Baseline, Mode::Freeze, Mode::AutoPip
 
 [[nodiscard]] std::string to_string(Mode);
 [[nodiscard]] Mode parse_mode(const std::string&);  // throws ep::Error
+// A comma-separated list ("baseline,autocache", "all", "all,freeze"): each
+// mode once, in kAllModes order, so the baseline comes first and speedups
+// are over it. An empty list or entry is refused (ep::Error naming it).
+[[nodiscard]] std::vector<Mode> parse_modes(const std::string&);
 
 // The config a mode runs: baseline = no freezing, K = K0 throughout;
 // freeze = freezing only (frozen layers lose their backward, nothing moves);

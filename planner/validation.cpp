@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <vector>
 
 #include "planner/error.hpp"
@@ -103,6 +104,67 @@ std::string format_validation(std::span<const ValidationRow> rows) {
   }
   out += "\n" + summary("fitting plans", fitting) + summary("held-out plans", held_out);
   return out;
+}
+
+std::vector<ValidationPlan> validation_plans(const PlanContext& ctx) {
+  const Config& config = ctx.config;
+  const int L = config.model.num_hidden_layers, B = config.training.batch_size;
+  const int I = config.cluster.gpus_per_node;
+  std::vector<ValidationPlan> plans;
+  for (int K = 1; K <= config.planner.K; K *= 2)
+    for (int replicas = 1; replicas * K <= I; replicas *= 2)
+      for (const int frozen : {0, L / 2})
+        for (const bool cache : {false, true}) {
+          if (cache && frozen == 0) continue;
+          if (replicas > 1 && K > 1) continue;  // data parallelism is AutoDP's K = 1 on the freed devices
+          for (const int M : {K, 2 * K, 4 * K}) {
+            if (M > B) continue;
+            ValidationPlan p;
+            p.setup.partition = plan_partition(ctx, frozen, K, cache);
+            p.setup.K = K;
+            p.setup.M = M;
+            p.setup.replicas = replicas;
+            p.setup.cache_on = cache;
+            p.name = "K=" + std::to_string(K) + " M=" + std::to_string(M) + " x" + std::to_string(replicas) +
+                     " frozen=" + std::to_string(frozen) + (cache ? " cache" : "");
+            plans.push_back(std::move(p));
+          }
+        }
+  return plans;
+}
+
+Config executor_validation_config(const Config& config, unsigned hardware_threads) {
+  Config out = config;
+  if (out.exec.device == ExecDevice::CPU && out.cluster.shared_cores == 0)
+    out.cluster.shared_cores = static_cast<int>(std::max(1u, hardware_threads));
+  return out;
+}
+
+FactorFit fit_group_factors(std::span<const ValidationPlan> plans, std::span<const double> measured_s,
+                            std::span<const double> simulated_s) {
+  if (measured_s.size() != plans.size() || simulated_s.size() != plans.size())
+    throw Error("fit_group_factors: " + std::to_string(plans.size()) + " plans, " +
+                std::to_string(measured_s.size()) + " measured and " + std::to_string(simulated_s.size()) +
+                " simulated times");
+  const auto fits = [](const IterationSetup& s) { return s.M == 2 * s.K; };
+  std::map<std::pair<int, int>, std::vector<double>> ratios;  // (K, replicas)
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const IterationSetup& s = plans[i].setup;
+    if (fits(s)) ratios[{s.K, s.replicas}].push_back(measured_s[i] / simulated_s[i]);
+  }
+  FactorFit fit;
+  std::map<std::pair<int, int>, double> factor;
+  for (auto& [key, r] : ratios) {
+    std::sort(r.begin(), r.end());
+    factor[key] = r[r.size() / 2];
+    fit.groups.push_back({key.first, key.second, r[r.size() / 2], r.size()});
+  }
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const IterationSetup& s = plans[i].setup;
+    const auto f = factor.find({s.K, s.replicas});
+    fit.rows.push_back({plans[i].name, !fits(s), measured_s[i], simulated_s[i] * (f == factor.end() ? 1.0 : f->second)});
+  }
+  return fit;
 }
 
 }  // namespace ep

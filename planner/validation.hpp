@@ -7,6 +7,9 @@
 
 #include <span>
 #include <string>
+#include <vector>
+
+#include "planner/autopipe.hpp"
 
 namespace ep {
 
@@ -31,5 +34,37 @@ struct ValidationRow {
 // |error| and Kendall tau (measured vs predicted) for the fitting plans and
 // for the held-out plans; "n/a" where a statistic is undefined.
 [[nodiscard]] std::string format_validation(std::span<const ValidationRow>);
+
+// The plans `validate` measures and predicts: K = 1, 2, 4, ... up to
+// planner.K; AutoDP's data-parallel plans (K = 1 on 1, 2, 4, ... replicas
+// within a node); no frozen layer or half of them, the latter with the
+// cache on and off; M = K, 2K, 4K within the batch.
+struct ValidationPlan {
+  std::string name;  // "K=2 M=4 x1 frozen=6 cache"
+  IterationSetup setup;
+};
+[[nodiscard]] std::vector<ValidationPlan> validation_plans(const PlanContext&);
+
+// The config a validation predicts the CPU executor with: its stage
+// workers are threads sharing this machine's cores, so unless the config
+// says how many cores they share, they share `hardware_threads`.
+[[nodiscard]] Config executor_validation_config(const Config&, unsigned hardware_threads);
+
+// One measured/predicted factor per (K, replicas) group: the median ratio
+// over the group's plans with M = 2K, which fit it; the other plans are
+// held out and predicted with it (a group without fitting plans keeps 1).
+struct GroupFactor {
+  int K = 0;
+  int replicas = 0;
+  double factor = 1;
+  std::size_t fitting_plans = 0;
+};
+struct FactorFit {
+  std::vector<GroupFactor> groups;  // in (K, replicas) order
+  std::vector<ValidationRow> rows;  // per plan, predicted = simulated x its group's factor
+};
+// Throws ep::Error unless the three lists have the same length.
+[[nodiscard]] FactorFit fit_group_factors(std::span<const ValidationPlan>, std::span<const double> measured_s,
+                                          std::span<const double> simulated_s);
 
 }  // namespace ep

@@ -1,0 +1,60 @@
+// elasticpipe simulate: the whole training on a SimGrid model of the
+// cluster, every mode of the speedup breakdown.
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "planner/modes.hpp"
+#include "sim/driver.hpp"
+#include "traces/output_dir.hpp"
+
+namespace ep::cli {
+
+namespace {
+struct SimulateArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string mode = "all";
+  std::string out;
+  std::string profile;  // a fitted cost model instead of the analytic one
+  bool exact = false;
+};
+
+int run_simulate(const SimulateArgs& a) {
+  const Config config = load_config(a.config, a.overrides);
+  check_simulable(config);
+  sim::RunOptions opt;
+  opt.modes = parse_modes(a.mode);
+  opt.exact = a.exact;
+  const AnalyticCostModel analytic(config.cluster, config.training);
+  const std::optional<FittedCostModel> fitted = fitted_model(a.profile, config, analytic);
+  if (fitted) opt.cost = &*fitted;
+  const std::string out = a.out.empty() ? default_out(a.config, "simulate") : a.out;
+  const OutputDirLock lock(out, command_line(), "--out");
+  opt.progress = progress_bar("simulating");
+  sim::Simulator sim(config.cluster);
+  const sim::RunResult r = sim::simulate_training(config, opt, sim);
+  std::cout << sim::format_result(r) << std::flush;
+  sim::write_outputs(r, out);
+  std::cout << "\nwrote " << out << "/{summary.json,epochs.csv,chunks.csv" << (r.trace.events.empty() ? "" : ",trace.json")
+            << "}\n";
+  return 0;
+}
+}  // namespace
+
+Command add_simulate(CLI::App& app) {
+  auto a = std::make_shared<SimulateArgs>();
+  auto* cmd = app.add_subcommand("simulate", "Simulate the whole training on a SimGrid model of the cluster");
+  cmd->add_option("config", a->config, "TOML config file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--mode", a->mode, "all|baseline|freeze|autopipe|autodp|autocache (comma-separated)");
+  cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
+  cmd->add_option("--out", a->out, "Output folder (default out/simulate/<config name>)");
+  cmd->add_flag("--exact", a->exact, "Simulate every iteration instead of scaling the steady state");
+  cmd->add_option("--profile", a->profile,
+                  "Cost model fitted to a profile (elasticpipe profile) instead of the analytic one")
+      ->check(CLI::ExistingFile);
+  return {cmd, [a](int, char**) { return run_simulate(*a); }};
+}
+
+}  // namespace ep::cli

@@ -1,0 +1,61 @@
+// elasticpipe validate: run plans for real and in simulation with a fitted
+// cost model; print the error table (MAPE, max error, Kendall tau). The plan
+// grid and the factor fit are the planner's (planner/validation.hpp).
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "exec/profiler.hpp"
+#include "planner/validation.hpp"
+#include "sim/driver.hpp"
+
+namespace ep::cli {
+
+namespace {
+struct ValidateArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string profile;
+  int iterations = 5;
+};
+
+int run_validate(const ValidateArgs& a) {
+  const Config loaded = load_config(a.config, a.overrides);
+  const Config config = executor_validation_config(loaded, std::thread::hardware_concurrency());
+  if (config.cluster.shared_cores != loaded.cluster.shared_cores)
+    std::cout << "simulating the CPU executor: cluster.shared_cores = " << config.cluster.shared_cores << "\n";
+  const AnalyticCostModel analytic(config.cluster, config.training);
+  const FittedCostModel fitted = *fitted_model(a.profile, config, analytic);
+  const PlanContext ctx(config, fitted);
+  const std::vector<ValidationPlan> plans = validation_plans(ctx);
+  std::vector<IterationSetup> setups;
+  for (const ValidationPlan& p : plans) setups.push_back(p.setup);
+  std::cout << "measuring " << setups.size() << " plans (" << a.iterations << " iterations each)..." << std::endl;
+  const std::vector<double> measured = exec::measure_iterations(config, setups, a.iterations);
+  std::cout << "simulating them..." << std::endl;
+  sim::Simulator sim(config.cluster);
+  const std::vector<double> simulated = sim::simulate_steady_iterations(config, fitted, setups, sim);
+  const FactorFit fit = fit_group_factors(plans, measured, simulated);
+  for (const GroupFactor& g : fit.groups)
+    std::printf("K=%d x%d: measured/simulated factor %.3f (median of %zu fitting plans)\n", g.K, g.replicas, g.factor,
+                g.fitting_plans);
+  std::cout << format_validation(fit.rows);
+  return 0;
+}
+}  // namespace
+
+Command add_validate(CLI::App& app) {
+  auto a = std::make_shared<ValidateArgs>();
+  auto* cmd = app.add_subcommand("validate", "Run plans for real and in simulation with a fitted cost model; "
+                                             "print the error table (MAPE, max error, Kendall tau)");
+  cmd->add_option("config", a->config, "TOML config file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
+  cmd->add_option("--profile", a->profile, "Profile file (elasticpipe profile)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--iterations", a->iterations, "Timed iterations per plan")->check(CLI::Range(1, 1000));
+  return {cmd, [a](int, char**) { return run_validate(*a); }};
+}
+
+}  // namespace ep::cli

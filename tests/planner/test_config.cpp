@@ -400,3 +400,10 @@ TEST_CASE("errors in a value that --set gave are blamed on the flag, not the fil
   msg = error_of(kBase, {"sim.measure_iterations=1"});  // a section the file does not have
   CHECK(msg.rfind("--set sim.measure_iterations: key 'sim.measure_iterations'", 0) == 0);
 }
+
+TEST_CASE("schedule kind names round-trip, and nothing else parses") {
+  for (const ep::ScheduleKind k : {ep::ScheduleKind::GPipe, ep::ScheduleKind::OneFOneB, ep::ScheduleKind::LoopingBreadthFirst,
+                               ep::ScheduleKind::LoopingDepthFirst})
+    CHECK(ep::parse_schedule_kind(ep::to_string(k)) == k);
+  for (const char* bad : {"", "GPipe", "looping", "zigzag", "gpipe "}) CHECK_FALSE(ep::parse_schedule_kind(bad).has_value());
+}

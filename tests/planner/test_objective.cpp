@@ -232,3 +232,14 @@ TEST_CASE("shared cores stretch the planner's compute when more workers run than
   const ep::PlanContext ctx_four(shared, cost);
   CHECK(ep::predict_iteration(ctx_four, s).makespan == Approx(alone.makespan));
 }
+
+TEST_CASE("mode lists: each mode once in kAllModes order, the baseline first; empty entries refused", "[modes]") {
+  using namespace ep;
+  CHECK(parse_modes("autocache,baseline") == std::vector<Mode>{Mode::Baseline, Mode::AutoCache});
+  CHECK(parse_modes("all") == std::vector<Mode>(std::begin(kAllModes), std::end(kAllModes)));
+  CHECK(parse_modes("all,freeze,all") == std::vector<Mode>(std::begin(kAllModes), std::end(kAllModes)));
+  CHECK(parse_modes("freeze") == std::vector<Mode>{Mode::Freeze});
+  for (const char* bad : {"", ",", "baseline,", ",freeze", "baseline,,freeze", "fast"})
+    CHECK_THROWS_WITH(parse_modes(bad), Catch::Contains("--mode: expected"));
+  for (const Mode m : kAllModes) CHECK(parse_mode(to_string(m)) == m);
+}

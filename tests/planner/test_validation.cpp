@@ -1,10 +1,14 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 #include <vector>
 
 #include "planner/error.hpp"
+#include "planner/cost_model.hpp"
 #include "planner/validation.hpp"
+#include "tests/planner/support.hpp"
 
 using namespace ep;
 
@@ -68,4 +72,67 @@ TEST_CASE("validation table separates fitting and held-out plans", "[validation]
   CHECK_THAT(text, Catch::Contains("held-out plans (1): MAPE 25.0%, max |error| 25.0%, Kendall tau n/a"));
   const std::string only_fit = format_validation(std::span(rows).first(2));
   CHECK_THAT(only_fit, Catch::Contains("held-out plans (0): none"));
+}
+
+TEST_CASE("validation plans: every K, AutoDP's replicas, frozen depth and cache, M within the batch",
+          "[validation]") {
+  const Config c = test::tiny_bert();  // L = 4 on 1 x 4, planner.K = 4
+  const AnalyticCostModel cost(c.cluster, c.training);
+  const PlanContext ctx(c, cost);
+  const std::vector<ValidationPlan> plans = validation_plans(ctx);
+  REQUIRE_FALSE(plans.empty());
+  std::set<std::string> names;
+  for (const ValidationPlan& p : plans) {
+    const IterationSetup& s = p.setup;
+    CHECK(names.insert(p.name).second);  // each plan once
+    CHECK((s.K == 1 || s.replicas == 1));  // replicas only with K = 1
+    CHECK(s.K * s.replicas <= c.cluster.gpus_per_node);
+    CHECK((s.M == s.K || s.M == 2 * s.K || s.M == 4 * s.K));
+    CHECK(s.M <= c.training.batch_size);
+    CHECK(s.partition.K() == s.K);
+    if (s.cache_on) CHECK(s.partition.frozen_end > 0);
+  }
+  // Every K the config allows, and data parallelism beside it.
+  for (int K = 1; K <= c.planner.K; K *= 2)
+    CHECK(std::any_of(plans.begin(), plans.end(), [&](const ValidationPlan& p) { return p.setup.K == K; }));
+  CHECK(std::any_of(plans.begin(), plans.end(), [](const ValidationPlan& p) { return p.setup.replicas > 1; }));
+}
+
+TEST_CASE("validation config: the CPU executor's threads share this machine's cores unless the config says",
+          "[validation]") {
+  Config c = test::tiny_bert();
+  c.exec.device = ExecDevice::CPU;
+  c.cluster.shared_cores = 0;
+  CHECK(executor_validation_config(c, 6).cluster.shared_cores == 6);
+  CHECK(executor_validation_config(c, 0).cluster.shared_cores == 1);
+  c.cluster.shared_cores = 3;
+  CHECK(executor_validation_config(c, 6).cluster.shared_cores == 3);
+}
+
+TEST_CASE("group factors: the median ratio of the M = 2K plans predicts the rest of their group", "[validation]") {
+  const auto plan = [](int K, int M, int replicas) {
+    ValidationPlan p;
+    p.name = std::to_string(K) + "/" + std::to_string(M) + "/" + std::to_string(replicas);
+    p.setup.K = K;
+    p.setup.M = M;
+    p.setup.replicas = replicas;
+    return p;
+  };
+  const std::vector<ValidationPlan> plans = {plan(1, 2, 1), plan(1, 2, 1), plan(1, 2, 1), plan(1, 4, 1),
+                                             plan(2, 4, 1), plan(2, 8, 1), plan(1, 4, 2)};
+  const std::vector<double> measured = {1.1, 1.3, 1.2, 3.0, 2.0, 5.0, 7.0};
+  const std::vector<double> simulated = {1.0, 1.0, 1.0, 2.0, 1.0, 4.0, 7.0};
+  const FactorFit fit = fit_group_factors(plans, measured, simulated);
+  REQUIRE(fit.groups.size() == 2);  // (1,1) and (2,1); (1,2) has no fitting plan
+  CHECK(fit.groups[0].K == 1);
+  CHECK(fit.groups[0].factor == Approx(1.2));  // median of 1.1, 1.3, 1.2
+  CHECK(fit.groups[0].fitting_plans == 3);
+  CHECK(fit.groups[1].factor == Approx(2.0));
+  REQUIRE(fit.rows.size() == plans.size());
+  CHECK_FALSE(fit.rows[0].held_out);
+  CHECK(fit.rows[3].held_out);
+  CHECK(fit.rows[3].predicted_s == Approx(2.4));  // 2.0 x 1.2
+  CHECK(fit.rows[5].predicted_s == Approx(8.0));
+  CHECK(fit.rows[6].predicted_s == Approx(7.0));  // no factor: 1
+  CHECK_THROWS_AS(fit_group_factors(plans, measured, {}), Error);
 }

@@ -25,15 +25,13 @@
 #include "exec/pipeline.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/run_plan.hpp"
+#include "planner/stats.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ep::median;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using Clock = std::chrono::steady_clock;
 
 std::vector<ep::exec::MicroBatch> batches(const ep::ModelConfig& m, int batch, int M) {
   at::manual_seed(0);

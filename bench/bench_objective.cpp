@@ -15,13 +15,11 @@
 
 #include "exec/profiler.hpp"
 #include "planner/run_plan.hpp"
+#include "planner/stats.hpp"
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using ep::median;
 
 std::string describe(const ep::Plan& p) {
   std::string stages;

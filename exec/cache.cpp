@@ -124,39 +124,7 @@ ActivationCache::ActivationCache(std::string path, std::int64_t dataset_size, st
   } else {
     fd.fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
     if (fd.fd < 0) throw Error(posix_error(where() + ": cannot open"));
-    struct stat st {};
-    if (::fstat(fd.fd, &st) != 0) throw Error(posix_error(where() + ": cannot stat"));
-    Header h{};
-    if (st.st_size < static_cast<off_t>(sizeof h) || ::pread(fd.fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
-      throw Error(where() + ": " + std::to_string(st.st_size) + " bytes, too short for the header: not a cache file");
-    const auto mismatch = [&](const std::string& field, const std::string& found, const std::string& expected) {
-      return Error(where() + ": header field " + field + " is " + found + ", expected " + expected +
-                   " (the file was created for another dataset or model, or is not a cache file)");
-    };
-    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
-      std::string magic(h.magic, sizeof h.magic);
-      for (char& ch : magic)
-        if (ch < 0x20 || ch > 0x7e) ch = '?';  // any file can land here: keep the message printable
-      throw mismatch("magic", "'" + magic + "'", "'EPCACHE1'");
-    }
-    if (h.version != kVersion) throw mismatch("version", std::to_string(h.version), std::to_string(kVersion));
-    if (h.dataset_size != dataset_size_)
-      throw mismatch("dataset_size", std::to_string(h.dataset_size), std::to_string(dataset_size_));
-    const std::vector<std::int64_t> shape(h.shape, h.shape + std::min<std::size_t>(h.ndim, kMaxDims));
-    if (h.ndim != entry_shape_.size() || shape != entry_shape_)
-      throw mismatch("entry_shape", shape_string(shape), shape_string(entry_shape_));
-    // Same dataset and shape on one node give the same layout; a difference
-    // means a damaged file, which must not be mapped on trust.
-    const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> layout[] = {
-        {"entry_numel", {h.entry_numel, entry_numel_}},  {"entry_stride", {h.entry_stride, entry_stride_}},
-        {"tags_offset", {h.tags_offset, kTagsOffset}},   {"data_offset", {h.data_offset, data_offset_}},
-        {"file_bytes", {h.file_bytes, file_bytes_}},
-    };
-    for (const auto& [field, v] : layout)
-      if (v.first != v.second) throw mismatch(field, std::to_string(v.first), std::to_string(v.second));
-    if (st.st_size < file_bytes_)
-      throw Error(where() + ": the file is " + std::to_string(st.st_size) + " bytes, its header says " +
-                  std::to_string(file_bytes_) + ": truncated");
+    check_existing(fd.fd);
   }
   void* p = ::mmap(nullptr, static_cast<std::size_t>(file_bytes_), PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
   if (p == MAP_FAILED) {
@@ -182,6 +150,44 @@ ActivationCache::ActivationCache(std::string path, std::int64_t dataset_size, st
     // opener takes for a cache.
     std::memcpy(base_, kMagic, sizeof kMagic);
   }
+}
+
+// An existing file must be a cache made for this dataset and entry shape,
+// with the layout this process computed, and whole.
+void ActivationCache::check_existing(int fd) const {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw Error(posix_error(where() + ": cannot stat"));
+  Header h{};
+  if (st.st_size < static_cast<off_t>(sizeof h) || ::pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
+    throw Error(where() + ": " + std::to_string(st.st_size) + " bytes, too short for the header: not a cache file");
+  const auto mismatch = [&](const std::string& field, const std::string& found, const std::string& expected) {
+    return Error(where() + ": header field " + field + " is " + found + ", expected " + expected +
+                 " (the file was created for another dataset or model, or is not a cache file)");
+  };
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
+    std::string magic(h.magic, sizeof h.magic);
+    for (char& ch : magic)
+      if (ch < 0x20 || ch > 0x7e) ch = '?';  // any file can land here: keep the message printable
+    throw mismatch("magic", "'" + magic + "'", "'EPCACHE1'");
+  }
+  if (h.version != kVersion) throw mismatch("version", std::to_string(h.version), std::to_string(kVersion));
+  if (h.dataset_size != dataset_size_)
+    throw mismatch("dataset_size", std::to_string(h.dataset_size), std::to_string(dataset_size_));
+  const std::vector<std::int64_t> shape(h.shape, h.shape + std::min<std::size_t>(h.ndim, kMaxDims));
+  if (h.ndim != entry_shape_.size() || shape != entry_shape_)
+    throw mismatch("entry_shape", shape_string(shape), shape_string(entry_shape_));
+  // Same dataset and shape on one node give the same layout; a difference
+  // means a damaged file, which must not be mapped on trust.
+  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> layout[] = {
+      {"entry_numel", {h.entry_numel, entry_numel_}},  {"entry_stride", {h.entry_stride, entry_stride_}},
+      {"tags_offset", {h.tags_offset, kTagsOffset}},   {"data_offset", {h.data_offset, data_offset_}},
+      {"file_bytes", {h.file_bytes, file_bytes_}},
+  };
+  for (const auto& [field, v] : layout)
+    if (v.first != v.second) throw mismatch(field, std::to_string(v.first), std::to_string(v.second));
+  if (st.st_size < file_bytes_)
+    throw Error(where() + ": the file is " + std::to_string(st.st_size) + " bytes, its header says " +
+                std::to_string(file_bytes_) + ": truncated");
 }
 
 ActivationCache::~ActivationCache() { unmap(); }

@@ -106,6 +106,7 @@ class ActivationCache {
   [[nodiscard]] std::int64_t* tag(std::int64_t i) const;
   [[nodiscard]] char* row(std::int64_t i) const;
   void unmap() noexcept;
+  void check_existing(int fd) const;
 
   std::string path_;
   std::int64_t dataset_size_;

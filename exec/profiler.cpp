@@ -19,29 +19,12 @@
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
 #include "exec/state.hpp"
+#include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/error.hpp"
 
 namespace ep::exec {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Median of `repeats` runs of f after one warm-up.
-template <class F>
-double timed(int repeats, F&& f) {
-  f();
-  std::vector<double> t;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(seconds(t0, Clock::now()));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 at::Tensor stem_input(const ModelConfig& m, int b) {
   if (m.family == ModelFamily::ViT) return at::randn({b, m.num_channels, m.image_size, m.image_size});
@@ -64,21 +47,24 @@ void profile_compute(const Config& c, const ProfileOptions& o, Profile& p) {
       const bool float_input = x.is_floating_point();
       sub.set_requires_grad(true);
       const auto leaf = [&] { return float_input ? x.detach().requires_grad_(true) : x; };
-      p.compute.push_back({kind, "forward", b, timed(o.repeats, [&] { (void)sub.forward(leaf()); })});
+      p.compute.push_back({kind, "forward", b, median_seconds(o.repeats, [&] { (void)sub.forward(leaf()); })});
       // Backward: autograd only on the clock (the forward before it is not).
-      std::vector<double> bwd;
-      for (int r = 0; r <= o.repeats; ++r) {
-        const at::Tensor out = sub.forward(leaf());
-        const at::Tensor grad = at::ones_like(out);
-        const auto t0 = Clock::now();
-        torch::autograd::backward({out}, {grad});
-        if (r > 0) bwd.push_back(seconds(t0, Clock::now()));
+      at::Tensor out, grad;
+      const auto reset_grads = [&] {
         for (auto& prm : sub.params()) prm.tensor.mutable_grad().reset();
-      }
-      std::sort(bwd.begin(), bwd.end());
-      p.compute.push_back({kind, "backward", b, bwd[bwd.size() / 2]});
+      };
+      const double bwd = median_seconds(
+          o.repeats,
+          [&] {
+            reset_grads();
+            out = sub.forward(leaf());
+            grad = at::ones_like(out);
+          },
+          [&] { torch::autograd::backward({out}, {grad}); });
+      reset_grads();
+      p.compute.push_back({kind, "backward", b, bwd});
       sub.set_requires_grad(false);
-      p.compute.push_back({kind, "frozen_forward", b, timed(o.repeats, [&] {
+      p.compute.push_back({kind, "frozen_forward", b, median_seconds(o.repeats, [&] {
                              at::NoGradGuard g;
                              (void)sub.forward(x);
                            })});
@@ -108,7 +94,7 @@ void profile_p2p(const ProfileOptions& o, Profile& p) {
         cv.notify_all();
       }
     });
-    const double rt = timed(o.repeats * 4, [&] {
+    const double rt = median_seconds(o.repeats * 4, [&] {
       std::unique_lock lock(mu);
       slot = t;
       turn = 1;
@@ -167,13 +153,13 @@ void profile_collectives(const Config& c, const ProfileOptions& o, Profile& p) {
       for (const double bytes : sizes) {
         at::Tensor t = at::ones({static_cast<std::int64_t>(bytes / 4)});
         // The barrier before each timed call starts the ranks together.
-        times[r].push_back(timed(o.repeats, [&] {
+        times[r].push_back(median_seconds(o.repeats, [&] {
           d.barrier("profile");
           d.allreduce_now(t, "profile all-reduce");
         }));
       }
       // A barrier alone, to subtract.
-      times[r].push_back(timed(o.repeats, [&] { d.barrier("profile"); }));
+      times[r].push_back(median_seconds(o.repeats, [&] { d.barrier("profile"); }));
     });
     const double barrier = times[0].back();
     for (std::size_t i = 0; i < sizes.size(); ++i)
@@ -209,8 +195,8 @@ void profile_cache(const Config& c, const ProfileOptions& o, Profile& p) {
         return s;
       }());
       const double bytes = static_cast<double>(b) * static_cast<double>(cache.entry_bytes());
-      p.cache.push_back({tier, "write", bytes, timed(o.repeats, [&] { cache.write(idx, values, 1); })});
-      p.cache.push_back({tier, "read", bytes, timed(o.repeats, [&] { (void)cache.read(idx, 1, at::kCPU); })});
+      p.cache.push_back({tier, "write", bytes, median_seconds(o.repeats, [&] { cache.write(idx, values, 1); })});
+      p.cache.push_back({tier, "read", bytes, median_seconds(o.repeats, [&] { (void)cache.read(idx, 1, at::kCPU); })});
     }
     cache.remove();
   }
@@ -230,7 +216,7 @@ void profile_optimizer(const Config& c, const ProfileOptions& o, Profile& p) {
       q.tensor.mutable_grad() = at::randn_like(q.tensor) * 1e-3;
       params += static_cast<double>(q.tensor.numel());
     }
-    p.optimizer.push_back({params, timed(o.repeats, [&] { opt.step(ps, 1e-6); })});
+    p.optimizer.push_back({params, median_seconds(o.repeats, [&] { opt.step(ps, 1e-6); })});
     for (auto& q : ps) q.tensor.mutable_grad().reset();
   }
 }
@@ -239,7 +225,7 @@ void profile_state_transfer(const Config& c, const ProfileOptions& o, Profile& p
   Model model(c.model, c.training.seed), other(c.model, c.training.seed + 1);
   exec::Optimizer opt(c.training), opt2(c.training);
   double bytes = 0;
-  const double s = timed(o.repeats, [&] {
+  const double s = median_seconds(o.repeats, [&] {
     const auto packed = pack_state(model, opt, nlohmann::json::object());
     bytes = static_cast<double>(packed.size());
     (void)unpack_state(packed, other, opt2, "profile");
@@ -321,15 +307,9 @@ double measure_replica(const Config& c, const PlanContext& ctx, const IterationS
     (void)pipe.run(build_schedule(schedule_options(ctx, fill)), mbs, B, 1e-6, 0);
   }
   const Schedule sched = build_schedule(schedule_options(ctx, s));
-  std::vector<double> t;
-  for (int i = 0; i < iterations + 2; ++i) {
-    const auto t0 = Clock::now();
-    (void)pipe.run(sched, mbs, B, 1e-6, -1);
-    if (i >= 2) t.push_back(seconds(t0, Clock::now()));
-  }
+  const double t = median_seconds(iterations, [&] { (void)pipe.run(sched, mbs, B, 1e-6, -1); });
   if (cache) cache->remove();
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return t;
 }
 
 }  // namespace

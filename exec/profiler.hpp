@@ -13,7 +13,8 @@
 //   - optimizer steps against parameter count;
 //   - transition costs: active-group rebuild against ranks, state
 //     pack + unpack against bytes.
-// Every figure is the median of `repeats` timed runs after one warm-up.
+// Every figure is the median of `repeats` timed runs after one warm-up
+// (exec/timing.hpp).
 #pragma once
 
 #include <functional>
@@ -37,7 +38,7 @@ struct ProfileOptions {
 // The measured side of `elasticpipe validate`: each setup run for real,
 // its replicas as threads of this process with Gloo ranks on loopback (the
 // same all-reduce code and core sharing as one process per replica),
-// `iterations` timed after two warm-ups (and a cache fill when the setup
+// `iterations` timed after one warm-up (and a cache fill when the setup
 // reads the cache): the slowest replica's median seconds per iteration.
 [[nodiscard]] std::vector<double> measure_iterations(const Config& config, const std::vector<IterationSetup>& setups,
                                                      int iterations);

@@ -17,6 +17,7 @@
 
 #include "exec/launch.hpp"
 #include "planner/config.hpp"
+#include "traces/run_outputs.hpp"
 #include "traces/trace.hpp"
 
 namespace ep::exec {
@@ -31,21 +32,8 @@ struct TrainOptions {
   std::string resume;  // a checkpoint directory to continue from
 };
 
-// What a transition cost, dissected (rank 0's view).
-struct TransitionCost {
-  int epoch = 0;
-  int frozen_before = 0, frozen_after = 0;
-  int K_before = 0, K_after = 0;
-  int replicas_before = 0, replicas_after = 0;
-  double planning_s = 0;        // freeze decision, cache and chunk timing, RunPlanner
-  double state_transfer_s = 0;  // onboarding the woken replicas (pack, send, unpack)
-  double rebuild_s = 0;         // tearing down and rebuilding the active process group
-  double repartition_s = 0;     // moving sublayers, schedules, cache files, replica check
-  double warmup_s = 0;          // first iteration of the new plan minus the median of the next ones
-  [[nodiscard]] double total_s() const {
-    return planning_s + state_transfer_s + rebuild_s + repartition_s + warmup_s;
-  }
-};
+// What a transition cost, dissected (rank 0's view; transitions.json).
+using TransitionCost = trace::TransitionCost;
 
 struct TrainResult {
   std::vector<trace::EpochMetrics> epochs;

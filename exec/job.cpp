@@ -1,0 +1,210 @@
+#include "exec/job.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "exec/trainer.hpp"
+#include "planner/random.hpp"
+#include "planner/run_plan.hpp"
+#include "traces/output_dir.hpp"
+
+namespace ep::exec {
+
+void check_process_count(const Config& c, int processes) {
+  const int gpus = c.cluster.total_gpus();
+  // One process per potential pipeline: the planner's process model (one per
+  // GPU, node-major ranks), so every layout's ranks exist.
+  if (processes != 1 && processes != gpus)
+    throw Error("this job has " + std::to_string(processes) + " processes; " + c.source +
+                " needs one per device: cluster.nodes x cluster.gpus_per_node = " + std::to_string(gpus) +
+                " (elasticpipe train --nproc " + std::to_string(gpus) + ")");
+}
+
+namespace {
+
+void check_dataset(const Config& c) {
+  const bool vit = c.model.family == ModelFamily::ViT;
+  const std::string& name = c.data.name;
+  if (name != "fashion-mnist" && name != "synthetic-images" && name != "synthetic-tokens")
+    throw c.error("data.name", "fashion-mnist|synthetic-images|synthetic-tokens to train", "\"" + name + "\"");
+  if (vit != (name != "synthetic-tokens"))
+    throw c.error("data.name", vit ? "an image dataset for model.family = \"vit\"" : "synthetic-tokens for model.family = \"bert\"",
+                  "\"" + name + "\"");
+  if (name == "fashion-mnist" && c.model.num_channels != 1)
+    throw c.error("model.num_channels", "1 for fashion-mnist (grey images)", std::to_string(c.model.num_channels));
+  if (name == "fashion-mnist" && c.model.num_labels != 10)
+    throw c.error("model.num_labels", "10 for fashion-mnist", std::to_string(c.model.num_labels));
+}
+
+void check_memory(const Config& c) {
+  const bool vit = c.model.family == ModelFamily::ViT;
+  const std::string& name = c.data.name;
+  // Synthetic data sets live in memory: a size beyond this machine's is
+  // refused before any allocation (which would otherwise swap or be killed).
+  if (name != "fashion-mnist") {
+    const double per_sample = vit ? 4.0 * c.model.num_channels * c.model.image_size * c.model.image_size
+                                  : 8.0 * c.model.seq_length;
+    const double bytes = per_sample * static_cast<double>(c.data.num_train_samples + c.data.num_test_samples);
+    const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    if (ram > 0 && bytes > ram / 2) {
+      char found[160];
+      std::snprintf(found, sizeof found, "%lld (%.3g GB of samples, with the test set)",
+                    static_cast<long long>(c.data.num_train_samples), bytes / 1e9);
+      char expected[200];
+      std::snprintf(expected, sizeof expected,
+                    "synthetic samples that fit half of this machine's %.3g GB of memory", ram / 1e9);
+      throw c.error("data.num_train_samples", expected, found);
+    }
+  }
+}
+
+}  // namespace
+
+void check_runnable(const Config& c, const ProcessEnv& env) {
+  check_dataset(c);
+  // Every K a plan can reach (the planner's list).
+  int most = 1, most_K = c.planner.K;
+  for (const int K : reachable_K(c)) {
+    const int r = replica_layout(c, K).replicas;
+    if (r > most) most = r, most_K = K;
+  }
+  const int gpus = c.cluster.total_gpus();
+  check_process_count(c, env.world_size);
+  if (most > 1 && env.world_size == 1)
+    throw Error(c.source + ": the plans reach " + std::to_string(most) + " data-parallel replicas (at K = " +
+                std::to_string(most_K) + "); one process trains one pipeline: run elasticpipe train --nproc " +
+                std::to_string(gpus) + " (or set planner.autodp = false)");
+  check_memory(c);
+  if (c.exec.device == ExecDevice::CUDA && !at::hasCUDA())
+    throw c.error("exec.device", "cpu (this LibTorch has no CUDA; build with -DELASTICPIPE_CUDA=ON against a CUDA LibTorch)",
+                  "\"cuda\"");
+}
+
+Data load_data(const Config& c) {
+  const auto& m = c.model;
+  const std::uint64_t seed = c.training.seed;
+  if (c.data.name == "fashion-mnist") {
+    const std::string dir = fashion_mnist_dir(c.data.path);
+    return {load_fashion_mnist(dir, true, m.image_size, c.data.num_train_samples),
+            load_fashion_mnist(dir, false, m.image_size, c.data.num_test_samples)};
+  }
+  if (c.data.name == "synthetic-images")
+    return {synthetic_images(c.data.num_train_samples, m.num_channels, m.image_size, m.num_labels, seed, true),
+            synthetic_images(c.data.num_test_samples, m.num_channels, m.image_size, m.num_labels, seed, false)};
+  return {synthetic_tokens(c.data.num_train_samples, m.seq_length, m.vocab_size, m.num_labels, seed, true),
+          synthetic_tokens(c.data.num_test_samples, m.seq_length, m.vocab_size, m.num_labels, seed, false)};
+}
+
+MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices) {
+  const auto n = static_cast<std::int64_t>(indices.size());
+  const std::int64_t numel = d.sample_numel();
+  MicroBatch mb;
+  mb.labels = at::zeros({n}, at::kLong);
+  mb.weights = at::zeros({n}, at::kFloat);
+  auto* labels = mb.labels.data_ptr<std::int64_t>();
+  auto* weights = mb.weights.data_ptr<float>();
+  if (d.kind == SampleKind::Image) {
+    mb.input = at::zeros({n, d.channels, d.height, d.width}, at::kFloat);
+    float* out = mb.input.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      if (indices[i] >= 0) std::copy_n(d.pixels.data() + indices[i] * numel, numel, out + i * numel);
+  } else {
+    mb.input = at::zeros({n, d.seq_length}, at::kLong);
+    std::int64_t* out = mb.input.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < n; ++i)
+      if (indices[i] >= 0) std::copy_n(d.tokens.data() + indices[i] * numel, numel, out + i * numel);
+  }
+  for (std::int64_t i = 0; i < n; ++i)
+    if (indices[i] >= 0) {
+      labels[i] = d.labels[indices[i]];
+      weights[i] = 1;
+    }
+  mb.indices = std::move(indices);
+  return mb;
+}
+
+std::vector<std::int64_t> first_samples(const Dataset& d, int batch) {
+  std::vector<std::int64_t> idx;
+  for (int i = 0; i < batch; ++i) idx.push_back(i % d.size);
+  return idx;
+}
+
+std::vector<at::Device> devices(const Config& c) {
+  std::vector<at::Device> d;
+  const int K0 = c.planner.K;
+  const int gpus = c.exec.device == ExecDevice::CUDA ? std::max<int>(1, static_cast<int>(at::getNumGPUs())) : 1;
+  // Up to K0 devices; a plan moves them to its replica's block (plan_devices).
+  for (int k = 0; k < K0; ++k)
+    d.emplace_back(c.exec.device == ExecDevice::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(k % gpus))
+                                                      : at::Device(at::kCPU));
+  return d;
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+namespace {
+
+std::uint64_t hash_text(const std::string& s) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (const unsigned char ch : s) h = mix64(h ^ ch);
+  return h;
+}
+
+// Where a job's node-shared cache files live: the tier's folder (empty: the
+// job's <out>/cache, else the system temp folder).
+std::string cache_dir(const Config& c, CacheTier tier, const std::string& out_dir) {
+  const std::string& dir = tier == CacheTier::HostMemory ? c.exec.cache_memory_dir : c.exec.cache_disk_dir;
+  if (!dir.empty()) return dir;
+  return out_dir.empty() ? std::filesystem::temp_directory_path().string()
+                         : (std::filesystem::path(out_dir) / "cache").string();
+}
+
+// "elasticpipe-<job>-": one file per (job, node), the job named by its
+// output folder (or config) so that concurrent jobs on one machine do not
+// share entries.
+std::string cache_file_prefix(const Config& c, const std::string& out_dir) {
+  const std::string job =
+      hex(hash_text(std::filesystem::absolute(out_dir.empty() ? c.source : out_dir).string())).substr(0, 12);
+  return "elasticpipe-" + job + "-";
+}
+
+}  // namespace
+
+std::string cache_path(const Config& c, const std::string& out_dir, CacheTier tier, const std::string& name) {
+  const std::string dir = cache_dir(c, tier, out_dir);
+  create_output_dir(dir);
+  return (std::filesystem::path(dir) / (cache_file_prefix(c, out_dir) + name + ".cache")).string();
+}
+
+std::vector<std::string> cache_file_names(const Config& c, const std::string& out_dir, int rank) {
+  const std::string prefix = cache_file_prefix(c, out_dir);
+  std::vector<std::string> out;
+  for (const CacheTier tier : {CacheTier::HostMemory, CacheTier::Disk})
+    for (const std::string& name :
+         {"node" + std::to_string(rank / c.cluster.gpus_per_node), "probe-" + std::to_string(rank)})
+      out.push_back((std::filesystem::path(cache_dir(c, tier, out_dir)) / (prefix + name + ".cache")).string());
+  return out;
+}
+
+std::vector<std::string> remove_cache_files(const Config& c, const std::string& out_dir) {
+  std::vector<std::string> removed;
+  const std::string prefix = cache_file_prefix(c, out_dir);
+  for (const CacheTier tier : {CacheTier::HostMemory, CacheTier::Disk}) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(cache_dir(c, tier, out_dir), ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(prefix) && name.ends_with(".cache") && std::filesystem::remove(entry.path(), ec))
+        removed.push_back(entry.path().string());
+    }
+  }
+  return removed;
+}
+
+}  // namespace ep::exec

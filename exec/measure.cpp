@@ -1,0 +1,122 @@
+#include "exec/measure.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "exec/cache.hpp"
+#include "exec/timing.hpp"
+#include "exec/torch_compat.hpp"
+#include "planner/run_plan.hpp"
+#include "traces/atomic_file.hpp"
+#include "traces/output_dir.hpp"
+
+namespace ep::exec {
+
+using nlohmann::json;
+
+double time_chunk_candidate(Pipeline& pipeline, const PlanContext& ctx, const Dataset& train, IterationSetup s,
+                            int cores, int runs) {
+  s.replicas = 1;
+  s.cache_on = false;
+  s.cache_valid_layers = -1;
+  pipeline.set_cores(cores / std::max(1, replica_layout(ctx.config, s.K).pipelines_per_node));
+  pipeline.configure(s.partition, s.K, s.v);
+  ScheduleOptions o = schedule_options(ctx, s);
+  o.optimizer_step = false;
+  const Schedule sched = build_schedule(o);
+  const int batch = ctx.config.training.batch_size;
+  const std::vector<std::int64_t> idx = first_samples(train, batch);
+  std::vector<MicroBatch> mbs;
+  std::size_t at = 0;
+  for (const int n : micro_batch_sizes(batch, s.M)) {
+    mbs.push_back(make_batch(train, {idx.begin() + at, idx.begin() + at + n}));
+    at += n;
+  }
+  return median_seconds(runs, [&] { (void)pipeline.run(sched, mbs, batch, 0); });
+}
+
+namespace {
+
+std::string environment(const Config& c, int cores) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const auto& m = c.model;
+  return std::string(host) + "|" + std::to_string(cores) + " cores|" + to_string(c.exec.device) + "|libtorch " +
+         TORCH_VERSION + "|" + to_string(m.family) + " L" + std::to_string(m.num_hidden_layers) + " H" +
+         std::to_string(m.hidden_size) + " A" + std::to_string(m.num_attention_heads) + " I" +
+         std::to_string(m.intermediate_size) + " img" + std::to_string(m.image_size) + "/" +
+         std::to_string(m.patch_size) + " seq" + std::to_string(m.seq_length) + "|" + to_string(c.training.precision) +
+         "|" + to_string(c.training.checkpointing) + "|" + to_string(c.planner.schedule) + " v" +
+         std::to_string(c.planner.virtual_stages) + "|" + std::to_string(c.cluster.gpus_per_node) +
+         " processes per node";
+}
+
+std::string memo_path(const Config& c) {
+  if (!c.exec.chunk_memo.empty()) return c.exec.chunk_memo;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/elasticpipe/chunk_memo.json";
+}
+
+}  // namespace
+
+ChunkMemo::ChunkMemo(const Config& c, int cores) : c_(c), environment_(environment(c, cores)), path_(memo_path(c)) {}
+
+json ChunkMemo::key(const std::vector<IterationSetup>& setups) const {
+  std::vector<int> Ms;
+  for (const auto& s : setups) Ms.push_back(s.M);
+  return json{{"environment", environment_}, {"K", setups.front().K}, {"batch", c_.training.batch_size}, {"M", Ms}};
+}
+
+std::vector<double> ChunkMemo::find(const std::vector<IterationSetup>& setups) const {
+  std::ifstream in(path_);
+  if (!in) return {};
+  json memo;
+  try {
+    in >> memo;
+  } catch (const std::exception& e) {
+    throw Error("chunk memo " + path_ + ": not JSON (" + std::string(e.what()) + "); delete it or set exec.chunk_memo");
+  }
+  const json wanted = key(setups);
+  for (const auto& e : memo.value("entries", json::array()))
+    if (e.at("key") == wanted) return e.at("iteration_s").get<std::vector<double>>();
+  return {};
+}
+
+void ChunkMemo::add(const std::vector<IterationSetup>& setups, const std::vector<double>& times) const {
+  json memo = {{"entries", json::array()}};
+  if (std::ifstream in(path_); in) {
+    try {
+      in >> memo;
+    } catch (const std::exception&) {
+      memo = {{"entries", json::array()}};
+    }
+  }
+  memo["entries"].push_back({{"key", key(setups)}, {"iteration_s", times}});
+  create_output_dir(std::filesystem::path(path_).parent_path().string());
+  write_file_atomically(path_, memo.dump(1) + "\n");
+}
+
+MeasuredCache probe_cache(Model& model, const Dataset& train, int batch, int frozen, const at::Device& dev,
+                          const std::string& probe_path, const std::vector<std::int64_t>& entry_shape) {
+  const MicroBatch mb = make_batch(train, first_samples(train, batch));
+  at::NoGradGuard no_grad;
+  at::Tensor out;
+  MeasuredCache m;
+  m.frozen_forward_s = median_seconds(3, [&] {
+    out = model.forward(ModelSpec::frozen_prefix(frozen), mb.input.to(dev));
+    if (dev.is_cuda()) compat::synchronize(dev);
+  });
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(batch));
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int64_t>(i);
+  ActivationCache probe(probe_path, batch, entry_shape, true);
+  probe.write(rows, out, frozen);
+  m.read_s = median_seconds(3, [&] { (void)probe.read(rows, frozen, dev); });
+  probe.remove();
+  return m;
+}
+
+}  // namespace ep::exec

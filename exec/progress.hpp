@@ -1,0 +1,43 @@
+// What a running training measures and reports: the traced iterations'
+// bubble, compute and all-reduce time, a plan's warm-up after a
+// transition, a finished epoch's metrics row and its log line.
+#pragma once
+
+#include <vector>
+
+#include "exec/pipeline.hpp"
+#include "planner/run_plan.hpp"
+#include "traces/run_outputs.hpp"
+
+namespace ep::exec {
+
+// Per-iteration measures from traced actions: F/B busy time per device and
+// the bubble (1 - F/B time / (K * makespan)), and all-reduce time per
+// device (the union of its bucket spans: they overlap each other).
+struct TracedMeasures {
+  double compute_s = 0, bubble = 0, comm_s = 0;
+  int iterations = 0;
+  void add(const IterationResult& r, int K);
+};
+
+// A new plan's warm-up: its first iteration minus the median of the next
+// five (fewer when the epoch ends first).
+class WarmupMeter {
+ public:
+  void start() { times_.clear(), on_ = true; }
+  [[nodiscard]] bool on() const { return on_; }
+  // Returns true, with `warmup_s` set, once it has seen enough.
+  bool add(double iteration_s, bool epoch_done, double& warmup_s);
+
+ private:
+  std::vector<double> times_;
+  bool on_ = false;
+};
+
+// The metrics row of the epoch `state` has just finished under `plan`
+// (`state` still holds its totals).
+[[nodiscard]] trace::EpochMetrics epoch_metrics(const Plan& plan, const trace::RunState& state,
+                                                const TracedMeasures& traced, double epoch_s, double transition_s,
+                                                bool cache_filled, double accuracy);
+
+}  // namespace ep::exec

@@ -1,0 +1,99 @@
+// Checkpoints of a training and the resume from one: weights, optimizer
+// state and the run state (traces/run_outputs.hpp), with the config's
+// fingerprint that a resuming job must match.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "exec/checkpoint.hpp"
+#include "exec/state.hpp"
+#include "exec/trainer_impl.hpp"
+
+namespace ep::exec {
+
+using nlohmann::json;
+
+namespace {
+
+// What a checkpoint must agree on with the config that resumes it: the
+// model, the data and the training's fixed hyper-parameters. (Cluster and
+// planner keys may differ: the resumed job replans with the recorded frozen
+// counts, possibly with another replica count.)
+json fingerprint(const Config& c) {
+  const auto& m = c.model;
+  return {{"model.family", to_string(m.family)},
+          {"model.num_hidden_layers", m.num_hidden_layers},
+          {"model.hidden_size", m.hidden_size},
+          {"model.num_attention_heads", m.num_attention_heads},
+          {"model.intermediate_size", m.intermediate_size},
+          {"model.image_size", m.image_size},
+          {"model.patch_size", m.patch_size},
+          {"model.num_channels", m.num_channels},
+          {"model.seq_length", m.seq_length},
+          {"model.vocab_size", m.vocab_size},
+          {"model.num_labels", m.num_labels},
+          {"data.name", c.data.name},
+          {"data.num_train_samples", c.data.num_train_samples},
+          {"training.epochs", c.training.epochs},
+          {"training.batch_size", c.training.batch_size},
+          {"training.optimizer", to_string(c.training.optimizer)},
+          {"training.seed", c.training.seed},
+          {"planner.freeze_interval_epochs", c.planner.freeze_interval_epochs}};
+}
+
+void check_fingerprint(const json& saved, const Config& c, const std::string& path) {
+  const json now = fingerprint(c);
+  for (const auto& [key, value] : now.items()) {
+    if (!saved.contains(key))
+      throw Error("checkpoint " + path + " does not record " + key + "; it was not written by this version");
+    if (saved.at(key) != value)
+      throw Error("checkpoint " + path + " was written with " + key + " = " + saved.at(key).dump() + ", " +
+                  c.source + " has " + value.dump() + ": refusing to resume a different run");
+  }
+}
+
+}  // namespace
+
+// `running_s`: the open epoch's time since this process started it (a
+// resumed run adds it to what the checkpoint holds).
+void Trainer::checkpoint(double running_s) {
+  if (!rank0() || opt_.out_dir.empty()) return;
+  check_finite_weights();  // a checkpoint is only ever of a state worth resuming
+  trace::RunState state = p_;
+  state.epoch_elapsed_s += running_s;
+  const json meta = {{"fingerprint", fingerprint(c_)},
+                     {"progress", json::parse(trace::run_state_json(state))},
+                     {"replicas", plan_->layout.replicas},
+                     {"processes", env_.world_size}};
+  write_checkpoint((std::filesystem::path(opt_.out_dir) / "checkpoints").string(),
+                   static_cast<std::int64_t>(p_.iteration_losses.size()), pack_state(model_, optimizer_, meta),
+                   c_.exec.checkpoint_keep);
+}
+
+void Trainer::resume() {
+  const LoadedCheckpoint ck = read_checkpoint(opt_.resume);
+  const json meta = peek_meta(ck.state, ck.path);
+  if (!meta.contains("fingerprint") || !meta.contains("progress"))
+    throw Error("checkpoint " + ck.path + " has no training progress: not an elasticpipe train checkpoint");
+  check_fingerprint(meta.at("fingerprint"), c_, ck.path);
+  (void)unpack_state(ck.state, model_, optimizer_, ck.path);
+  p_ = trace::parse_run_state(meta.at("progress").dump(), "checkpoint " + ck.path + ": progress");
+  // The same plans as the interrupted run: its frozen counts, chunk
+  // timings and cache measurements, replayed through the RunPlanner.
+  for (const int frozen : p_.frozen_history) {
+    if (const auto it = p_.cache_measurements.find(frozen); it != p_.cache_measurements.end())
+      planner_.measured_cache(frozen, it->second);
+    planner_.next(frozen);
+  }
+  plan_storage_ = planner_.run().plans.back();
+  plan_ = &plan_storage_;
+  resumed_ = true;
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "resumed from %s: epoch %d, iteration %lld, frozen %d, %d replicas (saved with %d)",
+                ck.path.c_str(), p_.epoch + 1, static_cast<long long>(p_.iteration), plan_->frozen_layers,
+                plan_->layout.replicas, meta.value("replicas", 0));
+  log(buf);
+}
+
+}  // namespace ep::exec

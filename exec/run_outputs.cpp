@@ -1,0 +1,100 @@
+#include "exec/run_outputs.hpp"
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "exec/torch_compat.hpp"
+#include "planner/freeze.hpp"
+#include "traces/action_event.hpp"
+#include "traces/atomic_file.hpp"
+#include "traces/run_outputs.hpp"
+
+namespace ep::exec {
+
+TraceRecorder::TraceRecorder(const Config& c, const ProcessEnv& env, int cores) {
+  device_prefix_ = c.exec.device == ExecDevice::CUDA ? "gpu" : "cpu";
+  trace_.source = "exec";
+  trace_.config = c.source;
+  trace_.mode = "train";
+  trace_.metadata = describe(c);
+  trace_.metadata["device"] = to_string(c.exec.device);
+  trace_.metadata["threads_per_worker"] =
+      c.exec.threads_per_worker > 0 ? std::to_string(c.exec.threads_per_worker)
+                                    : "cores/(K x pipelines per node), " + std::to_string(cores) + " cores";
+  trace_.metadata["libtorch"] = TORCH_VERSION;
+  trace_.metadata["processes"] = std::to_string(env.world_size);
+  trace_.metadata["launcher"] = env.launcher;
+  trace_.metadata["batch_policy"] = to_string(c.training.batch_policy);
+}
+
+void TraceRecorder::add(const IterationResult& r, const Plan& plan, int epoch, int iteration) {
+  std::map<std::tuple<ActionKind, int, int>, std::int64_t> flows;  // (send kind, stage, mb) -> id
+  std::vector<trace::Event> events;
+  for (const ActionRecord& rec : r.records) {
+    const Action& a = rec.action;
+    const int track = trace_.track({trace::TrackKind::Gpu, 0, rec.device, device_prefix_ + std::to_string(rec.device), 0});
+    trace::Event e = trace::action_event(track, a, rec.start_s, rec.end_s,
+                                         {.replica = 0, .plan_id = plan.id, .iteration = iteration, .epoch = epoch});
+    if (a.kind == ActionKind::SendAct) e.flow_out = flows[{ActionKind::SendAct, a.stage + 1, a.microbatch}] = next_flow_++;
+    if (a.kind == ActionKind::SendGrad) e.flow_out = flows[{ActionKind::SendGrad, a.stage - 1, a.microbatch}] = next_flow_++;
+    events.push_back(e);
+  }
+  for (std::size_t i = 0; i < r.records.size(); ++i) {
+    const Action& a = r.records[i].action;
+    const ActionKind send = a.kind == ActionKind::RecvAct ? ActionKind::SendAct : ActionKind::SendGrad;
+    if (a.kind == ActionKind::RecvAct || a.kind == ActionKind::RecvGrad) {
+      const auto it = flows.find({send, a.stage, a.microbatch});
+      if (it != flows.end()) events[i].flow_in = it->second;
+    }
+  }
+  const std::size_t first = trace_.events.size();
+  trace_.events.insert(trace_.events.end(), events.begin(), events.end());
+  trace::separate_overlaps(trace_, first);
+}
+
+void TraceRecorder::transition(double start_s, double end_s, int epoch, const std::string& what) {
+  trace::Event e;
+  e.track = trace_.track({trace::TrackKind::Gpu, 0, 0, device_prefix_ + "0", 0});
+  e.name = what;
+  e.category = "transition";
+  e.start_s = start_s;
+  e.end_s = end_s;
+  e.epoch = epoch;
+  const std::size_t first = trace_.events.size();
+  trace_.events.push_back(e);
+  trace::separate_overlaps(trace_, first);
+}
+
+void write_run_outputs(const std::string& out_dir, const Config& c, const TraceRecorder& timeline,
+                       const TrainResult& result, const RunPlanner& planner, std::int64_t train_samples,
+                       const Model& model) {
+  const std::filesystem::path out(out_dir);
+  const auto file = [&](const char* name) { return (out / name).string(); };
+  AtomicFile trace(file("trace.json")), summary_file(file("summary.json")), grad_norms(file("grad_norms.csv")),
+      plan(file("plan.json")), transitions(file("transitions.json")), iterations(file("iterations.csv")),
+      weights(file("weights.bin"));
+  write_chrome_trace(timeline.trace(), trace.stream(), trace.path());
+  trace::RunSummary summary;
+  summary.source = "exec";
+  summary.config = c.source;
+  summary.metadata = timeline.trace().metadata;
+  trace::ModeSummary mode;
+  mode.mode = "train";
+  mode.total_s = result.total_s;
+  mode.samples_per_s = static_cast<double>(train_samples) * c.training.epochs / std::max(1e-9, result.total_s);
+  mode.final_accuracy = result.final_accuracy;
+  for (const auto& e : result.epochs) mode.epoch_s.push_back(e.epoch_s);
+  summary.modes.push_back(mode);
+  write_summary_json(summary, summary_file.stream(), summary_file.path());
+  grad_norms.write_with([&](const std::string& temp) { write_grad_norm_trace(GradNormTrace{result.grad_norms}, temp); });
+  // The planner writes its plans (`elasticpipe plan --json` prints the same bytes).
+  plan.stream() << to_json(planner.run(), planner.context().spec).dump(2) << '\n';
+  trace::write_transitions_json(result.transitions, transitions.stream(), transitions.path());
+  trace::write_iterations_csv(result.iteration_losses, iterations.stream(), iterations.path());
+  weights.write_with([&](const std::string& temp) { model.save(temp); });
+  commit_together({&trace, &summary_file, &grad_norms, &plan, &transitions, &iterations, &weights});
+}
+
+}  // namespace ep::exec

@@ -1,0 +1,40 @@
+// What a training writes: its timeline (traced iterations and transitions
+// on per-device tracks) and, at the end, rank 0's output files, committed
+// together (traces/SCHEMA.md has every format).
+#pragma once
+
+#include <string>
+
+#include "exec/launch.hpp"
+#include "exec/model.hpp"
+#include "exec/pipeline.hpp"
+#include "exec/trainer.hpp"
+#include "planner/run_plan.hpp"
+#include "traces/trace.hpp"
+
+namespace ep::exec {
+
+// Traced actions as trace events on per-device tracks; a send and its
+// receive share a flow id.
+class TraceRecorder {
+ public:
+  TraceRecorder(const Config& config, const ProcessEnv& env, int cores);
+  void add(const IterationResult& r, const Plan& plan, int epoch, int iteration);
+  void transition(double start_s, double end_s, int epoch, const std::string& what);
+  [[nodiscard]] const trace::Trace& trace() const { return trace_; }
+
+ private:
+  trace::Trace trace_;
+  std::int64_t next_flow_ = 1;
+  std::string device_prefix_;
+};
+
+// trace.json, summary.json, grad_norms.csv, plan.json, transitions.json,
+// iterations.csv and weights.bin in `out_dir`: every file written before
+// any is renamed into place, so a failure (a full disk) leaves the previous
+// run's set, never a mix or a partial file.
+void write_run_outputs(const std::string& out_dir, const Config& config, const TraceRecorder& timeline,
+                       const TrainResult& result, const RunPlanner& planner, std::int64_t train_samples,
+                       const Model& model);
+
+}  // namespace ep::exec

@@ -1,0 +1,105 @@
+// Internal to exec/: the Trainer behind train(). One object per process;
+// its member functions live by job: the loop and epochs (trainer.cpp), the
+// freeze step and its broadcast (plan_step.cpp), a plan's entry and the
+// transition (transition.cpp), checkpoints and resume (resume.cpp).
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "exec/cache.hpp"
+#include "exec/dist.hpp"
+#include "exec/job.hpp"
+#include "exec/model.hpp"
+#include "exec/optimizer.hpp"
+#include "exec/pipeline.hpp"
+#include "exec/progress.hpp"
+#include "exec/run_outputs.hpp"
+#include "exec/timing.hpp"
+#include "exec/trainer.hpp"
+#include "planner/autodp.hpp"
+#include "planner/run_plan.hpp"
+#include "traces/run_outputs.hpp"
+
+namespace ep::exec {
+
+class Trainer {
+ public:
+  Trainer(const Config& c, const TrainOptions& opt);
+  TrainResult run();
+
+ private:
+  [[nodiscard]] bool rank0() const { return env_.rank == 0; }
+  [[nodiscard]] bool active() const;
+  [[nodiscard]] const ReplicaLayout::Replica& replica() const;
+  void log(const std::string& line) const;
+
+  // plan_step.cpp: the freeze step, its measurements and their broadcast.
+  std::vector<IterationPrediction> predict(const std::vector<IterationSetup>& setups, PredictionUse use);
+  std::vector<double> chunk_times(const std::vector<IterationSetup>& setups);
+  bool plan_step(bool initial);
+  int decide_frozen(bool initial);
+  [[nodiscard]] std::string cache_file(CacheTier tier, const std::string& name) const;
+  std::vector<std::int64_t> entry_shape();
+
+  // transition.cpp: carrying out a plan and the move between two.
+  [[nodiscard]] std::vector<at::Device> plan_devices() const;
+  void enter_plan(TransitionCost* cost);
+  void onboard();
+  void repartition();
+  void check_replicas();
+  void rebuild_cache();
+  void transition();
+
+  // trainer.cpp: epochs.
+  [[nodiscard]] std::int64_t per_epoch0() const;
+  [[nodiscard]] std::int64_t lr_position() const;
+  [[nodiscard]] bool filling() const;
+  void run_epoch();
+  void finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill);
+  void check_finite(double loss, const std::vector<double>& layer_grad_sq, double lr) const;
+  void check_finite_weights() const;
+  [[noreturn]] void diverged(std::int64_t iteration, const std::string& what) const;
+  double evaluate();
+  std::vector<MicroBatch> split(const std::vector<std::int64_t>& idx, int M) const;
+
+  // resume.cpp: checkpoints.
+  void checkpoint(double running_s = 0);
+  void resume();
+
+  const Config& c_;
+  const TrainOptions& opt_;
+  ProcessEnv env_;
+  Data data_;
+  int L_, batch_;
+  AnalyticCostModel cost_;
+  PlanContext ctx_;
+  IterationPredictor analytic_;
+  RunPlanner planner_;
+  Model model_;
+  Optimizer optimizer_;
+  SamplerSpec sampler_;
+  int node_;
+  bool leader_;
+  int cores_;
+  std::unique_ptr<Dist> dist_;
+  std::unique_ptr<Pipeline> pipeline_;
+  std::unique_ptr<ActivationCache> cache_;
+  std::vector<std::int64_t> entry_shape_;
+  Plan plan_storage_, prev_storage_;
+  const Plan* plan_ = nullptr;
+  const Plan* previous_plan_ = nullptr;
+  Schedule schedule_, fill_schedule_;
+  trace::RunState p_;
+  std::vector<double> pending_chunk_times_;
+  double planning_s_ = 0, pending_transition_s_ = 0;
+  bool resumed_ = false, ever_active_ = false;
+  WarmupMeter warmup_;
+  TraceRecorder timeline_;
+  Clock::time_point origin_ = Clock::now();
+};
+
+}  // namespace ep::exec

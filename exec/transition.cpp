@@ -1,0 +1,194 @@
+// Carrying out a plan on this process, and the transition between two:
+// onboarding of woken replicas (from the live one the plan names), the
+// repartition, the active group's rebuild, the node's cache file, and a
+// check that all replicas hold the same state.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "exec/state.hpp"
+#include "exec/torch_compat.hpp"
+#include "exec/trainer_impl.hpp"
+
+namespace ep::exec {
+
+using nlohmann::json;
+
+std::vector<at::Device> Trainer::plan_devices() const {
+  std::vector<at::Device> d = devices(c_);
+  if (c_.exec.device != ExecDevice::CUDA || !active()) return d;
+  const int visible = std::max<int>(1, static_cast<int>(at::getNumGPUs()));
+  const auto& gpus = replica().gpus;  // stage -> global GPU id, AutoDP's layout
+  for (std::size_t k = 0; k < gpus.size() && k < d.size(); ++k)
+    d[k] = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(gpus[k] % c_.cluster.gpus_per_node % visible));
+  return d;
+}
+
+void Trainer::enter_plan(TransitionCost* cost) {
+  const bool was_active = previous_plan_ != nullptr &&
+                          std::count(previous_plan_->layout.active_ranks.begin(),
+                                     previous_plan_->layout.active_ranks.end(), env_.rank) > 0;
+  Clock::time_point t = Clock::now();
+  if (dist_ && previous_plan_) onboard();
+  if (cost) cost->state_transfer_s = seconds(t, Clock::now());
+  t = Clock::now();
+  const bool now_active = active();
+  if (now_active) repartition();
+  if (cost) cost->repartition_s = seconds(t, Clock::now());
+  t = Clock::now();
+  if (dist_ && (now_active || was_active)) dist_->rebuild_active(plan_->id, plan_->layout.active_ranks, plan_->K, plan_devices());
+  if (cost) cost->rebuild_s = seconds(t, Clock::now());
+  t = Clock::now();
+  if (now_active) {
+    if (plan_->cache.on && !cache_)
+      cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),
+                                                 data_.train.size, entry_shape(), false);
+    pipeline_->set_cache(cache_.get());
+    if (dist_ && plan_->layout.replicas > 1) check_replicas();
+  }
+  if (cost) cost->repartition_s += seconds(t, Clock::now());
+  resumed_ = false;
+}
+
+// Each woken rank receives the training state (weights, optimizer state,
+// run state) from the rank the plan names.
+void Trainer::onboard() {
+  const auto& woken = plan_->woken_ranks;
+  for (std::size_t i = 0; i < woken.size(); ++i) {
+    const int dst = woken[i], src = plan_->onboarding.at(i).source;  // the plan names the sender
+    const int tag = static_cast<int>(plan_->id) * 4096 + dst;
+    if (env_.rank == src) {
+      const std::vector<std::uint8_t> bytes =
+          pack_state(model_, optimizer_, json::parse(trace::run_state_json(p_)));
+      dist_->send_bytes(bytes, dst, tag, "training state (" + std::to_string(bytes.size()) + " bytes)");
+    } else if (env_.rank == dst) {
+      const std::vector<std::uint8_t> bytes = dist_->recv_bytes(src, tag, "training state");
+      const std::string what = "state from rank " + std::to_string(src);
+      const json meta = unpack_state(bytes, model_, optimizer_, what);
+      trace::RunState received = trace::parse_run_state(meta.dump(), what);
+      received.frozen_history = p_.frozen_history;  // planned here, in lockstep
+      received.chunk_times.insert(p_.chunk_times.begin(), p_.chunk_times.end());
+      p_ = std::move(received);
+    }
+  }
+}
+
+// This process's pipeline for the plan: devices, cores, sublayers,
+// schedules; the node's first process creates the cache file before the
+// group rebuild (a barrier), the others open it after.
+void Trainer::repartition() {
+  ever_active_ = true;
+  const int cores = std::max(1, cores_ / std::max(1, plan_->layout.pipelines_per_node));
+  pipeline_->set_devices(plan_devices());
+  pipeline_->set_cores(cores);
+  compat::set_thread_count(cores);
+  pipeline_->configure(plan_->partition, plan_->K, plan_->v);
+  schedule_ = build_schedule(schedule_options(ctx_, iteration_setup(c_, *plan_, false)));
+  check_schedule(schedule_);
+  if (plan_->cache_fill_from >= 0) {
+    fill_schedule_ = build_schedule(schedule_options(ctx_, iteration_setup(c_, *plan_, true)));
+    check_schedule(fill_schedule_);
+  }
+  if (plan_->cache.on && !cache_ && leader_) {
+    cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),
+                                               data_.train.size, entry_shape(), true);
+    if (resumed_) rebuild_cache();
+  }
+}
+
+// Every replica must hold bit-identical weights and optimizer state (the
+// CRC-32 that closes pack_state's bytes): gathered by a sum all-reduce of
+// a one-hot vector, compared on every rank.
+void Trainer::check_replicas() {
+  const std::vector<std::uint8_t> bytes = pack_state(model_, optimizer_, json::object());
+  std::uint32_t crc = 0;
+  std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
+  const auto& ranks = plan_->layout.active_ranks;
+  const auto me = std::find(ranks.begin(), ranks.end(), env_.rank) - ranks.begin();
+  at::Tensor all = at::zeros({static_cast<std::int64_t>(ranks.size())}, at::kLong);
+  all[me] = static_cast<std::int64_t>(crc);
+  dist_->allreduce_now(all, "replica state check");
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    if (all[static_cast<std::int64_t>(i)].item<std::int64_t>() != all[0].item<std::int64_t>())
+      throw Error("rank " + std::to_string(env_.rank) + ": replica state differs after the transition to plan " +
+                  std::to_string(plan_->id) + ": rank " + std::to_string(ranks[i]) + " holds crc " +
+                  hex(all[static_cast<std::int64_t>(i)].item<std::int64_t>()) + ", rank " +
+                  std::to_string(ranks[0]) + " " + hex(all[0].item<std::int64_t>()));
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "replicas %zu hold identical weights and optimizer state (crc32 %08x)",
+                ranks.size(), crc);
+  log(buf);
+}
+
+// After a resume the node's cache file is new: its leader recomputes every
+// entry the plan will read, at the depth the uninterrupted run would hold
+// (in a fill epoch, the slots consumed before the checkpoint are already
+// advanced).
+void Trainer::rebuild_cache() {
+  const Clock::time_point t0 = Clock::now();
+  const std::vector<std::int64_t> order = node_order(sampler_, node_, p_.epoch);
+  const bool fill = filling();
+  std::map<int, std::vector<std::int64_t>> by_depth;
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    if (order[j] < 0) continue;
+    const int depth = !fill || static_cast<std::int64_t>(j) < p_.consumed ? plan_->frozen_layers : plan_->cache_fill_from;
+    if (depth > 0) by_depth[depth].push_back(order[j]);
+  }
+  at::NoGradGuard no_grad;
+  const at::Device dev = pipeline_->device_of_sublayer(0);
+  const int chunk = c_.exec.eval_batch_size > 0 ? c_.exec.eval_batch_size : batch_;
+  for (auto& [depth, idx] : by_depth) {
+    std::sort(idx.begin(), idx.end());
+    for (std::size_t at = 0; at < idx.size(); at += chunk) {
+      const std::vector<std::int64_t> part(idx.begin() + at, idx.begin() + std::min(idx.size(), at + chunk));
+      const MicroBatch mb = make_batch(data_.train, part);
+      cache_->write(part, model_.forward(ModelSpec::frozen_prefix(depth), mb.input.to(dev)), depth);
+    }
+  }
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "node %d: cache rebuilt after resume (%.2f s)", node_, seconds(t0, Clock::now()));
+  log(buf);
+}
+
+// At a plan's end epoch: the next freeze step, planned and entered; a move
+// (frozen count or K changed) is recorded, traced and logged, and its
+// warm-up measured over the next iterations.
+void Trainer::transition() {
+  const Clock::time_point t0 = Clock::now();
+  const int frozen_before = plan_->frozen_layers, K_before = plan_->K, replicas_before = plan_->layout.replicas;
+  plan_step(false);
+  TransitionCost cost;
+  cost.epoch = p_.epoch;
+  cost.planning_s = planning_s_;
+  enter_plan(&cost);
+  std::fill(p_.interval_norm_sum.begin(), p_.interval_norm_sum.end(), 0.0);
+  p_.interval_iterations = 0;
+  cost.frozen_before = frozen_before;
+  cost.frozen_after = plan_->frozen_layers;
+  cost.K_before = K_before;
+  cost.K_after = plan_->K;
+  cost.replicas_before = replicas_before;
+  cost.replicas_after = plan_->layout.replicas;
+  const bool moved = plan_->frozen_layers != frozen_before || plan_->K != K_before;
+  const Clock::time_point t1 = Clock::now();
+  pending_transition_s_ = seconds(t0, t1);
+  if (!moved) return;
+  timeline_.transition(seconds(origin_, t0), seconds(origin_, t1), p_.epoch,
+                       "transition frozen " + std::to_string(frozen_before) + "->" +
+                           std::to_string(plan_->frozen_layers) + " K " + std::to_string(K_before) + "->" +
+                           std::to_string(plan_->K) + " replicas " + std::to_string(replicas_before) + "->" +
+                           std::to_string(plan_->layout.replicas));
+  p_.transitions.push_back(cost);
+  warmup_.start();
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "transition frozen %d->%d K %d->%d replicas %d->%d (%.3f s: planning %.3f, state transfer %.3f, "
+                "group rebuild %.3f, repartition %.3f)",
+                frozen_before, plan_->frozen_layers, K_before, plan_->K, replicas_before, plan_->layout.replicas,
+                pending_transition_s_, cost.planning_s, cost.state_transfer_s, cost.rebuild_s, cost.repartition_s);
+  log(buf);
+}
+
+}  // namespace ep::exec

@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "planner/config.hpp"
 #include "planner/schedule.hpp"
+#include "planner/timeline.hpp"
 
 namespace ep::cli {
 

@@ -123,52 +123,6 @@ struct ScheduleOptions {
 // Dynamic: a dry run (simulate) that fails when no device can progress.
 void check_schedule(const Schedule&);
 
-struct ActionTiming {
-  double start = 0;
-  double end = 0;
-  friend bool operator==(const ActionTiming&, const ActionTiming&) = default;
-};
-
-struct Timeline {
-  double makespan = 0;
-  double compute_time = 0;  // Σ over devices of F and B durations
-  std::vector<std::vector<ActionTiming>> per_device;  // parallel to Schedule::devices
-
-  // Idle share of the devices' F/B capacity:
-  // 1 − compute_time / (K · makespan). Everything that is not F or B
-  // (transfers, frozen forward, all-reduce, optimizer) counts as idle.
-  [[nodiscard]] double bubble_fraction() const;
-};
-
-using DurationFn = std::function<double(const Action&)>;
-
-// Balanced stages: t_f and t_b are one micro-batch's forward and backward
-// time on one device (all its v chunks), so one chunk's F costs t_f / v and
-// B costs t_b / v; every other action costs 0.
-[[nodiscard]] DurationFn unit_cost(double t_f, double t_b, int v);
-
-// Event-driven evaluation in O(actions). Each device runs its list in order;
-// an action starts when the device is free and its dependencies are done:
-//   F(s,m) needs F(s-1,m) (same device) or RecvAct(s,m);
-//   B(s,m) needs F(s,m) and B(s+1,m) (same device) or RecvGrad(s,m);
-//   SendAct(s,m) needs F(s,m), SendGrad(s,m) needs B(s,m);
-//   a recv starts once its send has ended (NCCL p2p is a rendezvous) and
-//   takes duration(recv): the transfer is charged to the receiver; a send
-//   occupies its device for duration(send) (0 for an asynchronous send).
-// AllReduce runs on the device's own collective lane (DDP's comm stream):
-// issued when the device reaches it, serialised with the device's other
-// all-reduces, overlapping later compute. OptimizerStep(s) waits for stage
-// s's all-reduces. Durations must be finite and ≥ 0.
-// Throws ep::Error (with the marked grid) on deadlock; run check_schedule
-// first for the static diagnostics.
-[[nodiscard]] Timeline simulate(const Schedule&, const DurationFn& duration);
-
-// One row per device, time left to right in slots of `slot` seconds
-// (0: the shortest F/B duration). A slot shows the action running at its
-// middle: its text in the first slot, `-` in the following ones, `.` when
-// idle. Zero-length actions and the all-reduce lane are not drawn.
-[[nodiscard]] std::string render_timeline(const Timeline&, const Schedule&, double slot = 0);
-
 }  // namespace ep
 
 template <>

@@ -7,6 +7,7 @@
 
 #include "planner/error.hpp"
 #include "planner/schedule.hpp"
+#include "planner/timeline.hpp"
 #include "tests/planner/support.hpp"
 
 using namespace ep;

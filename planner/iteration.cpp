@@ -1,0 +1,169 @@
+// The back-end contract (iteration.hpp): one iteration's schedule, what
+// each of its actions costs, and the planner's own timing of it.
+#include "planner/iteration.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace ep {
+
+std::vector<int> micro_batch_sizes(int batch, int M) {
+  if (M < 1 || batch < M)
+    throw Error("cannot split a batch of " + std::to_string(batch) + " into " + std::to_string(M) +
+                " micro-batches");
+  std::vector<int> sizes(M, batch / M);
+  for (int m = 0; m < batch % M; ++m) ++sizes[m];
+  return sizes;
+}
+
+namespace {
+
+SublayerRange stage_range(const Partition& p, int s) { return {p.bounds[s], p.bounds[s + 1]}; }
+
+// The frozen layers whose output the cache entries of a fill epoch hold.
+SublayerRange cached_prefix(const IterationSetup& s) {
+  return ModelSpec::frozen_prefix(std::max(0, s.cache_valid_layers));
+}
+
+}  // namespace
+
+ScheduleOptions schedule_options(const PlanContext& ctx, const IterationSetup& s) {
+  ScheduleOptions o;
+  o.kind = ctx.config.planner.schedule;
+  o.K = s.K;
+  o.M = s.M;
+  o.v = s.v;
+  o.optimizer_step = true;
+  if (s.replicas > 1) {
+    const double bucket = ctx.config.planner.bucket_size_bytes;
+    for (int st = 0; st < s.partition.K(); ++st) {
+      const double grad_bytes = 4.0 * ctx.spec.params(s.partition.active(st));
+      o.buckets_per_stage.push_back(static_cast<int>(std::ceil(grad_bytes / bucket)));
+    }
+  }
+  if (s.partition.bounds[0] > 0) {
+    if (!s.cache_on) o.frozen_input = FrozenInput::Forward;
+    else if (s.cache_valid_layers < 0) o.frozen_input = FrozenInput::CacheRead;
+    else if (s.cache_valid_layers == 0) o.frozen_input = FrozenInput::ForwardAndCacheWrite;
+    else o.frozen_input = FrozenInput::Advance;
+  }
+  return o;
+}
+
+IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) {
+  const auto& spec = ctx.spec;
+  const auto& cost = ctx.cost;
+  const Partition& p = s.partition;
+  const int stages = p.K();
+  const auto sizes = micro_batch_sizes(ctx.config.training.batch_size, s.M);
+  const auto ckpt = ctx.config.training.checkpointing;
+  const auto out_bytes = [&](int sublayer) { return spec.sublayers[sublayer].out_activation_bytes_per_sample; };
+  // F_frozen as this iteration runs it: whole, or only the newly frozen
+  // layers when advancing stale cache entries; the cache holds the output
+  // of the boundary it reads (`read_at`) or writes (`write_at`).
+  const SublayerRange prefix{0, p.bounds[0]};
+  const bool advance = s.cache_on && s.cache_valid_layers > 0;
+  const SublayerRange frozen_run = advance ? SublayerRange{cached_prefix(s).last, prefix.last} : prefix;
+  const double read_at = prefix.empty() ? 0 : out_bytes((advance ? cached_prefix(s).last : prefix.last) - 1);
+  const double write_at = prefix.empty() ? 0 : out_bytes(prefix.last - 1);
+  // Precomputed per (stage, micro-batch): the functions are called once per action.
+  std::vector<std::vector<double>> fwd(stages, std::vector<double>(s.M)), bwd = fwd, act = fwd, act_bytes = fwd;
+  std::vector<double> frozen(s.M), cache_read(s.M), cache_write(s.M), read_bytes(s.M), write_bytes(s.M);
+  for (int m = 0; m < s.M; ++m) {
+    const int b = sizes[m];
+    frozen[m] = stage_frozen_forward_s(cost, spec, frozen_run, b);
+    read_bytes[m] = b * read_at;
+    write_bytes[m] = b * write_at;
+    cache_read[m] = cost.cache_read_s(read_bytes[m], s.cache_tier);
+    cache_write[m] = cost.cache_write_s(write_bytes[m], s.cache_tier);
+    for (int st = 0; st < stages; ++st) {
+      const SublayerRange a = p.active(st);
+      const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : p.hosted_frozen(st);
+      const double f_active = stage_forward_s(cost, spec, a, b);
+      fwd[st][m] = f_active + stage_frozen_forward_s(cost, spec, in_place, b);
+      const bool recompute = recomputes(ckpt, m, s.M);
+      bwd[st][m] = stage_backward_s(cost, spec, a, b) + (recompute ? f_active : 0.0);
+      act_bytes[st][m] = b * out_bytes(stage_range(p, st).last - 1);
+      act[st][m] = cost.p2p_s(act_bytes[st][m], LinkKind::IntraNode);
+    }
+  }
+  const ScheduleOptions o = schedule_options(ctx, s);
+  const LinkKind dp_link = s.replicas_span_nodes ? LinkKind::InterNode : LinkKind::IntraNode;
+  std::vector<double> ar(stages, 0), ar_bytes(stages, 0), opt(stages);
+  for (int st = 0; st < stages; ++st) {
+    const double params = spec.params(p.active(st));
+    opt[st] = params > 0 ? cost.optimizer_step_s(params) : 0.0;
+    if (!o.buckets_per_stage.empty() && o.buckets_per_stage[st] > 0) {
+      ar_bytes[st] = 4.0 * params / o.buckets_per_stage[st];
+      ar[st] = cost.allreduce_s(ar_bytes[st], s.replicas, dp_link);
+    }
+  }
+  // A stage with nothing to train has no backward, and nothing needs the
+  // gradient of the first trained sublayer's input.
+  std::vector<bool> trains(stages);
+  for (int st = 0; st < stages; ++st) trains[st] = !p.active(st).empty();
+  const auto grad_needed = [trains](int st) { return trains[st] && st > 0 && trains[st - 1]; };
+
+  IterationCosts c;
+  c.duration = [=](const Action& a) -> double {
+    const int st = a.stage, m = a.microbatch;
+    switch (a.kind) {
+      case ActionKind::Forward: return fwd[st][m];
+      case ActionKind::Backward: return trains[st] ? bwd[st][m] : 0.0;
+      case ActionKind::RecvAct: return act[st - 1][m];
+      case ActionKind::RecvGrad: return grad_needed(st + 1) ? act[st][m] : 0.0;
+      case ActionKind::SendAct:
+      case ActionKind::SendGrad: return 0.0;  // asynchronous; the receiver pays the transfer
+      case ActionKind::AllReduce: return ar[st];
+      case ActionKind::OptimizerStep: return opt[st];
+      case ActionKind::FrozenForward: return frozen[m];
+      case ActionKind::CacheRead: return cache_read[m];
+      case ActionKind::CacheWrite: return cache_write[m];
+    }
+    return 0.0;
+  };
+  // SendAct(s)/RecvAct(s+1) carry stage s's output; SendGrad(s+1)/RecvGrad(s)
+  // carry the gradient of that same tensor.
+  c.bytes = [=](const Action& a) -> double {
+    const int st = a.stage, m = a.microbatch;
+    switch (a.kind) {
+      case ActionKind::SendAct: return act_bytes[st][m];
+      case ActionKind::RecvAct: return act_bytes[st - 1][m];
+      case ActionKind::SendGrad: return grad_needed(st) ? act_bytes[st - 1][m] : 0.0;
+      case ActionKind::RecvGrad: return grad_needed(st + 1) ? act_bytes[st][m] : 0.0;
+      case ActionKind::AllReduce: return ar_bytes[st];
+      case ActionKind::CacheRead: return read_bytes[m];
+      case ActionKind::CacheWrite: return write_bytes[m];
+      default: return 0.0;
+    }
+  };
+  return c;
+}
+
+Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
+  const IterationCosts costs = iteration_costs(ctx, s);
+  const ClusterSpec& cl = ctx.config.cluster;
+  const int per_node = std::max(1, (s.replicas + cl.nodes - 1) / cl.nodes);
+  const double share = cl.shared_cores > 0 ? std::max(1.0, static_cast<double>(s.K * per_node) / cl.shared_cores) : 1.0;
+  if (share == 1.0) return simulate(build_schedule(schedule_options(ctx, s)), costs.duration);
+  const DurationFn stretched = [&](const Action& a) {
+    return is_compute(a.kind) || a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite
+               ? share * costs.duration(a)
+               : costs.duration(a);
+  };
+  return simulate(build_schedule(schedule_options(ctx, s)), stretched);
+}
+
+IterationPredictor analytic_predictor(const PlanContext& ctx) {
+  return [&ctx](const std::vector<IterationSetup>& setups, PredictionUse) {
+    std::vector<IterationPrediction> out;
+    for (const IterationSetup& s : setups) {
+      const Timeline t = predict_iteration(ctx, s);
+      out.push_back({t.makespan, t.bubble_fraction()});
+    }
+    return out;
+  };
+}
+
+}  // namespace ep

@@ -1,0 +1,87 @@
+// The contract between the planner and its back ends. A back end (the
+// simulator, the executor) runs iterations described by an IterationSetup:
+// the schedule from schedule_options, each action's time and bytes from
+// iteration_costs. Where the planner needs a measured time, it asks an
+// IterationPredictor and keeps the decision itself; predict_iteration is
+// the planner's own answer (its event-driven timeline under the cost model).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "planner/cost_model.hpp"
+#include "planner/memory.hpp"
+#include "planner/model_spec.hpp"
+#include "planner/partition.hpp"
+#include "planner/schedule.hpp"
+#include "planner/timeline.hpp"
+
+namespace ep {
+
+// What the planner works from: the validated config, the model it implies
+// and the cost model that predicts time.
+struct PlanContext {
+  const Config& config;
+  ModelSpec spec;
+  const CostModel& cost;
+
+  PlanContext(const Config& c, const CostModel& m)
+      : config(c), spec(build_model_spec(c.model, c.training.precision)), cost(m) {}
+};
+
+// torch.chunk would give ceil-sized micro-batches and possibly fewer than M
+// of them; the planner splits as evenly as possible instead: the first
+// batch % M micro-batches carry one sample more. Every back end uses this.
+[[nodiscard]] std::vector<int> micro_batch_sizes(int batch, int M);
+
+// One iteration of one pipeline replica, as the planner predicts it.
+struct IterationSetup {
+  Partition partition;  // K * v stages
+  int K = 1;
+  int v = 1;
+  int M = 1;
+  int replicas = 1;
+  bool replicas_span_nodes = false;
+  bool cache_on = false;
+  CacheTier cache_tier = CacheTier::HostMemory;
+  // -1: steady state (with the cache on, every micro-batch reads it). >= 0:
+  // an epoch that fills the cache, whose entries hold the output of this
+  // many frozen layers: 0 computes F_frozen and writes (FZ, CW); more reads
+  // each stale entry, runs it through the newly frozen layers only, and
+  // writes it back (CR, FZ, CW), so no sample passes a frozen layer twice.
+  int cache_valid_layers = -1;
+};
+[[nodiscard]] ScheduleOptions schedule_options(const PlanContext&, const IterationSetup&);
+
+// What each action of the iteration's schedule costs under the cost model:
+// its duration (every kind) and the bytes it moves (transfers, all-reduce
+// buckets, cache reads and writes; 0 for compute). Back ends that model
+// transfers themselves (the simulator) take the bytes; the others the time.
+struct IterationCosts {
+  DurationFn duration;
+  std::function<double(const Action&)> bytes;
+};
+[[nodiscard]] IterationCosts iteration_costs(const PlanContext&, const IterationSetup&);
+// The planner's own timing: the schedule's dependency graph under the cost
+// model. With cluster.shared_cores > 0 the node's busy workers (K per
+// pipeline) share that many cores: compute stretches by workers / cores
+// when there are more (bubbles, where fewer run at once, are ignored).
+[[nodiscard]] Timeline predict_iteration(const PlanContext&, const IterationSetup&);
+
+// Chunk search and the run planner ask a predictor how long iterations
+// take, several at once (a back end may answer them in parallel); the
+// default is predict_iteration (the cost model on the schedule's
+// dependency graph); the simulator supplies SimGrid's answers instead. The
+// decision (which M) stays in the planner.
+struct IterationPrediction {
+  double iteration_s = 0;
+  double bubble_fraction = 0;
+};
+// What a prediction is for: ranking chunk-search candidates (a profiler
+// times a few iterations of each), or a plan's throughput (steady state).
+enum class PredictionUse { ChunkCandidate, Plan };
+using IterationPredictor = std::function<std::vector<IterationPrediction>(
+    const std::vector<IterationSetup>&, PredictionUse)>;
+[[nodiscard]] IterationPredictor analytic_predictor(const PlanContext&);
+
+}  // namespace ep

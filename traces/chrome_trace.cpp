@@ -121,21 +121,14 @@ bool parse_process_name(const std::string& s, int& node) {
   return ec == std::errc() && p == end && node >= 0;
 }
 
-}  // namespace
+using SpanNs = std::pair<std::int64_t, std::int64_t>;
 
-void write_chrome_trace(const Trace& t, std::ostream& out, const std::string& path) {
-  const std::string ctx = "writing " + path;
-  check_source(t.source, ctx);
-  int max_node = -1;
-  for (const Track& tr : t.tracks) {
-    check_track(tr, ctx);
-    max_node = std::max(max_node, tr.node);
-  }
-  // Nodes are pids 1.. (Perfetto treats pid 0 as special); the network comes last.
-  const auto pid_of = [&](int node) { return node >= 0 ? node + 1 : max_node + 2; };
-
+// Every event's span in nanoseconds, once everything the format requires of
+// the events is checked: a known track and category, times in range, flow
+// ids paired.
+std::vector<SpanNs> checked_spans(const Trace& t, const std::string& ctx) {
   FlowPairs flows;
-  std::vector<std::pair<std::int64_t, std::int64_t>> spans_ns;
+  std::vector<SpanNs> spans_ns;
   spans_ns.reserve(t.events.size());
   for (std::size_t i = 0; i < t.events.size(); ++i) {
     const Event& e = t.events[i];
@@ -156,7 +149,12 @@ void write_chrome_trace(const Trace& t, std::ostream& out, const std::string& pa
     spans_ns.emplace_back(t0, t1);
   }
   flows.check();
-  // Perfetto drops a span that partly overlaps another on its thread.
+  return spans_ns;
+}
+
+// Perfetto drops a span that partly overlaps another on its thread: the
+// spans of a track must nest or be disjoint.
+void check_nesting(const Trace& t, const std::vector<SpanNs>& spans_ns, const std::string& ctx) {
   std::vector<std::size_t> by_start(t.events.size());
   std::iota(by_start.begin(), by_start.end(), 0);
   std::stable_sort(by_start.begin(), by_start.end(), [&](std::size_t a, std::size_t b) {
@@ -175,119 +173,160 @@ void write_chrome_trace(const Trace& t, std::ostream& out, const std::string& pa
                   "(see separate_overlaps)");
     open.push_back(i);
   }
+}
 
-  const auto dump = [&](const json& j, const std::string& what) {
-    try {
-      return j.dump();
-    } catch (const json::exception& e) {  // e.g. a name that is not UTF-8
-      throw Error(ctx + ": " + what + ": " + e.what());
+// The JSON text of `j`, or an ep::Error naming what could not be written
+// (e.g. a name that is not UTF-8).
+std::string dump_json(const json& j, const std::string& ctx, const std::string& what) {
+  try {
+    return j.dump();
+  } catch (const json::exception& e) {
+    throw Error(ctx + ": " + what + ": " + e.what());
+  }
+}
+
+// Writes the elements of traceEvents, comma-separated.
+class EventWriter {
+ public:
+  EventWriter(const Trace& t, std::ostream& out, std::string ctx) : t_(t), out_(out), ctx_(std::move(ctx)) {
+    int max_node = -1;
+    for (const Track& tr : t.tracks) max_node = std::max(max_node, tr.node);
+    network_pid_ = max_node + 2;
+  }
+
+  // Nodes are pids 1.. (Perfetto treats pid 0 as special); the network comes last.
+  [[nodiscard]] int pid_of(int node) const { return node >= 0 ? node + 1 : network_pid_; }
+
+  // Process and thread names and their order: within a process, GPUs before
+  // links, each by index.
+  void metadata() {
+    std::map<int, std::string> processes;
+    for (const Track& tr : t_.tracks)
+      processes[pid_of(tr.node)] = tr.node >= 0 ? "node " + std::to_string(tr.node) : "network";
+    for (const auto& [pid, name] : processes) {
+      emit(metadata_event("process_name", pid, 0, {{"name", name}}), name);
+      emit(metadata_event("process_sort_index", pid, 0, {{"sort_index", pid}}), name);
     }
-  };
-  // otherData first, so that a reader checks the schema before any event.
-  out << "{\"displayTimeUnit\":\"ms\",\n\"otherData\":"
-      << dump({{"schema", kSchemaVersion},
-               {"source", t.source},
-               {"config", t.config},
-               {"mode", t.mode},
-               {"metadata", t.metadata}},
-              "otherData")
-      << ",\n\"traceEvents\":[\n";
-  bool first = true;
-  const auto emit = [&](const json& j, const std::string& what) {
-    out << (first ? "" : ",\n") << dump(j, what);
-    first = false;
-  };
-  std::map<int, std::string> processes;
-  for (const Track& tr : t.tracks)
-    processes[pid_of(tr.node)] = tr.node >= 0 ? "node " + std::to_string(tr.node) : "network";
-  for (const auto& [pid, name] : processes) {
-    emit(metadata_event("process_name", pid, 0, {{"name", name}}), name);
-    emit(metadata_event("process_sort_index", pid, 0, {{"sort_index", pid}}), name);
+    std::vector<std::size_t> order(t_.tracks.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return std::tuple(t_.tracks[a].kind, t_.tracks[a].index, t_.tracks[a].lane) <
+             std::tuple(t_.tracks[b].kind, t_.tracks[b].index, t_.tracks[b].lane);
+    });
+    std::vector<int> sort_index(t_.tracks.size());
+    for (std::size_t r = 0; r < order.size(); ++r) sort_index[order[r]] = static_cast<int>(r);
+    for (std::size_t i = 0; i < t_.tracks.size(); ++i) {
+      const Track& tr = t_.tracks[i];
+      const int pid = pid_of(tr.node), tid = static_cast<int>(i) + 1;
+      const std::string what = "track " + std::to_string(i);
+      emit(metadata_event("thread_name", pid, tid,
+                          {{"name", tr.name},
+                           {"kind", tr.kind == TrackKind::Gpu ? "gpu" : "link"},
+                           {"index", tr.index},
+                           {"lane", tr.lane}}),
+           what);
+      emit(metadata_event("thread_sort_index", pid, tid, {{"sort_index", sort_index[i]}}), what);
+    }
   }
-  // Within a process: GPUs before links, each by index.
-  std::vector<std::size_t> order(t.tracks.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return std::tuple(t.tracks[a].kind, t.tracks[a].index, t.tracks[a].lane) <
-           std::tuple(t.tracks[b].kind, t.tracks[b].index, t.tracks[b].lane);
-  });
-  std::vector<int> sort_index(t.tracks.size());
-  for (std::size_t r = 0; r < order.size(); ++r) sort_index[order[r]] = static_cast<int>(r);
-  for (std::size_t i = 0; i < t.tracks.size(); ++i) {
-    const Track& tr = t.tracks[i];
-    const int pid = pid_of(tr.node), tid = static_cast<int>(i) + 1;
-    const std::string what = "track " + std::to_string(i);
-    emit(metadata_event(
-             "thread_name", pid, tid,
-             {{"name", tr.name}, {"kind", tr.kind == TrackKind::Gpu ? "gpu" : "link"}, {"index", tr.index},
-              {"lane", tr.lane}}),
-         what);
-    emit(metadata_event("thread_sort_index", pid, tid, {{"sort_index", sort_index[i]}}), what);
-  }
+
   // Spans and flows are written by hand: one JSON object per event costs
   // more than the simulation that produced it. Strings are escaped by the
   // JSON library once per distinct text (names repeat: "2F0" per replica
   // and iteration); numbers in their shortest round-trip form.
-  std::unordered_map<std::string, std::string> escaped;
-  const auto quoted = [&](const std::string& text, const std::string& what) -> const std::string& {
-    if (const auto it = escaped.find(text); it != escaped.end()) return it->second;
-    return escaped.emplace(text, dump(json(text), what)).first->second;
-  };
-  std::string line;
-  const auto number = [&](auto v) {
-    char buf[32];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    line.append(buf, r.ptr);
-  };
-  const auto flow = [&](const char* head, std::int64_t id, int pid, int tid, double ts) {
-    line += head;
-    number(id);
-    line += ",\"pid\":";
-    number(pid);
-    line += ",\"tid\":";
-    number(tid);
-    line += ",\"ts\":";
-    number(ts);
-    line += '}';
-  };
-  for (std::size_t i = 0; i < t.events.size(); ++i) {
-    const Event& e = t.events[i];
-    const auto [t0, t1] = spans_ns[i];
-    const int pid = pid_of(t.tracks[e.track].node), tid = e.track + 1;
+  void span(std::size_t i, SpanNs ns) {
+    const Event& e = t_.events[i];
+    const auto [t0, t1] = ns;
+    const int pid = pid_of(t_.tracks[e.track].node), tid = e.track + 1;
     const std::string what = "event " + std::to_string(i);
     const std::string& name = quoted(e.name, what);
-    line.clear();
-    line += first ? "" : ",\n";
-    first = false;
-    line += "{\"ph\":\"X\",\"name\":";
-    line += name;
-    line += ",\"cat\":";
-    line += quoted(e.category, what);
-    line += ",\"pid\":";
+    line_.clear();
+    line_ += first_ ? "" : ",\n";
+    first_ = false;
+    line_ += "{\"ph\":\"X\",\"name\":";
+    line_ += name;
+    line_ += ",\"cat\":";
+    line_ += quoted(e.category, what);
+    line_ += ",\"pid\":";
     number(pid);
-    line += ",\"tid\":";
+    line_ += ",\"tid\":";
     number(tid);
-    line += ",\"ts\":";
+    line_ += ",\"ts\":";
     number(to_us(t0));
-    line += ",\"dur\":";
+    line_ += ",\"dur\":";
     number(to_us(t1 - t0));
-    line += ",\"args\":{\"action\":";
-    line += name;
+    line_ += ",\"args\":{\"action\":";
+    line_ += name;
     visit_args(e, [&](const char* key, auto v) {
       if (v == -1) return;
-      line += ",\"";
-      line += key;
-      line += "\":";
+      line_ += ",\"";
+      line_ += key;
+      line_ += "\":";
       number(v);
     });
-    line += "}}";
+    line_ += "}}";
     // Flow ends bind to the enclosing slice: put them mid-span.
     const double mid = to_us(t0 + (t1 - t0) / 2);
     if (e.flow_out > 0) flow(",\n{\"ph\":\"s\",\"name\":\"flow\",\"cat\":\"flow\",\"id\":", e.flow_out, pid, tid, mid);
     if (e.flow_in > 0)
       flow(",\n{\"ph\":\"f\",\"bp\":\"e\",\"name\":\"flow\",\"cat\":\"flow\",\"id\":", e.flow_in, pid, tid, mid);
-    out << line;
+    out_ << line_;
   }
+
+ private:
+  void emit(const json& j, const std::string& what) {
+    out_ << (first_ ? "" : ",\n") << dump_json(j, ctx_, what);
+    first_ = false;
+  }
+  const std::string& quoted(const std::string& text, const std::string& what) {
+    if (const auto it = escaped_.find(text); it != escaped_.end()) return it->second;
+    return escaped_.emplace(text, dump_json(json(text), ctx_, what)).first->second;
+  }
+  void number(auto v) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    line_.append(buf, r.ptr);
+  }
+  void flow(const char* head, std::int64_t id, int pid, int tid, double ts) {
+    line_ += head;
+    number(id);
+    line_ += ",\"pid\":";
+    number(pid);
+    line_ += ",\"tid\":";
+    number(tid);
+    line_ += ",\"ts\":";
+    number(ts);
+    line_ += '}';
+  }
+
+  const Trace& t_;
+  std::ostream& out_;
+  std::string ctx_;
+  int network_pid_ = 1;
+  bool first_ = true;
+  std::string line_;
+  std::unordered_map<std::string, std::string> escaped_;
+};
+
+}  // namespace
+
+void write_chrome_trace(const Trace& t, std::ostream& out, const std::string& path) {
+  const std::string ctx = "writing " + path;
+  check_source(t.source, ctx);
+  for (const Track& tr : t.tracks) check_track(tr, ctx);
+  const std::vector<SpanNs> spans_ns = checked_spans(t, ctx);
+  check_nesting(t, spans_ns, ctx);
+  // otherData first, so that a reader checks the schema before any event.
+  out << "{\"displayTimeUnit\":\"ms\",\n\"otherData\":"
+      << dump_json({{"schema", kSchemaVersion},
+                    {"source", t.source},
+                    {"config", t.config},
+                    {"mode", t.mode},
+                    {"metadata", t.metadata}},
+                   ctx, "otherData")
+      << ",\n\"traceEvents\":[\n";
+  EventWriter w(t, out, ctx);
+  w.metadata();
+  for (std::size_t i = 0; i < t.events.size(); ++i) w.span(i, spans_ns[i]);
   out << "\n]}\n";
 }
 
@@ -297,38 +336,80 @@ void write_chrome_trace(const Trace& t, const std::string& path) {
   file.commit();
 }
 
-Trace read_chrome_trace(const std::string& path) {
-  Trace t;
-  bool have_other = false;
-  const auto read_other = [&](const json& other) {
-    const std::string ow = path + ": otherData";
-    check_schema(other, ow);
-    check_keys(other, {"schema", "source", "config", "mode", "metadata"}, ow);
-    t.source = get_string(other, "source", ow);
-    check_source(t.source, ow);
-    t.config = get_string(other, "config", ow);
-    t.mode = get_string(other, "mode", ow);
-    t.metadata = get_string_map(other, "metadata", ow);
-    have_other = true;
-  };
+namespace {
 
-  const auto where = [&](std::size_t i) { return path + ": traceEvents[" + std::to_string(i) + "]"; };
-  std::map<std::int64_t, int> node_of_pid;
+// Reads a trace element by element as the JSON parser delivers them; the
+// threads' tracks and the spans' tracks are resolved once all metadata is in.
+class ChromeTraceReader {
+ public:
+  explicit ChromeTraceReader(std::string path) : path_(std::move(path)) {}
+
+  Trace read() {
+    // Each element of traceEvents is read as soon as it is parsed, then
+    // dropped: a large trace never sits in memory as JSON.
+    bool in_events = false, in_other = false;
+    std::size_t n_events = 0;
+    const json doc = read_json_file(path_, [&](int depth, json::parse_event_t e, json& parsed) {
+      using E = json::parse_event_t;
+      if (depth == 1 && e == E::key) {
+        in_events = parsed == "traceEvents";
+        in_other = parsed == "otherData";
+      }
+      if (depth == 1 && e == E::object_end && in_other) read_other(parsed);
+      if (depth != 2 || !in_events || e == E::key || e == E::object_start || e == E::array_start) return true;
+      read_event(parsed, n_events++);
+      return false;
+    });
+    if (!have_other_) read_other(get_object(doc, "otherData", path_));
+    get_array(doc, "traceEvents", path_);
+    resolve_tracks();
+    flows_.check();
+    return std::move(t_);
+  }
+
+ private:
   struct Thread {
     std::int64_t pid;
     Track track;
     int index = -1;  // in Trace::tracks
   };
-  std::map<std::int64_t, Thread> threads;  // by tid
   struct Span {  // per X event: its thread (resolved once all threads are known) and span
     std::int64_t pid, tid;
     std::size_t at;  // index in traceEvents
     std::int64_t t0_ns, t1_ns;
   };
-  std::vector<Span> spans;
-  FlowPairs flows;
 
-  const auto read_metadata = [&](const json& ev, const std::string& w) {
+  [[nodiscard]] std::string where(std::size_t i) const { return path_ + ": traceEvents[" + std::to_string(i) + "]"; }
+
+  void read_other(const json& other) {
+    const std::string ow = path_ + ": otherData";
+    check_schema(other, ow);
+    check_keys(other, {"schema", "source", "config", "mode", "metadata"}, ow);
+    t_.source = get_string(other, "source", ow);
+    check_source(t_.source, ow);
+    t_.config = get_string(other, "config", ow);
+    t_.mode = get_string(other, "mode", ow);
+    t_.metadata = get_string_map(other, "metadata", ow);
+    have_other_ = true;
+  }
+
+  void read_event(const json& ev, std::size_t i) {
+    const std::string w = where(i);
+    if (!ev.is_object()) throw Error(w + ": expected an object");
+    const std::string ph = get_string(ev, "ph", w);
+    if (ph == "M") return read_metadata(ev, w);
+    if (ph != "X" && ph != "s" && ph != "f") bad_field(w, "ph", "one of X, M, s, f", ev.at("ph"));
+    const auto pid = get_int(ev, "pid", w, 1, INT_MAX), tid = get_int(ev, "tid", w, 1, INT_MAX);
+    const double ts_us = get_number(ev, "ts", w);
+    if (!(std::abs(ts_us) <= kMaxAbsTimeUs)) bad_field(w, "ts", "microseconds in [-1e15, 1e15]", ev.at("ts"));
+    const Span s{pid, tid, i, us_to_ns(ts_us), 0};
+    if (ph == "X")
+      read_span(ev, w, s);
+    else
+      read_flow(ev, w, ph, s);
+  }
+
+  void read_metadata(const json& ev, const std::string& w) {
     const auto pid = get_int(ev, "pid", w, 1, INT_MAX);
     get_int(ev, "tid", w, 0, INT_MAX);
     get_number(ev, "ts", w);
@@ -338,7 +419,7 @@ Trace read_chrome_trace(const std::string& path) {
       int node = 0;
       if (!parse_process_name(get_string(args, "name", aw), node))
         bad_field(aw, "name", "\"node N\" or \"network\"", args.at("name"));
-      if (!node_of_pid.emplace(pid, node).second)
+      if (!node_of_pid_.emplace(pid, node).second)
         throw Error(w + ": a second process_name for pid " + std::to_string(pid));
     } else if (name == "thread_name") {
       const auto tid = get_int(ev, "tid", w, 1, INT_MAX);
@@ -349,17 +430,16 @@ Trace read_chrome_trace(const std::string& path) {
       tr.kind = kind == "gpu" ? TrackKind::Gpu : TrackKind::Link;
       tr.index = static_cast<int>(get_int(args, "index", aw, 0, INT_MAX));
       tr.lane = static_cast<int>(get_int(args, "lane", aw, 0, INT_MAX));
-      if (!threads.emplace(tid, Thread{pid, tr}).second)
+      if (!threads_.emplace(tid, Thread{pid, tr}).second)
         throw Error(w + ": a second thread_name for tid " + std::to_string(tid));
     } else if (name == "process_sort_index" || name == "thread_sort_index") {
       get_int(args, "sort_index", aw, INT_MIN, INT_MAX);
     } else {
-      bad_field(w, "name", "process_name, thread_name, process_sort_index or thread_sort_index",
-                ev.at("name"));
+      bad_field(w, "name", "process_name, thread_name, process_sort_index or thread_sort_index", ev.at("name"));
     }
-  };
+  }
 
-  const auto read_span = [&](const json& ev, const std::string& w, Span s) {
+  void read_span(const json& ev, const std::string& w, Span s) {
     Event e;
     e.name = get_string(ev, "name", w);
     e.category = get_string(ev, "cat", w);
@@ -383,80 +463,57 @@ Trace read_chrome_trace(const std::string& path) {
       using T = std::remove_reference_t<decltype(v)>;
       if (args.contains(k)) v = static_cast<T>(get_int(args, k, aw, -1, std::numeric_limits<T>::max()));
     });
-    t.events.push_back(std::move(e));
-    spans.push_back(s);
-  };
+    t_.events.push_back(std::move(e));
+    spans_.push_back(s);
+  }
 
-  const auto read_flow = [&](const json& ev, const std::string& w, const std::string& ph, const Span& at) {
+  void read_flow(const json& ev, const std::string& w, const std::string& ph, const Span& at) {
     const auto id = get_int(ev, "id", w, 1, std::numeric_limits<std::int64_t>::max());
     if (ph == "f" && field(ev, "bp", w) != "e") bad_field(w, "bp", "\"e\"", ev.at("bp"));
-    const Span* x = spans.empty() ? nullptr : &spans.back();
+    const Span* x = spans_.empty() ? nullptr : &spans_.back();
     if (!x || at.pid != x->pid || at.tid != x->tid || at.t0_ns < x->t0_ns || at.t0_ns > x->t1_ns)
-      throw Error(
-          w + ": flow event is not inside the X event just before it (same pid and tid, ts within its span)");
-    std::int64_t& slot = ph == "s" ? t.events.back().flow_out : t.events.back().flow_in;
-    if (slot != 0)
-      throw Error(w + ": the X event before it already has a flow " + (ph == "s" ? "start" : "end"));
+      throw Error(w + ": flow event is not inside the X event just before it (same pid and tid, ts within its span)");
+    std::int64_t& slot = ph == "s" ? t_.events.back().flow_out : t_.events.back().flow_in;
+    if (slot != 0) throw Error(w + ": the X event before it already has a flow " + (ph == "s" ? "start" : "end"));
     slot = id;
-    flows.add(id, ph == "s", w);
-  };
+    flows_.add(id, ph == "s", w);
+  }
 
-  const auto read_event = [&](const json& ev, std::size_t i) {
-    const std::string w = where(i);
-    if (!ev.is_object()) throw Error(w + ": expected an object");
-    const std::string ph = get_string(ev, "ph", w);
-    if (ph == "M") return read_metadata(ev, w);
-    if (ph != "X" && ph != "s" && ph != "f") bad_field(w, "ph", "one of X, M, s, f", ev.at("ph"));
-    const auto pid = get_int(ev, "pid", w, 1, INT_MAX), tid = get_int(ev, "tid", w, 1, INT_MAX);
-    const double ts_us = get_number(ev, "ts", w);
-    if (!(std::abs(ts_us) <= kMaxAbsTimeUs)) bad_field(w, "ts", "microseconds in [-1e15, 1e15]", ev.at("ts"));
-    const Span s{pid, tid, i, us_to_ns(ts_us), 0};
-    if (ph == "X")
-      read_span(ev, w, s);
-    else
-      read_flow(ev, w, ph, s);
-  };
-
-  // Each element of traceEvents is read as soon as it is parsed, then
-  // dropped: a large trace never sits in memory as JSON.
-  bool in_events = false, in_other = false;
-  std::size_t n_events = 0;
-  const json doc = read_json_file(path, [&](int depth, json::parse_event_t e, json& parsed) {
-    using E = json::parse_event_t;
-    if (depth == 1 && e == E::key) {
-      in_events = parsed == "traceEvents";
-      in_other = parsed == "otherData";
+  // Threads become tracks (their node from their process), spans get theirs.
+  void resolve_tracks() {
+    for (auto& [tid, th] : threads_) {
+      const auto it = node_of_pid_.find(th.pid);
+      if (it == node_of_pid_.end())
+        throw Error(path_ + ": thread tid " + std::to_string(tid) + ": pid " + std::to_string(th.pid) +
+                    " has no process_name metadata");
+      th.track.node = it->second;
+      check_track(th.track, path_);
+      th.index = static_cast<int>(t_.tracks.size());
+      t_.tracks.push_back(th.track);
     }
-    if (depth == 1 && e == E::object_end && in_other) read_other(parsed);
-    if (depth != 2 || !in_events || e == E::key || e == E::object_start || e == E::array_start) return true;
-    read_event(parsed, n_events++);
-    return false;
-  });
-  if (!have_other) read_other(get_object(doc, "otherData", path));
-  get_array(doc, "traceEvents", path);
+    for (std::size_t k = 0; k < spans_.size(); ++k) {
+      const Span& s = spans_[k];
+      const auto th = threads_.find(s.tid);
+      if (th == threads_.end())
+        throw Error(where(s.at) + ": tid " + std::to_string(s.tid) + " has no thread_name metadata");
+      if (th->second.pid != s.pid)
+        throw Error(where(s.at) + ": pid " + std::to_string(s.pid) + ", but thread " + std::to_string(s.tid) +
+                    " belongs to pid " + std::to_string(th->second.pid));
+      t_.events[k].track = th->second.index;
+    }
+  }
 
-  for (auto& [tid, th] : threads) {
-    const auto it = node_of_pid.find(th.pid);
-    if (it == node_of_pid.end())
-      throw Error(path + ": thread tid " + std::to_string(tid) + ": pid " + std::to_string(th.pid) +
-                  " has no process_name metadata");
-    th.track.node = it->second;
-    check_track(th.track, path);
-    th.index = static_cast<int>(t.tracks.size());
-    t.tracks.push_back(th.track);
-  }
-  for (std::size_t k = 0; k < spans.size(); ++k) {
-    const Span& s = spans[k];
-    const auto th = threads.find(s.tid);
-    if (th == threads.end())
-      throw Error(where(s.at) + ": tid " + std::to_string(s.tid) + " has no thread_name metadata");
-    if (th->second.pid != s.pid)
-      throw Error(where(s.at) + ": pid " + std::to_string(s.pid) + ", but thread " + std::to_string(s.tid) +
-                  " belongs to pid " + std::to_string(th->second.pid));
-    t.events[k].track = th->second.index;
-  }
-  flows.check();
-  return t;
-}
+  std::string path_;
+  Trace t_;
+  bool have_other_ = false;
+  std::map<std::int64_t, int> node_of_pid_;
+  std::map<std::int64_t, Thread> threads_;  // by tid
+  std::vector<Span> spans_;
+  FlowPairs flows_;
+};
+
+}  // namespace
+
+Trace read_chrome_trace(const std::string& path) { return ChromeTraceReader(path).read(); }
 
 }  // namespace ep::trace

@@ -30,6 +30,43 @@ std::optional<Slot> slot_of(ActionKind k) {
   }
 }
 
+// The completion keys an action waits on and the one it completes.
+class DependencyKeys {
+ public:
+  explicit DependencyKeys(const Schedule& s) : s_(s), S_(s.num_stages()), M_(s.M) {}
+  [[nodiscard]] std::size_t count() const { return static_cast<std::size_t>(kSlots) * S_ * M_; }
+  [[nodiscard]] int key(Slot slot, int stage, int mb) const { return (slot * S_ + stage) * M_ + mb; }
+
+  // Keys the action needs, -1 for none. An action out of range (the static
+  // check says why) must not index the arrays.
+  [[nodiscard]] std::pair<int, int> needs(const Action& a, int d, std::size_t i) const {
+    const auto slot = slot_of(a.kind);
+    const int st = a.stage;
+    const int m = a.microbatch;
+    const bool ok = st >= 0 && st < S_ &&
+                    (!slot || (m >= 0 && m < M_ && !(a.kind == ActionKind::RecvAct && st == 0) &&
+                               !(a.kind == ActionKind::RecvGrad && st + 1 == S_)));
+    if (!ok) throw schedule_error(s_, to_string(a) + " out of range", {{d, i}});
+    if (!slot) return {-1, -1};
+    const bool prev_here = st > 0 && s_.device_of(st - 1) == s_.device_of(st);
+    const bool next_here = st + 1 < S_ && s_.device_of(st + 1) == s_.device_of(st);
+    switch (*slot) {
+      case kF: return {st == 0 ? -1 : prev_here ? key(kF, st - 1, m) : key(kRecvAct, st, m), -1};
+      case kB: return {key(kF, st, m), st + 1 == S_ ? -1 : next_here ? key(kB, st + 1, m) : key(kRecvGrad, st, m)};
+      case kSendAct: return {key(kF, st, m), -1};
+      case kSendGrad: return {key(kB, st, m), -1};
+      case kRecvAct: return {key(kSendAct, st - 1, m), -1};
+      case kRecvGrad: return {key(kSendGrad, st + 1, m), -1};
+      case kSlots: break;
+    }
+    return {-1, -1};
+  }
+
+ private:
+  const Schedule& s_;
+  int S_, M_;
+};
+
 }  // namespace
 
 double Timeline::bubble_fraction() const {
@@ -56,10 +93,8 @@ Timeline simulate(const Schedule& s, const DurationFn& duration) {
                 ", v=" + std::to_string(s.v) + " and " + std::to_string(s.devices.size()) +
                 " device rows");
   }
-  const auto key = [&](Slot slot, int stage, int mb) -> int {
-    return (slot * S + stage) * M + mb;
-  };
-  const std::size_t n_keys = static_cast<std::size_t>(kSlots) * S * M;
+  const DependencyKeys keys(s);
+  const std::size_t n_keys = keys.count();
   std::vector<double> done(n_keys, -1.0);   // end time; -1 while not done
   std::vector<int> waiters(n_keys, -1);      // head of a device list
   std::vector<int> next_waiter(K, -1);
@@ -71,34 +106,6 @@ Timeline simulate(const Schedule& s, const DurationFn& duration) {
   t.per_device.resize(K);
   for (int d = 0; d < K; ++d) t.per_device[d].resize(s.devices[d].size());
 
-  // Keys the action needs, -1 for none. An action out of range (the static
-  // check says why) must not index the arrays.
-  const auto needs = [&](const Action& a, int d, std::size_t i) -> std::pair<int, int> {
-    const auto slot = slot_of(a.kind);
-    const int st = a.stage;
-    const int m = a.microbatch;
-    const bool ok = st >= 0 && st < S &&
-                    (!slot || (m >= 0 && m < M && !(a.kind == ActionKind::RecvAct && st == 0) &&
-                               !(a.kind == ActionKind::RecvGrad && st + 1 == S)));
-    if (!ok) throw schedule_error(s, to_string(a) + " out of range", {{d, i}});
-    if (!slot) return {-1, -1};
-    const bool prev_here = st > 0 && s.device_of(st - 1) == s.device_of(st);
-    const bool next_here = st + 1 < S && s.device_of(st + 1) == s.device_of(st);
-    switch (*slot) {
-      case kF:
-        return {st == 0 ? -1 : prev_here ? key(kF, st - 1, m) : key(kRecvAct, st, m), -1};
-      case kB:
-        return {key(kF, st, m),
-                st + 1 == S ? -1 : next_here ? key(kB, st + 1, m) : key(kRecvGrad, st, m)};
-      case kSendAct: return {key(kF, st, m), -1};
-      case kSendGrad: return {key(kB, st, m), -1};
-      case kRecvAct: return {key(kSendAct, st - 1, m), -1};
-      case kRecvGrad: return {key(kSendGrad, st + 1, m), -1};
-      case kSlots: break;
-    }
-    return {-1, -1};
-  };
-
   std::vector<int> ready(K);
   for (int d = 0; d < K; ++d) ready[d] = K - 1 - d;
   while (!ready.empty()) {
@@ -108,7 +115,7 @@ Timeline simulate(const Schedule& s, const DurationFn& duration) {
     while (pc[d] < list.size()) {
       const std::size_t i = pc[d];
       const Action& a = list[i];
-      const auto [k1, k2] = needs(a, d, i);
+      const auto [k1, k2] = keys.needs(a, d, i);
       const int blocked = k1 >= 0 && done[k1] < 0 ? k1 : k2 >= 0 && done[k2] < 0 ? k2 : -1;
       if (blocked >= 0) {
         next_waiter[d] = waiters[blocked];
@@ -135,7 +142,7 @@ Timeline simulate(const Schedule& s, const DurationFn& duration) {
       }
       if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward) t.compute_time += dur;
       if (const auto slot = slot_of(a.kind)) {
-        const int k = key(*slot, a.stage, a.microbatch);
+        const int k = keys.key(*slot, a.stage, a.microbatch);
         done[k] = end;
         for (int w = waiters[k]; w >= 0; w = next_waiter[w]) ready.push_back(w);
         waiters[k] = -1;

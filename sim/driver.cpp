@@ -5,6 +5,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -163,7 +164,8 @@ class Dispatcher {
 
 // Runs iterations of setups on SimGrid, memoised across plans, modes and
 // trainings on the same platform: the key is the request itself (partition,
-// K, M, layout, cache mode and every action's duration and bytes), so two
+// K, M, layout, cache mode and a hash of every action's duration and
+// bytes), so two
 // requests share a result exactly when SimGrid would be given the same
 // input. The misses of a batch run in parallel; a request another thread
 // is already running is waited for, not run twice. Thread-safe.
@@ -249,7 +251,10 @@ class Runner {
   }
 
   // Everything of a request SimGrid's result depends on (the platform is
-  // the Simulator's), durations and bytes as their exact doubles.
+  // the Simulator's): the setup in words, then the action lists with every
+  // duration and byte count as exact doubles, hashed twice (FNV-1a and a
+  // multiply-xorshift, 128 bits together) so that a memo of hundreds of
+  // requests stays small (a fork copies the parent's page tables).
   static std::string signature(const SimRequest& q, const IterationSetup& s, int iterations) {
     std::ostringstream os;
     os << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/' << static_cast<int>(s.cache_tier) << '/'
@@ -259,20 +264,28 @@ class Runner {
       os << '|' << q.replica_rank[r];
       for (int g : q.replica_gpus[r]) os << ',' << g;
     }
-    os << '|';
-    std::string key = os.str();
+    std::uint64_t fnv = 14695981039346656037ull, mix = 0x9e3779b97f4a7c15ull;
+    const auto add = [&](std::uint64_t v) {
+      for (int i = 0; i < 8; ++i) fnv = (fnv ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+      mix = (mix ^ v) * 0xbf58476d1ce4e5b9ull;
+      mix ^= mix >> 31;
+    };
+    const auto add_double = [&](double d) {
+      std::uint64_t bits;
+      std::memcpy(&bits, &d, sizeof bits);
+      add(bits);
+    };
     for (const auto& device : q.schedule.devices) {
-      const std::size_t n = device.size();
-      key.append(reinterpret_cast<const char*>(&n), sizeof n);
+      add(device.size());
       for (const Action& a : device) {
-        const double v[2] = {is_compute(a.kind) ? q.costs.duration(a) : 0.0,
-                             is_compute(a.kind) ? 0.0 : q.costs.bytes(a)};
-        const int id[5] = {static_cast<int>(a.kind), a.stage, a.microbatch, a.bucket, a.peer_device};
-        key.append(reinterpret_cast<const char*>(id), sizeof id);
-        key.append(reinterpret_cast<const char*>(v), sizeof v);
+        add(static_cast<std::uint64_t>(a.kind));
+        for (const int v : {a.stage, a.microbatch, a.bucket, a.peer_device}) add(static_cast<std::uint64_t>(v));
+        add_double(is_compute(a.kind) ? q.costs.duration(a) : 0.0);
+        add_double(is_compute(a.kind) ? 0.0 : q.costs.bytes(a));
       }
     }
-    return key;
+    os << '#' << std::hex << fnv << '.' << mix;
+    return os.str();
   }
 
   Simulator& sim_;
@@ -689,6 +702,15 @@ std::vector<double> simulate_steady_iterations(const Config& config, const CostM
   Runner runner(sim, default_jobs(0));
   std::vector<double> out;
   for (const auto& [period, m] : steady_periods(runner, ctx, setups)) out.push_back(period);
+  return out;
+}
+
+std::vector<double> simulate_chunk_iterations(const Config& config, const CostModel& cost,
+                                              const std::vector<IterationSetup>& setups, Simulator& sim) {
+  const PlanContext ctx(config, cost);
+  Runner runner(sim, default_jobs(0));
+  std::vector<double> out;
+  for (const Measured& m : runner.run(ctx, setups, 1)) out.push_back(m.sim.iteration_end_s.front());
   return out;
 }
 

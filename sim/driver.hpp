@@ -89,6 +89,11 @@ struct RunOptions {
 [[nodiscard]] std::vector<double> simulate_steady_iterations(const Config&, const CostModel& cost,
                                                              const std::vector<IterationSetup>&, Simulator&);
 
+// The one-iteration time (seconds) SimGrid gives each setup, from idle
+// devices: what the chunk search compares across M.
+[[nodiscard]] std::vector<double> simulate_chunk_iterations(const Config&, const CostModel& cost,
+                                                            const std::vector<IterationSetup>&, Simulator&);
+
 // The CLI's summary: time per mode and speedup, then per epoch of the last
 // mode: frozen layers, K, replicas, M, throughput.
 [[nodiscard]] std::string format_result(const RunResult&);

@@ -1,6 +1,6 @@
 // elasticpipe sweep: the cartesian product of --set lists, each point a
-// whole simulated training, points in parallel.
-#include <sys/wait.h>
+// whole simulated training (sim/sweep.hpp); this file parses the flags,
+// prints the table and writes sweep.csv (traces/sweep_csv.hpp).
 #include <unistd.h>
 
 #include <chrono>
@@ -8,14 +8,15 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "planner/modes.hpp"
 #include "sim/driver.hpp"
+#include "sim/sweep.hpp"
 #include "traces/atomic_file.hpp"
 #include "traces/output_dir.hpp"
+#include "traces/sweep_csv.hpp"
 
 namespace ep::cli {
 
@@ -28,32 +29,6 @@ struct SweepArgs {
   bool exact = false;
   int jobs = 0;
 };
-
-// "a=1,2,3" -> {"a=1", "a=2", "a=3"}; commas inside [] stay (TOML arrays).
-std::vector<std::string> sweep_values(const std::string& assignment) {
-  const auto eq = assignment.find('=');
-  if (eq == std::string::npos) throw Error("--set '" + assignment + "': expected KEY=V1,V2,...");
-  const std::string key = assignment.substr(0, eq + 1);
-  std::vector<std::string> out;
-  std::string cur;
-  int depth = 0;
-  for (char ch : assignment.substr(eq + 1)) {
-    if (ch == '[') ++depth;
-    if (ch == ']') --depth;
-    if (ch == ',' && depth == 0) {
-      out.push_back(key + cur);
-      cur.clear();
-    } else {
-      cur += ch;
-    }
-  }
-  out.push_back(key + cur);
-  return out;
-}
-
-// Each point is a whole simulated training (about a second per mode on a
-// core): a sweep larger than this is a mistake or a job for several runs.
-constexpr std::size_t kMaxSweepPoints = 1000;
 
 // Progress: a bar on a terminal, else a line on stderr every 5% (or every
 // point of a small sweep), so that a long sweep in a log shows it is alive.
@@ -73,126 +48,50 @@ std::function<void(std::size_t)> sweep_progress(std::size_t total) {
 }
 
 int run_sweep(const SweepArgs& a) {
-  // The cartesian product of every --set list, its size checked before it
-  // is built.
-  std::vector<std::vector<std::string>> lists;
-  std::size_t size = 1;
-  for (const auto& set : a.overrides) {
-    lists.push_back(sweep_values(set));
-    size *= lists.back().size();
-    if (size > kMaxSweepPoints)
-      throw Error("--set: the sweep has more than " + std::to_string(kMaxSweepPoints) +
-                      " points (each is a whole simulated training, about a second per mode on a core); "
-                      "split it into several sweeps");
-  }
-  std::vector<std::vector<std::string>> points{{}};
-  for (const auto& values : lists) {
-    std::vector<std::vector<std::string>> next;
-    for (const auto& p : points)
-      for (const auto& v : values) {
-        next.push_back(p);
-        next.back().push_back(v);
-      }
-    points = std::move(next);
-  }
+  const std::vector<Overrides> points = sim::sweep_points(a.overrides);
   // Validate every point before running any: bad input loses nothing.
-  for (const auto& p : points) check_simulable(load_config(a.config, p));
-  const auto modes = parse_modes(a.mode == "all" ? "baseline,autocache" : a.mode);
-  const int jobs = a.jobs > 0 ? a.jobs : std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  std::vector<Config> configs;
+  for (const auto& p : points) {
+    configs.push_back(load_config(a.config, p));
+    check_simulable(configs.back());
+  }
+  sim::SweepOptions opt;
+  opt.modes = parse_modes(a.mode == "all" ? "baseline,autocache" : a.mode);
+  opt.exact = a.exact;
+  opt.jobs = a.jobs > 0 ? a.jobs : std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   const std::string out = a.out.empty() ? default_out(a.config, "sweep") : a.out;
   const OutputDirLock lock(out, command_line(), "--out");
   std::printf("sweep: %zu point%s x %zu mode%s, %d at a time\n", points.size(), points.size() == 1 ? "" : "s",
-              modes.size(), modes.size() == 1 ? "" : "s", jobs);
+              opt.modes.size(), opt.modes.size() == 1 ? "" : "s", opt.jobs);
   std::fflush(stdout);
-  auto progress = sweep_progress(points.size());
+  opt.progress = sweep_progress(points.size());
+  const auto results = sim::run_sweep(configs, points, opt);
 
-  // SimGrid allows one engine per process: every point runs in a child,
-  // which writes its summary JSON to a pipe.
-  struct Child { pid_t pid; int fd; std::size_t point; };
-  std::vector<Child> running;
-  std::vector<std::string> results(points.size());
-  std::size_t next = 0, done = 0;
-  const auto reap = [&] {
-    Child c = running.front();
-    running.erase(running.begin());
-    std::string text;
-    char buf[4096];
-    for (ssize_t n; (n = read(c.fd, buf, sizeof buf)) > 0;) text.append(buf, n);
-    close(c.fd);
-    int status = 0;
-    waitpid(c.pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      throw Error("sweep point " + std::to_string(c.point) + " failed: " + text);
-    results[c.point] = text;
-    progress(++done);
-  };
-  while (next < points.size() || !running.empty()) {
-    if (next < points.size() && static_cast<int>(running.size()) < jobs) {
-      int fds[2];
-      if (pipe(fds) != 0) throw Error("sweep: pipe failed");
-      std::fflush(nullptr);
-      const pid_t pid = fork();
-      if (pid < 0) throw Error("sweep: fork failed");
-      if (pid == 0) {
-        close(fds[0]);
-        std::string text;
-        int rc = 0;
-        try {
-          const Config config = load_config(a.config, points[next]);
-          sim::RunOptions opt;
-          opt.modes = modes;
-          opt.exact = a.exact;
-          sim::Simulator sim(config.cluster);
-          nlohmann::json j;
-          for (const auto& m : sim::simulate_training(config, opt, sim).summary.modes)
-            j[m.mode] = {{"total_s", m.total_s}, {"speedup", m.speedup}, {"samples_per_s", m.samples_per_s}};
-          text = j.dump();
-        } catch (const std::exception& e) {
-          text = e.what();
-          rc = 1;
-        }
-        if (write(fds[1], text.data(), text.size()) < 0) rc = 1;
-        _exit(rc);
-      }
-      close(fds[1]);
-      running.push_back({pid, fds[0], next++});
-    } else {
-      reap();
-    }
-  }
-
-  AtomicFile csv_file((std::filesystem::path(out) / "sweep.csv").string());
-  std::ostream& csv = csv_file.stream();
-  std::vector<std::string> keys;
-  for (const auto& set : a.overrides) keys.push_back(set.substr(0, set.find('=')));
-  for (const auto& k : keys) {
-    std::cout << k << "  ";
-    csv << k << ",";
-  }
+  trace::SweepTable table;
+  for (const auto& set : a.overrides) table.keys.push_back(set.substr(0, set.find('=')));
+  for (const Mode m : opt.modes) table.modes.push_back(sim::to_string(m));
+  for (const auto& k : table.keys) std::cout << k << "  ";
   std::cout << "\n";
-  for (std::size_t m = 0; m < modes.size(); ++m) {
-    const std::string name = sim::to_string(modes[m]);
-    csv << name << "_total_s," << name << "_speedup" << (m + 1 < modes.size() ? "," : "\n");
-  }
   for (std::size_t i = 0; i < points.size(); ++i) {
-    const nlohmann::json j = nlohmann::json::parse(results[i]);
+    trace::SweepRow row;
     for (const auto& v : points[i]) {
-      const std::string value = v.substr(v.find('=') + 1);
-      std::cout << value << "  ";
-      csv << value << ",";
+      row.values.push_back(v.substr(v.find('=') + 1));
+      std::cout << row.values.back() << "  ";
     }
-    for (std::size_t m = 0; m < modes.size(); ++m) {
-      const auto& r = j.at(sim::to_string(modes[m]));
+    for (const sim::SweepModeResult& r : results[i]) {
       char cell[96];
-      std::snprintf(cell, sizeof cell, "%s %.1f s (%.2fx)  ", sim::to_string(modes[m]).c_str(),
-                    r.at("total_s").get<double>(), r.at("speedup").get<double>());
+      std::snprintf(cell, sizeof cell, "%s %.1f s (%.2fx)  ", sim::to_string(r.mode).c_str(), r.total_s, r.speedup);
       std::cout << cell;
-      csv << r.at("total_s").get<double>() << "," << r.at("speedup").get<double>() << (m + 1 < modes.size() ? "," : "\n");
+      row.total_s.push_back(r.total_s);
+      row.speedup.push_back(r.speedup);
     }
     std::cout << "\n";
+    table.rows.push_back(std::move(row));
   }
-  csv_file.commit();
-  std::cout << "wrote " << csv_file.path() << "\n";
+  AtomicFile csv((std::filesystem::path(out) / "sweep.csv").string());
+  trace::write_sweep_csv(table, csv.stream(), csv.path());
+  csv.commit();
+  std::cout << "wrote " << csv.path() << "\n";
   return 0;
 }
 

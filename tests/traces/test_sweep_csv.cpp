@@ -1,0 +1,84 @@
+// sweep.csv: the bytes `elasticpipe sweep` writes, a round trip, and the
+// strict reader's errors (file:line:column).
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "planner/error.hpp"
+#include "traces/sweep_csv.hpp"
+
+using namespace ep;
+using Catch::Matchers::Contains;
+
+namespace {
+
+trace::SweepTable table() {
+  trace::SweepTable t;
+  t.keys = {"planner.alpha", "cluster.inter_node.bandwidth_bytes_per_s"};
+  t.modes = {"baseline", "autocache"};
+  t.rows.push_back({{"0.1", "1e9"}, {33329.98765, 16793.5123}, {1, 1.98467321}});
+  t.rows.push_back({{"0.5", "12.5e9"}, {30624.7, 7798.7}, {1, 3.92689}});
+  return t;
+}
+
+std::string text(const trace::SweepTable& t) {
+  std::ostringstream out;
+  trace::write_sweep_csv(t, out, "sweep.csv");
+  return out.str();
+}
+
+trace::SweepTable read(const std::string& s) {
+  std::istringstream in(s);
+  return trace::read_sweep_csv(in, "sweep.csv");
+}
+
+}  // namespace
+
+TEST_CASE("sweep.csv: keys, then total and speedup per mode, 6 significant digits", "[sweep_csv]") {
+  CHECK(text(table()) ==
+        "planner.alpha,cluster.inter_node.bandwidth_bytes_per_s,baseline_total_s,baseline_speedup,"
+        "autocache_total_s,autocache_speedup\n"
+        "0.1,1e9,33330,1,16793.5,1.98467\n"
+        "0.5,12.5e9,30624.7,1,7798.7,3.92689\n");
+}
+
+TEST_CASE("sweep.csv: what is written reads back", "[sweep_csv]") {
+  const trace::SweepTable t = table();
+  const trace::SweepTable back = read(text(t));
+  CHECK(back.keys == t.keys);
+  CHECK(back.modes == t.modes);
+  REQUIRE(back.rows.size() == 2);
+  CHECK(back.rows[1].values == t.rows[1].values);
+  CHECK(back.rows[1].total_s == std::vector<double>{30624.7, 7798.7});
+  CHECK(back.rows[0].speedup == std::vector<double>{1, 1.98467});  // as printed
+  CHECK(text(back) == text(t));
+  trace::SweepTable no_keys;
+  no_keys.modes = {"baseline"};
+  no_keys.rows.push_back({{}, {5}, {1}});
+  CHECK(text(no_keys) == "baseline_total_s,baseline_speedup\n5,1\n");
+  CHECK(read(text(no_keys)).rows.size() == 1);
+}
+
+TEST_CASE("sweep.csv: the writer refuses cells that would break the file", "[sweep_csv]") {
+  trace::SweepTable t = table();
+  t.rows[1].values[0] = "[1,2]";
+  CHECK_THROWS_WITH(text(t), Contains("sweep.csv: row 2, column 1") && Contains("comma"));
+  t = table();
+  t.rows[0].total_s.pop_back();
+  CHECK_THROWS_WITH(text(t), Contains("row 1"));
+}
+
+TEST_CASE("sweep.csv: the reader names file, line and column", "[sweep_csv]") {
+  const std::string header = "planner.alpha,baseline_total_s,baseline_speedup\n";
+  CHECK_THROWS_WITH(read(""), Contains("sweep.csv:1: empty file"));
+  CHECK_THROWS_WITH(read("planner.alpha\n"), Contains("sweep.csv:1: header: no MODE_total_s"));
+  CHECK_THROWS_WITH(read("planner.alpha,baseline_total_s,autocache_speedup\n"),
+                    Contains("sweep.csv:1:3: expected baseline_speedup, found 'autocache_speedup'"));
+  CHECK_THROWS_WITH(read("a,baseline_total_s\n"), Contains("sweep.csv:1:3: expected baseline_speedup"));
+  CHECK_THROWS_WITH(read(header + "0.1,5,1\n0.2,x,1\n"), Contains("sweep.csv:3:2: expected a finite number, found 'x'"));
+  CHECK_THROWS_WITH(read(header + "0.1,5,inf\n"), Contains("sweep.csv:2:3: expected a finite number"));
+  CHECK_THROWS_WITH(read(header + "0.1,5,1e999\n"), Contains("sweep.csv:2:3"));
+  CHECK_THROWS_WITH(read(header + "0.1,5\n"), Contains("sweep.csv:2: expected 3 cells, found 2"));
+  CHECK_THROWS_WITH(read(header + ",5,1\n"), Contains("sweep.csv:2:1: empty value of planner.alpha"));
+  CHECK_THROWS_WITH(read(header + "0.1,5 ,1\n"), Contains("sweep.csv:2:2"));
+}

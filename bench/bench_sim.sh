@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Times `elasticpipe simulate configs/paper/vit_imagenet.toml --mode all`
-# (median of 5 runs, wall seconds) and a 100-point sweep (10 alphas x 10
+# (median of 5 runs, wall seconds, with and without the trace), `plan` of
+# the same config (median of 5) and a 100-point sweep (10 alphas x 10
 # inter-node bandwidths, baseline + autocache per point). Run after
-# scripts/setup.sh: bash bench/bench_sim.sh
+# scripts/setup.sh: bash bench/bench_sim.sh [BINARY]
+# (default: $ELASTICPIPE, else ./build/elasticpipe).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=./build/elasticpipe
+bin=${1:-${ELASTICPIPE:-./build/elasticpipe}}
+[ -x "$bin" ] || { echo "bench_sim.sh: no executable $bin (build it, or pass its path)" >&2; exit 2; }
 cfg=configs/paper/vit_imagenet.toml
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -26,6 +29,11 @@ notrace=()
 for _ in 1 2 3 4 5; do notrace+=("$(wall "$bin" simulate "$cfg" --mode all --set sim.trace=false --out "$out/sim")"); done
 median=$(printf '%s\n' "${notrace[@]}" | sort -g | sed -n 3p)
 printf 'simulate %s --mode all, no trace: median %.3f s of 5\n' "$cfg" "$median"
+
+plans=()
+for _ in 1 2 3 4 5; do plans+=("$(wall "$bin" plan "$cfg")"); done
+median=$(printf '%s\n' "${plans[@]}" | sort -g | sed -n 3p)
+printf 'plan %s: median %.3f s of 5\n' "$cfg" "$median"
 
 sweep=$(wall "$bin" sweep "$cfg" \
   --set planner.alpha=0.1,0.2,0.25,0.3,0.333,0.4,0.5,0.6,0.7,0.8 \

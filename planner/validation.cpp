@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "planner/error.hpp"
+#include "planner/stats.hpp"
 
 namespace ep {
 
@@ -154,10 +155,9 @@ FactorFit fit_group_factors(std::span<const ValidationPlan> plans, std::span<con
   }
   FactorFit fit;
   std::map<std::pair<int, int>, double> factor;
-  for (auto& [key, r] : ratios) {
-    std::sort(r.begin(), r.end());
-    factor[key] = r[r.size() / 2];
-    fit.groups.push_back({key.first, key.second, r[r.size() / 2], r.size()});
+  for (const auto& [key, r] : ratios) {
+    factor[key] = median(r);
+    fit.groups.push_back({key.first, key.second, factor[key], r.size()});
   }
   for (std::size_t i = 0; i < plans.size(); ++i) {
     const IterationSetup& s = plans[i].setup;

@@ -10,6 +10,7 @@
 #include <deque>
 #include <exception>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -454,41 +455,53 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   run.mode = mode;
   run.plan = plan_run(mc, cost, predict);
   const bool traced = last && mc.sim.trace;
-  double clock = 0;  // start of the plan on the run's timeline
-  std::optional<IterationSetup> last_traced;  // consecutive identical plans are traced once
-  std::vector<IterationSetup> traced_setups;  // traced together once the plans are known
+  const std::vector<Plan>& plans = run.plan.plans;
+  // Traced: the iteration each plan starts with (it fills the cache when it
+  // does), once per run of identical plans.
+  std::vector<IterationSetup> traced_setups;
   std::vector<int> traced_plans;
-  std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
+  std::vector<bool> is_traced(plans.size(), false);
+  for (std::size_t pi = 0; traced && pi < plans.size(); ++pi) {
+    const IterationSetup first = iteration_setup(mc, plans[pi], true);
+    const IterationSetup* last_traced = traced_setups.empty() ? nullptr : &traced_setups.back();
+    const bool same = last_traced && last_traced->partition == first.partition && last_traced->M == first.M &&
+                      last_traced->cache_on == first.cache_on &&
+                      last_traced->cache_valid_layers == first.cache_valid_layers &&
+                      last_traced->replicas == first.replicas;
+    if (same) continue;
+    traced_setups.push_back(first);
+    traced_plans.push_back(plans[pi].id);
+    is_traced[pi] = true;
+  }
+  // The transitions' transfers and the traced iterations depend on nothing
+  // but the plans: all start at once (their runs go to the same pool), and
+  // the plans are then walked in order.
+  std::future<std::vector<trace::Trace>> traces =
+      std::async(std::launch::async, [&] { return runner.trace(ctx, traced_setups, traced_plans); });
+  std::vector<std::future<Transition>> transitions;
+  for (std::size_t pi = 0; pi < plans.size(); ++pi)
+    transitions.push_back(std::async(std::launch::async, [&, pi] {
+      return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim);
+    }));
   // The steady states plan_run had simulated (memo hits), for their breakdown.
   std::vector<IterationSetup> setups;
-  for (const Plan& p : run.plan.plans) setups.push_back(iteration_setup(mc, p, false));
+  for (const Plan& p : plans) setups.push_back(iteration_setup(mc, p, false));
   const auto steady_states = steady_periods(runner, ctx, setups);
-  for (std::size_t pi = 0; pi < run.plan.plans.size(); ++pi) {
-    const Plan& p = run.plan.plans[pi];
+  double clock = 0;  // start of the plan on the run's timeline
+  std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
+  for (std::size_t pi = 0; pi < plans.size(); ++pi) {
+    const Plan& p = plans[pi];
     PlanSim ps;
     ps.plan_id = p.id;
     ps.steady = steady_states[pi].second.sim;
     ps.exposed_comm_s = std::max(0.0, p.iteration_s - period_without_comm(ctx, setups[pi]));
-    const Transition tr = transition(ctx, pi ? &run.plan.plans[pi - 1] : nullptr, p, sim);
+    const Transition tr = transitions[pi].get();
     ps.transition_s = tr.total_s();
-
-    if (traced) {
-      // The iteration the plan starts with (it fills the cache when it does),
-      // once per run of identical plans, after the transition's parts.
-      const IterationSetup first = iteration_setup(mc, p, true);
-      const bool same = last_traced && last_traced->partition == first.partition && last_traced->M == first.M &&
-                        last_traced->cache_on == first.cache_on &&
-                        last_traced->cache_valid_layers == first.cache_valid_layers &&
-                        last_traced->replicas == first.replicas;
-      if (!same) {
-        traced_setups.push_back(first);
-        traced_plans.push_back(p.id);
-        traced_at.push_back({clock + ps.transition_s, p.first_epoch});
-        if (tr.total_s() > 0) add_transition_events(out.trace, mc, p, pi ? &run.plan.plans[pi - 1] : nullptr, tr, clock);
-        last_traced = first;
-      }
+    if (is_traced[pi]) {
+      // After the transition's parts.
+      traced_at.push_back({clock + ps.transition_s, p.first_epoch});
+      if (tr.total_s() > 0) add_transition_events(out.trace, mc, p, pi ? &plans[pi - 1] : nullptr, tr, clock);
     }
-
     for (int e = p.first_epoch; e < p.end_epoch; ++e) {
       const CacheRole role = p.cache_role(e);
       const bool fill = role == CacheRole::Fill || role == CacheRole::Advance;
@@ -502,11 +515,11 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
       clock += epoch_s + transition;
     }
     run.plans.push_back(ps);
-    if (progress) progress((pi + 1.0) / run.plan.plans.size());
+    if (progress) progress((pi + 1.0) / plans.size());
   }
-  const std::vector<trace::Trace> traces = runner.trace(ctx, traced_setups, traced_plans);
-  for (std::size_t i = 0; i < traces.size(); ++i) {
-    const std::size_t begin = trace::append(out.trace, traces[i], traced_at[i].first);
+  const std::vector<trace::Trace> iterations = traces.get();
+  for (std::size_t i = 0; i < iterations.size(); ++i) {
+    const std::size_t begin = trace::append(out.trace, iterations[i], traced_at[i].first);
     for (std::size_t k = begin; k < out.trace.events.size(); ++k) out.trace.events[k].epoch = traced_at[i].second;
   }
   for (const Plan& p : run.plan.plans)

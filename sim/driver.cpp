@@ -117,8 +117,15 @@ class Dispatcher {
         if (start.empty() && pool.running() == 0 && live == 0) break;
       }
       for (const Item& it : start) {
-        started[next_id] = it;
-        pool.start((*it.batch->bodies)[it.index], next_id++);
+        try {
+          pool.start((*it.batch->bodies)[it.index], next_id);
+          started[next_id++] = it;
+        } catch (const std::exception& e) {  // fork() or pipe() failed: this run fails, the tasks go on
+          const std::lock_guard lock(mutex_);
+          if (it.batch->error.empty()) it.batch->error = e.what();
+          --it.batch->left;
+          done_.notify_all();
+        }
       }
       const std::vector<ChildPool::Ended> ended = pool.wait(wake_[0]);
       char drain[64];

@@ -2,10 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <numbers>
 
 #include "planner/error.hpp"
@@ -266,9 +269,27 @@ void Model::save(const std::string& path) const {
   if (!out) throw Error(path + ": write failed");
 }
 
-void Model::load(const std::string& path) {
+void Model::load(const std::string& path, const std::vector<std::string>& keep) {
+  const auto kept = [&](const std::string& name) {
+    return std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return name.rfind(k, 0) == 0; });
+  };
+  std::map<std::string, at::Tensor> by_name;  // the parameters the file must give
+  for (const auto& p : named_params())
+    if (!kept(p.name)) by_name.emplace(p.name, p.tensor);
+  const std::vector<NamedTensor> params = named_params();
+  for (const std::string& k : keep)
+    if (std::none_of(params.begin(), params.end(), [&](const NamedTensor& p) { return p.name.rfind(k, 0) == 0; })) {
+      std::set<std::string> starts;  // "att.", "head.", ...
+      for (const NamedTensor& p : params) starts.insert(p.name.substr(0, p.name.find('.') + 1));
+      std::string names;
+      for (const std::string& s : starts) names += (names.empty() ? "" : ", ") + s;
+      throw Error("'" + k + "' is the start of no parameter name of this model (they start with " + names + ")");
+    }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open");
+  std::error_code ec;
+  const std::uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw Error(path + ": " + ec.message());
   const auto get = [&](void* p, std::size_t n, const std::string& what) {
     if (!in.read(static_cast<char*>(p), static_cast<std::streamsize>(n)))
       throw Error(path + ": truncated while reading " + what);
@@ -279,11 +300,8 @@ void Model::load(const std::string& path) {
     throw Error(path + ": not an ElasticPipe weights file (expected magic EPWEIGHT)");
   std::uint64_t count = 0;
   get(&count, sizeof count, "the header");
-  std::map<std::string, at::Tensor> by_name;
-  for (const auto& p : named_params()) by_name.emplace(p.name, p.tensor);
-  if (count != by_name.size())
-    throw Error(path + ": holds " + std::to_string(count) + " parameters, the model has " +
-                std::to_string(by_name.size()));
+  if (count > file_size) throw Error(path + ": truncated: it says " + std::to_string(count) + " parameters");
+  std::set<std::string> loaded;
   for (std::uint64_t i = 0; i < count; ++i) {
     std::uint32_t len = 0, ndim = 0;
     get(&len, sizeof len, "parameter " + std::to_string(i));
@@ -291,19 +309,32 @@ void Model::load(const std::string& path) {
     std::string name(len, '\0');
     get(name.data(), len, "parameter " + std::to_string(i));
     const auto it = by_name.find(name);
-    if (it == by_name.end()) throw Error(path + ": parameter '" + name + "' is not in the model");
+    if (it == by_name.end() && !kept(name)) throw Error(path + ": parameter '" + name + "' is not in the model");
     get(&ndim, sizeof ndim, name);
-    std::vector<std::int64_t> dims(ndim > 8 ? 0 : ndim);
     if (ndim > 8) throw Error(path + ": parameter '" + name + "': " + std::to_string(ndim) + " dimensions");
+    std::vector<std::int64_t> dims(ndim);
     get(dims.data(), ndim * sizeof(std::int64_t), name);
-    if (at::IntArrayRef(dims) != it->second.sizes())
+    // Within what is left of the file before anything is allocated: a
+    // damaged header must not ask for terabytes.
+    std::uint64_t numel = 1;
+    const auto left = static_cast<std::uint64_t>(file_size - static_cast<std::uint64_t>(in.tellg()));
+    for (const std::int64_t d : dims) {
+      if (d < 0) throw Error(path + ": parameter '" + name + "': dimension " + std::to_string(d));
+      numel = d == 0 ? 0 : numel > left / static_cast<std::uint64_t>(d) ? left + 1 : numel * static_cast<std::uint64_t>(d);
+    }
+    if (numel > left / sizeof(float)) throw Error(path + ": truncated while reading " + name);
+    if (it != by_name.end() && at::IntArrayRef(dims) != it->second.sizes())
       throw Error(path + ": parameter '" + name + "': shape " + c10::str(at::IntArrayRef(dims)) +
                   ", the model's is " + c10::str(it->second.sizes()));
     at::Tensor values = at::empty(dims, at::kFloat);
     get(values.data_ptr<float>(), values.numel() * sizeof(float), name);
+    if (it == by_name.end()) continue;  // kept: its seeded values stay
+    if (!loaded.insert(name).second) throw Error(path + ": parameter '" + name + "' appears twice");
     at::NoGradGuard no_grad;
     it->second.copy_(values);
   }
+  for (const auto& [name, tensor] : by_name)
+    if (!loaded.count(name)) throw Error(path + ": the model's parameter '" + name + "' is not in the file");
 }
 
 at::Tensor weighted_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& weights,

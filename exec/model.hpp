@@ -80,8 +80,13 @@ class Model {
   // requires exactly this model's names and shapes and throws ep::Error
   // naming the file and the first mismatch; values land on each
   // parameter's current device.
+  //
+  // `keep`: name prefixes of parameters that keep their seeded values (a
+  // fine-tuning's new classifier): the file's entries for them are skipped
+  // whatever their shape, and it need not hold them. Each prefix must match
+  // a parameter of this model.
   void save(const std::string& path) const;
-  void load(const std::string& path);
+  void load(const std::string& path, const std::vector<std::string>& keep = {});
 
  private:
   ModelSpec spec_;

@@ -48,9 +48,29 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
   if (!opt.out_dir.empty() && rank0()) create_output_dir(opt.out_dir);
 }
 
+void Trainer::load_initial_weights() {
+  if (c_.training.init_weights.empty()) return;
+  const std::vector<NamedTensor> params = model_.named_params();
+  for (const std::string& k : c_.training.init_keep)
+    if (std::none_of(params.begin(), params.end(), [&](const NamedTensor& p) { return p.name.rfind(k, 0) == 0; }))
+      throw c_.error("training.init_keep", "prefixes of this model's parameter names (att., mlp., stem., head.)",
+                     "'" + k + "'");
+  try {
+    model_.load(c_.training.init_weights, c_.training.init_keep);
+  } catch (const Error& e) {
+    throw c_.error("training.init_weights", "a weights file with this model's parameter names and shapes "
+                   "(those not kept by training.init_keep)", e.what());
+  }
+  log("initial weights from " + c_.training.init_weights);
+}
+
 TrainResult Trainer::run() {
-  if (!opt_.resume.empty()) resume();
-  else plan_step(true);
+  if (!opt_.resume.empty()) {
+    resume();  // the checkpoint's weights, not the initial ones
+  } else {
+    load_initial_weights();
+    plan_step(true);
+  }
   enter_plan(nullptr);
   while (true) {
     if (!active()) {

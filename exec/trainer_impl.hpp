@@ -69,6 +69,9 @@ class Trainer {
   // resume.cpp: checkpoints.
   void checkpoint(double running_s = 0);
   void resume();
+  // training.init_weights into the model before the first step; a file that
+  // does not fit is an error of that key.
+  void load_initial_weights();
 
   const Config& c_;
   const TrainOptions& opt_;

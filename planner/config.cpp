@@ -223,6 +223,19 @@ class Reader {
     fail(key, enum_choices(table), describe(*n));
   }
 
+  void string_list(const std::string& key, std::vector<std::string>& out) {
+    const toml::node* n = get(key);
+    if (!n) return;
+    const toml::array* arr = n->as_array();
+    if (!arr) fail(key, "an array of strings", describe(*n));
+    out.clear();
+    for (const auto& e : *arr) {
+      if (!e.is_string() || e.value<std::string>()->empty())
+        fail(key, "an array of non-empty strings", "an element " + describe(e));
+      out.push_back(*e.value<std::string>());
+    }
+  }
+
   void int_list(const std::string& key, std::vector<int>& out) {
     const toml::node* n = get(key);
     if (!n) return;
@@ -442,6 +455,11 @@ void read_training(Reader& r, TrainingConfig& t) {
   r.choice("training.precision", t.precision, kPrecisions, false);
   r.choice("training.checkpointing", t.checkpointing, kCheckpointing, false);
   r.choice("training.batch_policy", t.batch_policy, kBatchPolicies, false);
+  r.path("training.init_weights", t.init_weights);
+  r.string_list("training.init_keep", t.init_keep);
+  if (!t.init_keep.empty() && t.init_weights.empty())
+    r.fail("training.init_keep", "no init_keep without training.init_weights (nothing is loaded to keep from)",
+           std::to_string(t.init_keep.size()) + " prefixes");
   if (!(t.lr > 0)) r.fail("training.lr", "a number > 0", fmt(t.lr));
   if (!(t.momentum >= 0 && t.momentum < 1)) r.fail("training.momentum", "a number in [0, 1)", fmt(t.momentum));
   if (!(t.weight_decay >= 0)) r.fail("training.weight_decay", "a number >= 0", fmt(t.weight_decay));

@@ -114,6 +114,12 @@ struct TrainingConfig {
   // same, with lr multiplied by replicas / initial replicas (the linear
   // scaling rule).
   BatchPolicy batch_policy = BatchPolicy::PerPipeline;
+  // Fine-tuning: the weights training starts from (a weights.bin that
+  // `train` wrote, matched by parameter name and shape); empty: from the
+  // seed. init_keep: name prefixes of parameters that keep their seeded
+  // values instead (e.g. "head." for a new classifier).
+  std::string init_weights;
+  std::vector<std::string> init_keep;
 };
 
 enum class FreezePolicyKind { None, Alpha, GradientNorm, Replay };

@@ -139,6 +139,15 @@ expect_rc 0 "simulate replays train's grad norms" -- "$bin" simulate "$fm" "${sm
   --out "$tmp/replay"
 # A simulated and a real trace of the same config align.
 expect_rc 0 "trace diff sim vs exec" -- "$bin" trace diff "$tmp/replay/trace.json" "$tmp/train/trace.json"
+# Fine-tuning from the weights a training wrote: a new classifier (head.)
+# keeps its seeded values; another model's file is a config error naming the key.
+expect_rc 0 "fine-tune from train's weights" -- "$bin" train "$fm" "${small[@]}" --set training.epochs=1 \
+  --set "training.init_weights=\"$tmp/train/weights.bin\"" --set 'training.init_keep=["head."]' --out "$tmp/finetune"
+expect_text "fine-tune names its initial weights" "initial weights from $tmp/train/weights.bin"
+expect_rc 2 "initial weights of another model" -- "$bin" train "$fm" "${small[@]}" --set training.epochs=1 \
+  --set model.num_hidden_layers=2 --set "training.init_weights=\"$tmp/train/weights.bin\"" --out "$tmp/finetune2"
+expect_text "initial weights mismatch names the key" "key 'training.init_weights'"
+expect_text "initial weights mismatch names the parameter" "is not in the model"
 expect_rc 2 "train without the dataset" -- "$bin" train "$fm" --set 'data.path="/nonexistent/fmnist"'
 expect_text "missing dataset names the package" "dataset-fashion-mnist"
 expect_text "missing dataset names the path" "/nonexistent/fmnist"

@@ -92,6 +92,51 @@ TEST_CASE("weights depend on the seed only, and save/load by name restores them 
   std::filesystem::remove(path);
 }
 
+TEST_CASE("initial weights: loaded by name, kept prefixes keep their seeded values whatever the file holds") {
+  std::mt19937 rng(9);
+  const ModelConfig m = random_config(rng, ModelFamily::ViT);
+  ModelConfig other_labels = m;
+  other_labels.num_labels = m.num_labels + 3;  // a fine-tuning task with another label set
+  exec::Model pretrained(m, 1), fresh(other_labels, 2), seeded(other_labels, 2);
+  const std::string path = temp_file("ep_init_");
+  pretrained.save(path);
+  // The head differs in shape: without keeping it, the load names it.
+  CHECK_THROWS_WITH(fresh.load(path), Catch::Contains("head."));
+  fresh.load(path, {"head."});
+  const auto loaded = fresh.named_params(), before = seeded.named_params(), source = pretrained.named_params();
+  REQUIRE(loaded.size() == source.size());
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    INFO(loaded[i].name);
+    if (loaded[i].name.rfind("head.", 0) == 0)
+      CHECK(at::equal(loaded[i].tensor, before[i].tensor));  // seeded, untouched
+    else
+      CHECK(at::equal(loaded[i].tensor, source[i].tensor));  // pretrained, bit for bit
+  }
+  // A prefix that matches nothing, another model's names, another shape,
+  // a file cut short: each refused, naming what is wrong.
+  CHECK_THROWS_WITH(fresh.load(path, {"classifier."}), Catch::Contains("'classifier.'"));
+  ModelConfig deeper = other_labels;
+  deeper.num_hidden_layers += 1;
+  exec::Model d(deeper, 1);
+  CHECK_THROWS_WITH(d.load(path, {"head."}), Catch::Contains("is not in the file"));
+  ModelConfig shallower = other_labels;
+  shallower.num_hidden_layers -= 1;
+  if (shallower.num_hidden_layers >= 1) {
+    exec::Model sh(shallower, 1);
+    CHECK_THROWS_WITH(sh.load(path, {"head."}), Catch::Contains("is not in the model"));
+  }
+  ModelConfig wider = other_labels;
+  wider.intermediate_size += 1;
+  exec::Model w(wider, 1);
+  CHECK_THROWS_WITH(w.load(path, {"head."}), Catch::Contains("fc1.weight") && Catch::Contains("shape"));
+  const auto size = std::filesystem::file_size(path);
+  for (const std::uintmax_t cut : {size - 3, size / 2, std::uintmax_t{20}}) {
+    std::filesystem::resize_file(path, cut);
+    CHECK_THROWS_WITH(fresh.load(path, {"head."}), Catch::Contains("truncated"));
+  }
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("SGD, Adam and AdamW updates equal torch::optim's") {
   for (const ep::Optimizer kind : {ep::Optimizer::SGD, ep::Optimizer::Adam, ep::Optimizer::AdamW}) {
     INFO(to_string(kind));

@@ -407,3 +407,22 @@ TEST_CASE("schedule kind names round-trip, and nothing else parses") {
     CHECK(ep::parse_schedule_kind(ep::to_string(k)) == k);
   for (const char* bad : {"", "GPipe", "looping", "zigzag", "gpipe "}) CHECK_FALSE(ep::parse_schedule_kind(bad).has_value());
 }
+
+TEST_CASE("initial weights: a path relative to the config file; kept prefixes need a file to keep from") {
+  std::string text = kBase;
+  text.replace(text.find("seed = 7\n"), 9, "seed = 7\ninit_weights = \"pre/weights.bin\"\n");
+  CHECK(ep::parse_config(text, "runs/a/c.toml", {}).training.init_weights == "runs/a/pre/weights.bin");
+  const ep::Config plain = ep::parse_config(kBase, "c.toml", {});
+  CHECK(plain.training.init_weights.empty());
+  CHECK(plain.training.init_keep.empty());
+  const ep::Config c =
+      ep::parse_config(kBase, "runs/a/c.toml", {"training.init_weights=\"pre/w.bin\"", "training.init_keep=[\"head.\"]"});
+  CHECK(c.training.init_weights == "pre/w.bin");  // from --set: relative to the working directory
+  CHECK(c.training.init_keep == std::vector<std::string>{"head."});
+  std::string msg = error_of(kBase, {"training.init_keep=[\"head.\"]"});
+  CHECK_THAT(msg, Catch::Contains("key 'training.init_keep'") && Catch::Contains("init_weights"));
+  msg = error_of(kBase, {"training.init_weights=\"w.bin\"", "training.init_keep=[\"\"]"});
+  CHECK_THAT(msg, Catch::Contains("non-empty strings"));
+  msg = error_of(kBase, {"training.init_weights=\"w.bin\"", "training.init_keep=\"head.\""});
+  CHECK_THAT(msg, Catch::Contains("an array of strings"));
+}

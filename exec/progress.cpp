@@ -6,6 +6,7 @@
 
 #include "exec/trainer.hpp"
 #include "planner/stats.hpp"
+#include "traces/plan_epoch.hpp"
 
 namespace ep::exec {
 
@@ -50,24 +51,12 @@ bool WarmupMeter::add(double iteration_s, bool epoch_done, double& warmup_s) {
 
 trace::EpochMetrics epoch_metrics(const Plan& plan, const trace::RunState& p, const TracedMeasures& traced,
                                   double epoch_s, double transition_s, bool cache_filled, double accuracy) {
-  trace::EpochMetrics m;
-  m.source = "exec";
-  m.mode = "train";
-  m.epoch = p.epoch;
-  m.plan_id = plan.id;
-  m.frozen_layers = plan.frozen_layers;
-  m.K = plan.K;
-  m.M = plan.M;
-  m.replicas = plan.layout.replicas;
-  m.cache = plan.cache.on;
-  m.epoch_s = epoch_s + transition_s;
+  trace::EpochMetrics m = trace::plan_epoch_row(plan, p.epoch, "exec", "train", epoch_s, transition_s, cache_filled);
   m.iteration_s = p.iteration ? epoch_s / static_cast<double>(p.iteration) : 0;
   m.samples_per_s = epoch_s > 0 ? static_cast<double>(p.epoch_real) / epoch_s : 0;
   m.bubble_fraction = traced.iterations ? traced.bubble / traced.iterations : 0;
   m.compute_s = traced.iterations ? traced.compute_s / traced.iterations : 0;
   m.comm_s = traced.iterations ? traced.comm_s / traced.iterations : 0;
-  m.cache_hit_ratio = plan.cache.on && !cache_filled ? 1 : 0;
-  m.transition_s = transition_s;
   m.loss = p.epoch_real ? p.epoch_loss_sum / static_cast<double>(p.epoch_real) : 0;
   m.accuracy = accuracy;
   return m;

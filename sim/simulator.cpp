@@ -11,6 +11,7 @@
 
 #include "planner/error.hpp"
 #include "sim/isolate.hpp"
+#include "traces/action_event.hpp"
 #include "sim/platform.hpp"
 
 namespace ep::sim {
@@ -27,8 +28,6 @@ double now() { return s4u::Engine::get_clock(); }
 void wait_all(const std::vector<s4u::CommPtr>& comms) { s4u::Comm::wait_all(comms); }
 
 bool is_recv(ActionKind k) { return k == ActionKind::RecvAct || k == ActionKind::RecvGrad; }
-
-const char* category(ActionKind k) { return trace::action_category(k); }
 
 // Simulated sizes are whole bytes; below half a byte a transfer is free.
 std::uint64_t whole_bytes(double b) { return static_cast<std::uint64_t>(std::llround(b)); }
@@ -203,22 +202,11 @@ class Recorder {
   std::unordered_map<const s4u::Link*, int> link_track_;
 };
 
+// The one Action -> event helper, with what the simulator knows of a run.
 trace::Event action_event(int track, const Action& a, double start, double end, int rank, int plan_id, int it,
                           std::int64_t bytes) {
-  trace::Event e;
-  e.track = track;
-  e.name = to_string(a);
-  e.category = category(a.kind);
-  e.start_s = start;
-  e.end_s = end;
-  e.stage = a.stage;
-  e.microbatch = a.microbatch;
-  e.bucket = a.bucket;
-  e.replica = rank;
-  e.plan_id = plan_id;
-  e.iteration = it;
-  e.bytes = bytes;
-  return e;
+  return trace::action_event(track, a, start, end,
+                             {.replica = rank, .plan_id = plan_id, .iteration = it, .bytes = bytes});
 }
 
 // What the child appended to the trace, sent back to the parent.

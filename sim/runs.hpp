@@ -1,0 +1,318 @@
+// How the driver gets SimGrid runs done: a Runner memoises iteration runs
+// by their exact request; a Dispatcher lets several planning threads (one
+// per mode) hand their runs to the thread that built the engine, which
+// forks them from one ChildPool; RouteRuns points the Simulator at it.
+// Internal to sim/ (driver.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "planner/autodp.hpp"
+#include "planner/iteration.hpp"
+#include "sim/isolate.hpp"
+#include "sim/simulator.hpp"
+
+namespace ep::sim {
+
+// What one simulated iteration run gives the driver.
+struct Measured {
+  SimResult sim;
+  double fb_per_device_s = 0;  // F and B time of one device of one replica, per iteration
+  // Idle share of the devices' F/B capacity at this period (Timeline's definition).
+  [[nodiscard]] double bubble_fraction(double period_s) const { return 1.0 - fb_per_device_s / period_s; }
+};
+
+// Runs tasks (one per mode) in threads. Their SimGrid runs come back to
+// the thread that called serve(), the one that built the engine, which
+// forks them from one ChildPool, `jobs` at a time, in the order they were
+// asked for: forking from that thread keeps every child's engine pristine
+// and its maestro context the one SimGrid made. What a run gives does not
+// depend on when it runs, so the results are those of running the tasks
+// one after another.
+class Dispatcher {
+ public:
+  using Body = std::function<void(ByteWriter&)>;
+
+  explicit Dispatcher(int jobs) : jobs_(std::max(1, jobs)) {
+    if (::pipe(wake_) != 0) throw Error("simulator: pipe() failed: " + std::string(std::strerror(errno)));
+    ::fcntl(wake_[0], F_SETFL, ::fcntl(wake_[0], F_GETFL) | O_NONBLOCK);
+  }
+  ~Dispatcher() {
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // From a task: runs `bodies` in children and waits for their results.
+  std::vector<std::string> run(const std::vector<Body>& bodies) {
+    Batch b;
+    b.bodies = &bodies;
+    b.results.resize(bodies.size());
+    b.left = bodies.size();
+    if (bodies.empty()) return {};
+    {
+      const std::lock_guard lock(mutex_);
+      for (std::size_t i = 0; i < bodies.size(); ++i) queue_.push_back({&b, i});
+    }
+    wake();
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return b.left == 0; });
+    if (!b.error.empty()) throw Error(b.error);
+    return std::move(b.results);
+  }
+
+  // Runs `tasks` in threads and serves their runs until all have ended;
+  // then rethrows the first task's exception in task order.
+  void serve(const std::vector<std::function<void()>>& tasks) {
+    std::vector<std::exception_ptr> errors(tasks.size());
+    std::size_t live = tasks.size();
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+      threads.emplace_back([&, i] {
+        try {
+          tasks[i]();
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+        {
+          const std::lock_guard lock(mutex_);
+          --live;
+        }
+        wake();
+      });
+    ChildPool pool;
+    std::map<std::size_t, Item> started;
+    std::size_t next_id = 0;
+    for (;;) {
+      std::vector<Item> start;
+      {
+        const std::lock_guard lock(mutex_);
+        while (!queue_.empty() && pool.running() + start.size() < static_cast<std::size_t>(jobs_)) {
+          start.push_back(queue_.front());
+          queue_.pop_front();
+        }
+        if (start.empty() && pool.running() == 0 && live == 0) break;
+      }
+      for (const Item& it : start) {
+        try {
+          pool.start((*it.batch->bodies)[it.index], next_id);
+          started[next_id++] = it;
+        } catch (const std::exception& e) {  // fork() or pipe() failed: this run fails, the tasks go on
+          const std::lock_guard lock(mutex_);
+          if (it.batch->error.empty()) it.batch->error = e.what();
+          --it.batch->left;
+          done_.notify_all();
+        }
+      }
+      const std::vector<ChildPool::Ended> ended = pool.wait(wake_[0]);
+      char drain[64];
+      while (::read(wake_[0], drain, sizeof drain) > 0) {
+      }
+      if (ended.empty()) continue;
+      const std::lock_guard lock(mutex_);
+      for (const ChildPool::Ended& e : ended) {
+        const Item it = started.at(e.id);
+        started.erase(e.id);
+        it.batch->results[it.index] = e.bytes;
+        if (!e.error.empty() && it.batch->error.empty()) it.batch->error = e.error;
+        --it.batch->left;
+      }
+      done_.notify_all();
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  struct Batch {
+    const std::vector<Body>* bodies = nullptr;
+    std::vector<std::string> results;
+    std::string error;
+    std::size_t left = 0;
+  };
+  struct Item {
+    Batch* batch = nullptr;
+    std::size_t index = 0;
+  };
+  void wake() {
+    const char c = 0;
+    (void)!::write(wake_[1], &c, 1);
+  }
+
+  int jobs_;
+  int wake_[2] = {-1, -1};
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::deque<Item> queue_;
+};
+
+// Runs iterations of setups on SimGrid, memoised across plans, modes and
+// trainings on the same platform: the key is the request itself (partition,
+// K, M, layout, cache mode and a hash of every action's duration and
+// bytes), so two
+// requests share a result exactly when SimGrid would be given the same
+// input. The misses of a batch run in parallel; a request another thread
+// is already running is waited for, not run twice. Thread-safe.
+class Runner {
+ public:
+  Runner(Simulator& sim, int jobs) : sim_(sim), jobs_(jobs) {}
+
+  std::vector<Measured> run(const PlanContext& ctx, const std::vector<IterationSetup>& setups, int iterations) {
+    std::vector<std::string> keys;
+    std::vector<SimRequest> misses;
+    std::vector<std::string> miss_keys;
+    {
+      std::vector<SimRequest> requests;
+      for (const IterationSetup& s : setups) {
+        requests.push_back(request(ctx, s, iterations, -1));
+        keys.push_back(signature(requests.back(), s, iterations));
+      }
+      const std::lock_guard lock(mutex_);
+      for (std::size_t i = 0; i < setups.size(); ++i) {
+        if (memo_.count(keys[i]) || running_.count(keys[i])) continue;
+        running_.insert(keys[i]);
+        misses.push_back(std::move(requests[i]));
+        miss_keys.push_back(keys[i]);
+      }
+    }
+    std::vector<SimResult> results;
+    try {
+      results = sim_.run_batch(misses, jobs_);
+    } catch (const std::exception& e) {
+      const std::lock_guard lock(mutex_);
+      for (const std::string& k : miss_keys) running_.erase(k), failed_.emplace(k, e.what());
+      ready_.notify_all();
+      throw;
+    }
+    std::unique_lock lock(mutex_);
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+      memo_.emplace(miss_keys[i], Measured{results[i], fb_per_device(misses[i])});
+      running_.erase(miss_keys[i]);
+    }
+    ready_.notify_all();
+    std::vector<Measured> out;
+    for (const std::string& k : keys) {
+      ready_.wait(lock, [&] { return memo_.count(k) || failed_.count(k); });
+      if (const auto f = failed_.find(k); f != failed_.end()) throw Error(f->second);
+      out.push_back(memo_.at(k));
+    }
+    return out;
+  }
+
+  // One traced iteration per setup, in parallel (not memoised: the traces
+  // are the point).
+  std::vector<trace::Trace> trace(const PlanContext& ctx, const std::vector<IterationSetup>& setups,
+                                  const std::vector<int>& plan_ids) {
+    std::vector<SimRequest> requests;
+    for (std::size_t i = 0; i < setups.size(); ++i) requests.push_back(request(ctx, setups[i], 1, plan_ids[i]));
+    std::vector<trace::Trace> traces;
+    (void)sim_.run_batch(requests, jobs_, &traces);
+    return traces;
+  }
+
+ private:
+  static SimRequest request(const PlanContext& ctx, const IterationSetup& s, int iterations, int plan_id) {
+    SimRequest req;
+    req.schedule = build_schedule(schedule_options(ctx, s));
+    req.costs = iteration_costs(ctx, s);
+    for (const auto& r : replica_layout(ctx.config, s.K, s.replicas).replica) {
+      req.replica_gpus.push_back(r.gpus);
+      req.replica_rank.push_back(r.rank);
+    }
+    req.cache_tier = s.cache_tier;
+    req.iterations = iterations;
+    req.plan_id = plan_id;
+    return req;
+  }
+
+  // F and B time of one device of one replica, per iteration.
+  static double fb_per_device(const SimRequest& req) {
+    double fb = 0;
+    for (const auto& device : req.schedule.devices)
+      for (const Action& a : device)
+        if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward) fb += req.costs.duration(a);
+    return fb / req.schedule.K;
+  }
+
+  // Everything of a request SimGrid's result depends on (the platform is
+  // the Simulator's): the setup in words, then the action lists with every
+  // duration and byte count as exact doubles, hashed twice (FNV-1a and a
+  // multiply-xorshift, 128 bits together) so that a memo of hundreds of
+  // requests stays small (a fork copies the parent's page tables).
+  static std::string signature(const SimRequest& q, const IterationSetup& s, int iterations) {
+    std::ostringstream os;
+    os << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/' << static_cast<int>(s.cache_tier) << '/'
+       << s.cache_valid_layers << '/' << s.partition.frozen_end << '/' << iterations << ':';
+    for (int b : s.partition.bounds) os << b << ',';
+    for (std::size_t r = 0; r < q.replica_gpus.size(); ++r) {
+      os << '|' << q.replica_rank[r];
+      for (int g : q.replica_gpus[r]) os << ',' << g;
+    }
+    std::uint64_t fnv = 14695981039346656037ull, mix = 0x9e3779b97f4a7c15ull;
+    const auto add = [&](std::uint64_t v) {
+      for (int i = 0; i < 8; ++i) fnv = (fnv ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+      mix = (mix ^ v) * 0xbf58476d1ce4e5b9ull;
+      mix ^= mix >> 31;
+    };
+    const auto add_double = [&](double d) {
+      std::uint64_t bits;
+      std::memcpy(&bits, &d, sizeof bits);
+      add(bits);
+    };
+    for (const auto& device : q.schedule.devices) {
+      add(device.size());
+      for (const Action& a : device) {
+        add(static_cast<std::uint64_t>(a.kind));
+        for (const int v : {a.stage, a.microbatch, a.bucket, a.peer_device}) add(static_cast<std::uint64_t>(v));
+        add_double(is_compute(a.kind) ? q.costs.duration(a) : 0.0);
+        add_double(is_compute(a.kind) ? 0.0 : q.costs.bytes(a));
+      }
+    }
+    os << '#' << std::hex << fnv << '.' << mix;
+    return os.str();
+  }
+
+  Simulator& sim_;
+  int jobs_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::map<std::string, Measured> memo_;
+  std::set<std::string> running_;
+  std::map<std::string, std::string> failed_;
+};
+
+// Routes the Simulator's runs to a dispatcher while it serves.
+class RouteRuns {
+ public:
+  RouteRuns(Simulator& sim, Dispatcher& d) : sim_(sim) {
+    sim_.set_child_runner([&d](const std::vector<Dispatcher::Body>& bodies, int) { return d.run(bodies); });
+  }
+  ~RouteRuns() { sim_.set_child_runner({}); }
+  RouteRuns(const RouteRuns&) = delete;
+  RouteRuns& operator=(const RouteRuns&) = delete;
+
+ private:
+  Simulator& sim_;
+};
+
+}  // namespace ep::sim

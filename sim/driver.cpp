@@ -24,6 +24,7 @@
 
 #include "planner/transition.hpp"
 #include "sim/runs.hpp"
+#include "traces/chunks_csv.hpp"
 #include "traces/plan_epoch.hpp"
 #include "traces/atomic_file.hpp"
 #include "traces/output_dir.hpp"
@@ -404,13 +405,10 @@ void write_outputs(const RunResult& r, const std::string& dir) {
   std::vector<trace::EpochMetrics> rows;
   for (const auto& m : r.modes) rows.insert(rows.end(), m.epochs.begin(), m.epochs.end());
   trace::write_epoch_csv(rows, epochs.stream(), epochs.path());
-  chunks.stream() << "mode,K,M,replicas,iteration_s,samples_per_s,fits_memory,chosen\n";
-  char line[256];
-  for (const auto& c : r.chunks) {
-    std::snprintf(line, sizeof line, "%s,%d,%d,%d,%.17g,%.17g,%d,%d\n", to_string(c.mode).c_str(), c.K, c.M,
-                  c.replicas, c.iteration_s, c.samples_per_s, c.fits_memory ? 1 : 0, c.chosen ? 1 : 0);
-    chunks.stream() << line;
-  }
+  std::vector<trace::ChunkCsvRow> chunk_rows;
+  for (const auto& c : r.chunks)
+    chunk_rows.push_back({to_string(c.mode), c.K, c.M, c.replicas, c.iteration_s, c.samples_per_s, c.fits_memory, c.chosen});
+  trace::write_chunks_csv(chunk_rows, chunks.stream(), chunks.path());
   if (!r.trace.events.empty()) {
     // A plan's traced iteration starts from idle devices and can outlast an
     // epoch of one or two steady-state periods, so the next transition may

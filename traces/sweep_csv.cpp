@@ -7,6 +7,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "traces/csv.hpp"
 #include "traces/io.hpp"
 
 namespace ep::trace {
@@ -20,30 +21,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void check_cell(const std::string& text, const std::string& where) {
-  if (text.find_first_of(",\"\r\n") != std::string::npos)
-    throw Error(where + ": '" + text + "' holds a comma, quote or line break");
-}
-
-std::vector<std::string> cells(const std::string& line) {
-  std::vector<std::string> out;
-  std::size_t begin = 0;
-  for (;;) {
-    const std::size_t comma = line.find(',', begin);
-    out.push_back(line.substr(begin, comma - begin));
-    if (comma == std::string::npos) return out;
-    begin = comma + 1;
-  }
-}
-
-double number(const std::string& text, const std::string& where) {
-  errno = 0;
-  char* end = nullptr;
-  const double v = text.empty() ? 0 : std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
-    throw Error(where + ": expected a finite number, found '" + text + "'");
-  return v;
-}
+using csv::cells;
+using csv::check_cell;
+using csv::number;
 
 }  // namespace
 

@@ -6,6 +6,63 @@
 
 namespace ep::exec::testing {
 
+// A whole training config small enough to train in a second: the tiny ViT
+// on synthetic data, K = 4 on one node.
+inline constexpr const char* kTiny = R"(
+[cluster]
+name = "test"
+nodes = 1
+gpus_per_node = 4
+[cluster.device]
+peak_flops_per_s = 50e9
+memory_bytes = 4e9
+memory_bandwidth_bytes_per_s = 10e9
+[cluster.intra_node]
+bandwidth_bytes_per_s = 5e9
+latency_s = 20e-6
+[cluster.inter_node]
+bandwidth_bytes_per_s = 1e9
+latency_s = 50e-6
+[cluster.host]
+memory_bytes = 2e9
+memory_bandwidth_bytes_per_s = 5e9
+disk_bandwidth_bytes_per_s = 500e6
+[model]
+family = "vit"
+num_hidden_layers = 4
+hidden_size = 16
+intermediate_size = 32
+num_attention_heads = 2
+image_size = 8
+patch_size = 4
+num_channels = 1
+num_labels = 4
+[data]
+name = "synthetic-images"
+num_train_samples = 240
+num_test_samples = 64
+[training]
+epochs = 3
+batch_size = 16
+optimizer = "adamw"
+lr = 3e-3
+seed = 3
+checkpointing = "never"
+[planner]
+alpha = 0.5
+freeze_policy = "gradient_norm"
+partitioner = "optimal"
+compression = "memory"
+K = 4
+M_max_factor = 2
+cache = "off"
+schedule = "1f1b"
+autodp = false
+[exec]
+threads_per_worker = 1
+)";
+
+
 inline ModelConfig tiny(ModelFamily family) {
   ModelConfig m;
   m.family = family;

@@ -10,6 +10,7 @@
 #include "planner/cost_model.hpp"
 #include "planner/run_plan.hpp"
 #include "planner/schedule.hpp"
+#include "planner/stats.hpp"
 
 namespace {
 
@@ -20,8 +21,7 @@ double median_ms(int reps, const std::function<void()>& f) {
     f();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return ep::median(ms);
 }
 
 }  // namespace

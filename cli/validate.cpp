@@ -20,6 +20,7 @@ struct ValidateArgs {
   std::vector<std::string> overrides;
   std::string profile;
   int iterations = 5;
+  bool fit_factors = false;
 };
 
 int run_validate(const ValidateArgs& a) {
@@ -38,7 +39,11 @@ int run_validate(const ValidateArgs& a) {
   std::cout << "simulating them..." << std::endl;
   sim::Simulator sim(config.cluster);
   const std::vector<double> simulated = sim::simulate_steady_iterations(config, fitted, setups, sim);
+  std::cout << "\npredicted from the profile alone (no fitted factor: every plan is held out):\n"
+            << format_validation(profile_rows(plans, measured, simulated));
+  if (!a.fit_factors) return 0;
   const FactorFit fit = fit_group_factors(plans, measured, simulated);
+  std::cout << "\nwith one fitted factor per (K, replicas), the M = 2K plans fitting it:\n";
   for (const GroupFactor& g : fit.groups)
     std::printf("K=%d x%d: measured/simulated factor %.3f (median of %zu fitting plans)\n", g.K, g.replicas, g.factor,
                 g.fitting_plans);
@@ -55,6 +60,9 @@ Command add_validate(CLI::App& app) {
   cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
   cmd->add_option("--profile", a->profile, "Profile file (elasticpipe profile)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--iterations", a->iterations, "Timed iterations per plan")->check(CLI::Range(1, 1000));
+  cmd->add_flag("--fit-factors", a->fit_factors,
+                "Also fit one measured/simulated factor per (K, replicas) on the M = 2K plans and report the "
+                "held-out error with it");
   return {cmd, [a](int, char**) { return run_validate(*a); }};
 }
 

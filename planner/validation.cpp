@@ -141,12 +141,25 @@ Config executor_validation_config(const Config& config, unsigned hardware_thread
   return out;
 }
 
+namespace {
+void check_sizes(const char* what, std::size_t plans, std::size_t measured, std::size_t simulated) {
+  if (measured != plans || simulated != plans)
+    throw Error(std::string(what) + ": " + std::to_string(plans) + " plans, " + std::to_string(measured) +
+                " measured and " + std::to_string(simulated) + " simulated times");
+}
+}  // namespace
+
+std::vector<ValidationRow> profile_rows(std::span<const ValidationPlan> plans, std::span<const double> measured_s,
+                                        std::span<const double> simulated_s) {
+  check_sizes("profile_rows", plans.size(), measured_s.size(), simulated_s.size());
+  std::vector<ValidationRow> rows;
+  for (std::size_t i = 0; i < plans.size(); ++i) rows.push_back({plans[i].name, true, measured_s[i], simulated_s[i]});
+  return rows;
+}
+
 FactorFit fit_group_factors(std::span<const ValidationPlan> plans, std::span<const double> measured_s,
                             std::span<const double> simulated_s) {
-  if (measured_s.size() != plans.size() || simulated_s.size() != plans.size())
-    throw Error("fit_group_factors: " + std::to_string(plans.size()) + " plans, " +
-                std::to_string(measured_s.size()) + " measured and " + std::to_string(simulated_s.size()) +
-                " simulated times");
+  check_sizes("fit_group_factors", plans.size(), measured_s.size(), simulated_s.size());
   const auto fits = [](const IterationSetup& s) { return s.M == 2 * s.K; };
   std::map<std::pair<int, int>, std::vector<double>> ratios;  // (K, replicas)
   for (std::size_t i = 0; i < plans.size(); ++i) {

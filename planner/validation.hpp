@@ -50,6 +50,12 @@ struct ValidationPlan {
 // says how many cores they share, they share `hardware_threads`.
 [[nodiscard]] Config executor_validation_config(const Config&, unsigned hardware_threads);
 
+// The profile alone: every plan held out, predicted = simulated. Throws
+// ep::Error unless the three lists have the same length.
+[[nodiscard]] std::vector<ValidationRow> profile_rows(std::span<const ValidationPlan>,
+                                                      std::span<const double> measured_s,
+                                                      std::span<const double> simulated_s);
+
 // One measured/predicted factor per (K, replicas) group: the median ratio
 // over the group's plans with M = 2K, which fit it; the other plans are
 // held out and predicted with it (a group without fitting plans keeps 1).

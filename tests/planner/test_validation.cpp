@@ -136,3 +136,19 @@ TEST_CASE("group factors: the median ratio of the M = 2K plans predicts the rest
   CHECK(fit.rows[6].predicted_s == Approx(7.0));  // no factor: 1
   CHECK_THROWS_AS(fit_group_factors(plans, measured, {}), Error);
 }
+
+TEST_CASE("profile rows: every plan held out, predicted as simulated", "[validation]") {
+  std::vector<ValidationPlan> plans(3);
+  plans[0].name = "a", plans[1].name = "b", plans[2].name = "c";
+  const std::vector<double> measured = {1, 2, 3}, simulated = {1.5, 2, 2.5};
+  const std::vector<ValidationRow> rows = profile_rows(plans, measured, simulated);
+  REQUIRE(rows.size() == 3);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    CHECK(rows[i].plan == plans[i].name);
+    CHECK(rows[i].held_out);
+    CHECK(rows[i].measured_s == measured[i]);
+    CHECK(rows[i].predicted_s == simulated[i]);
+  }
+  CHECK_THAT(format_validation(rows), Catch::Contains("fitting plans (0): none") && Catch::Contains("held-out plans (3)"));
+  CHECK_THROWS_AS(profile_rows(plans, measured, std::vector<double>{1.0}), Error);
+}

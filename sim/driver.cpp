@@ -253,7 +253,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   }
   for (const Plan& p : run.plan.plans)
     for (const ChunkCandidate& c : p.chunk_table)
-      out.chunks.push_back({mode, p.K, c.M, p.layout.replicas, c.iteration_s,
+      out.chunks.push_back({to_string(mode), p.K, c.M, p.layout.replicas, c.iteration_s,
                             p.layout.replicas * static_cast<double>(mc.training.batch_size) / c.iteration_s,
                             c.feasible, c.M == p.M});
   return out;
@@ -380,7 +380,7 @@ std::string format_result(const RunResult& r) {
   os << "\n" << to_string(last.mode) << ", chunk search (samples/s by M; * = chosen):\n";
   int K = 0;
   for (const ChunkRow& c : r.chunks) {
-    if (c.mode != last.mode) continue;
+    if (c.mode != to_string(last.mode)) continue;
     if (c.K != K) {
       os << (K ? "\n" : "") << "  K=" << c.K << ":";
       K = c.K;
@@ -405,10 +405,7 @@ void write_outputs(const RunResult& r, const std::string& dir) {
   std::vector<trace::EpochMetrics> rows;
   for (const auto& m : r.modes) rows.insert(rows.end(), m.epochs.begin(), m.epochs.end());
   trace::write_epoch_csv(rows, epochs.stream(), epochs.path());
-  std::vector<trace::ChunkCsvRow> chunk_rows;
-  for (const auto& c : r.chunks)
-    chunk_rows.push_back({to_string(c.mode), c.K, c.M, c.replicas, c.iteration_s, c.samples_per_s, c.fits_memory, c.chosen});
-  trace::write_chunks_csv(chunk_rows, chunks.stream(), chunks.path());
+  trace::write_chunks_csv(r.chunks, chunks.stream(), chunks.path());
   if (!r.trace.events.empty()) {
     // A plan's traced iteration starts from idle devices and can outlast an
     // epoch of one or two steady-state periods, so the next transition may

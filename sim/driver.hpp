@@ -12,6 +12,7 @@
 #include "planner/modes.hpp"
 #include "planner/run_plan.hpp"
 #include "sim/simulator.hpp"
+#include "traces/chunks_csv.hpp"
 #include "traces/trace.hpp"
 
 namespace ep::sim {
@@ -41,17 +42,8 @@ struct ModeRun {
 };
 
 // The simulator's answer to the paper's profiling step: throughput vs M for
-// each K a mode meets.
-struct ChunkRow {
-  Mode mode = Mode::Baseline;
-  int K = 0;
-  int M = 0;
-  int replicas = 0;
-  double iteration_s = 0;
-  double samples_per_s = 0;
-  bool fits_memory = true;
-  bool chosen = false;
-};
+// each K a mode meets, as chunks.csv holds it (mode by name).
+using ChunkRow = trace::ChunkCsvRow;
 
 struct RunResult {
   std::string config;

@@ -206,10 +206,10 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   // but the plans: all start at once (their runs go to the same pool), and
   // the plans are then walked in order.
   std::future<std::vector<trace::Trace>> traces =
-      std::async(std::launch::async, [&] { return runner.trace(ctx, traced_setups, traced_plans); });
+      std::async(kThreadedPlanning ? std::launch::async : std::launch::deferred, [&] { return runner.trace(ctx, traced_setups, traced_plans); });
   std::vector<std::future<Transition>> transitions;
   for (std::size_t pi = 0; pi < plans.size(); ++pi)
-    transitions.push_back(std::async(std::launch::async, [&, pi] {
+    transitions.push_back(std::async(kThreadedPlanning ? std::launch::async : std::launch::deferred, [&, pi] {
       return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim);
     }));
   // The steady states plan_run had simulated (memo hits), for their breakdown.

@@ -32,6 +32,17 @@
 
 namespace ep::sim {
 
+// A sanitizer's allocator is not fork-safe: a child forked while another
+// thread holds its lock waits forever. Sanitizer builds (ELASTICPIPE_SANITIZE)
+// therefore plan the modes one after another on the engine's thread, and
+// fork from it directly; glibc's malloc is fork-safe, so other builds plan
+// them in parallel threads.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kThreadedPlanning = false;
+#else
+inline constexpr bool kThreadedPlanning = true;
+#endif
+
 // What one simulated iteration run gives the driver.
 struct Measured {
   SimResult sim;
@@ -69,6 +80,7 @@ class Dispatcher {
     b.results.resize(bodies.size());
     b.left = bodies.size();
     if (bodies.empty()) return {};
+    if (!kThreadedPlanning) return run_in_children(bodies, jobs_);  // on the engine's thread
     {
       const std::lock_guard lock(mutex_);
       for (std::size_t i = 0; i < bodies.size(); ++i) queue_.push_back({&b, i});
@@ -83,6 +95,10 @@ class Dispatcher {
   // Runs `tasks` in threads and serves their runs until all have ended;
   // then rethrows the first task's exception in task order.
   void serve(const std::vector<std::function<void()>>& tasks) {
+    if (!kThreadedPlanning) {
+      for (const auto& task : tasks) task();
+      return;
+    }
     std::vector<std::exception_ptr> errors(tasks.size());
     std::size_t live = tasks.size();
     std::vector<std::thread> threads;

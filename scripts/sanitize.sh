@@ -21,4 +21,9 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # simulator's forks): the fuzzing's per-command limit grows with it. The
 # normal build's fuzzing holds every command to 5 s.
 export FUZZ_LIMIT_S=40
-ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
+# The exhaustive chunk-search comparisons on the paper configs stay in the
+# normal build: their traced all-reduce rings switch SimGrid's ucontext
+# actors so often that ASan's fake stacks (detect_stack_use_after_return)
+# report a frame of another actor as returned, a known false positive of
+# swapcontext (google/sanitizers#189); they also take a minute each here.
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -E "^chunk search shortlist vs exhaustive"

@@ -269,13 +269,7 @@ void Model::save(const std::string& path) const {
   if (!out) throw Error(path + ": write failed");
 }
 
-void Model::load(const std::string& path, const std::vector<std::string>& keep) {
-  const auto kept = [&](const std::string& name) {
-    return std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return name.rfind(k, 0) == 0; });
-  };
-  std::map<std::string, at::Tensor> by_name;  // the parameters the file must give
-  for (const auto& p : named_params())
-    if (!kept(p.name)) by_name.emplace(p.name, p.tensor);
+void Model::check_keep(const std::vector<std::string>& keep) const {
   const std::vector<NamedTensor> params = named_params();
   for (const std::string& k : keep)
     if (std::none_of(params.begin(), params.end(), [&](const NamedTensor& p) { return p.name.rfind(k, 0) == 0; })) {
@@ -285,6 +279,16 @@ void Model::load(const std::string& path, const std::vector<std::string>& keep) 
       for (const std::string& s : starts) names += (names.empty() ? "" : ", ") + s;
       throw Error("'" + k + "' is the start of no parameter name of this model (they start with " + names + ")");
     }
+}
+
+void Model::load(const std::string& path, const std::vector<std::string>& keep) {
+  const auto kept = [&](const std::string& name) {
+    return std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return name.rfind(k, 0) == 0; });
+  };
+  std::map<std::string, at::Tensor> by_name;  // the parameters the file must give
+  for (const auto& p : named_params())
+    if (!kept(p.name)) by_name.emplace(p.name, p.tensor);
+  check_keep(keep);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open");
   std::error_code ec;

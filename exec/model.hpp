@@ -87,6 +87,9 @@ class Model {
   // a parameter of this model.
   void save(const std::string& path) const;
   void load(const std::string& path, const std::vector<std::string>& keep = {});
+  // Throws ep::Error naming the first prefix that starts no parameter name
+  // (and the names' first parts).
+  void check_keep(const std::vector<std::string>& keep) const;
 
  private:
   ModelSpec spec_;

@@ -50,11 +50,11 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
 
 void Trainer::load_initial_weights() {
   if (c_.training.init_weights.empty()) return;
-  const std::vector<NamedTensor> params = model_.named_params();
-  for (const std::string& k : c_.training.init_keep)
-    if (std::none_of(params.begin(), params.end(), [&](const NamedTensor& p) { return p.name.rfind(k, 0) == 0; }))
-      throw c_.error("training.init_keep", "prefixes of this model's parameter names (att., mlp., stem., head.)",
-                     "'" + k + "'");
+  try {
+    model_.check_keep(c_.training.init_keep);
+  } catch (const Error& e) {
+    throw c_.error("training.init_keep", "prefixes of this model's parameter names", e.what());
+  }
   try {
     model_.load(c_.training.init_weights, c_.training.init_keep);
   } catch (const Error& e) {

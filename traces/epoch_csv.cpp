@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "traces/epoch_columns.hpp"
+#include "traces/csv.hpp"
 #include "traces/io.hpp"
 
 namespace ep::trace {
@@ -75,9 +76,7 @@ void write_epoch_csv(const std::vector<EpochMetrics>& rows, std::ostream& out, c
     std::vector<std::string> fields;
     visit_columns(rows[r], [&](const char* name, const auto& v) {
       fields.push_back(format(v));
-      if (fields.back().find_first_of(",\"\r\n") != std::string::npos)
-        throw Error(where + ": column '" + name + "': '" + fields.back() +
-                    "' holds a comma, quote or line break");
+      csv::check_cell(fields.back(), where + ": column '" + name + "'");
     });
     text += join(fields) + "\n";
   }

@@ -214,7 +214,8 @@ std::string fashion_mnist_dir(const std::string& configured) {
   return dir;
 }
 
-Dataset load_fashion_mnist(const std::string& dir, bool train, int image_size, std::int64_t limit) {
+Dataset load_fashion_mnist(const std::string& dir, bool train, int image_size, std::int64_t limit,
+                           const std::vector<int>& classes) {
   const std::string root = fashion_mnist_dir(dir);
   const std::string images_path = find_idx_file(root, fashion_stem(train, true));
   const std::string labels_path = find_idx_file(root, fashion_stem(train, false));
@@ -232,26 +233,49 @@ Dataset load_fashion_mnist(const std::string& dir, bool train, int image_size, s
   for (std::size_t i = 0; i < labels.data.size(); ++i)
     expect(labels.data[i] < kFashionClasses, labels_path,
            "label " + std::to_string(i) + " in [0, 10)", std::to_string(labels.data[i]));
-  expect(limit <= images.dims[0], images_path,
-         "at least " + std::to_string(limit) + " samples (the limit)",
-         std::to_string(images.dims[0]));
+  // The samples kept, in file order, and their labels.
+  std::vector<std::size_t> kept;
+  std::vector<std::int64_t> kept_labels;
+  std::string of_classes;
+  if (classes.empty()) {
+    kept.resize(labels.data.size());
+    for (std::size_t i = 0; i < kept.size(); ++i) kept[i] = i;
+    kept_labels.assign(labels.data.begin(), labels.data.end());
+  } else {
+    std::vector<int> relabel(kFashionClasses, -1);
+    for (std::size_t j = 0; j < classes.size(); ++j) {
+      expect(classes[j] >= 0 && classes[j] < kFashionClasses && relabel[classes[j]] < 0, images_path,
+             "distinct classes in [0, 10)", std::to_string(classes[j]));
+      relabel[classes[j]] = static_cast<int>(j);
+      of_classes += (j ? "," : " of classes ") + std::to_string(classes[j]);
+    }
+    for (std::size_t i = 0; i < labels.data.size(); ++i)
+      if (relabel[labels.data[i]] >= 0) {
+        kept.push_back(i);
+        kept_labels.push_back(relabel[labels.data[i]]);
+      }
+  }
+  const auto available = static_cast<std::int64_t>(kept.size());
+  expect(available > 0 && limit <= available, images_path,
+         "at least " + std::to_string(std::max<std::int64_t>(limit, 1)) + " samples" + of_classes + " (the limit)",
+         std::to_string(available));
 
   Dataset d;
   d.name = std::string("fashion-mnist/") + (train ? "train" : "test");
-  d.size = limit > 0 ? limit : images.dims[0];
-  d.num_classes = kFashionClasses;
+  d.size = limit > 0 ? limit : available;
+  d.num_classes = classes.empty() ? kFashionClasses : static_cast<int>(classes.size());
   d.channels = 1;
   d.height = d.width = image_size;
   d.pixels.resize(checked_numel(images_path + " at image_size " + std::to_string(image_size),
                                 {d.size, image_size, image_size}));
-  d.labels.assign(labels.data.begin(), labels.data.begin() + d.size);
+  d.labels.assign(kept_labels.begin(), kept_labels.begin() + d.size);
 
   // Resize in raw [0, 255] units (a border stays 0), then normalise.
   const auto taps = resize_taps(kFashionSide, image_size);
   const std::size_t in_numel = kFashionSide * kFashionSide;
   const auto out_numel = static_cast<std::size_t>(image_size) * image_size;
   for (std::size_t s = 0; s < static_cast<std::size_t>(d.size); ++s) {
-    const std::uint8_t* in = images.data.data() + s * in_numel;
+    const std::uint8_t* in = images.data.data() + kept[s] * in_numel;
     float* out = d.pixels.data() + s * out_numel;
     for (std::size_t y = 0; y < taps.size(); ++y)
       for (std::size_t x = 0; x < taps.size(); ++x) {

@@ -56,11 +56,14 @@ struct IdxArray {
 // (the padding is the normalised value of a black pixel), or downsampled by
 // area averaging when smaller, so a ViT's patch grid can divide the side.
 // Pixels are normalised with the Fashion-MNIST training mean 0.2860 and std
-// 0.3530. `limit` > 0 keeps the first `limit` samples (tests, quick runs);
-// it is an error if the file has fewer. Checks that images and labels agree
-// in count, labels are < 10 and images are 28x28.
+// 0.3530. `classes` (non-empty) keeps only the samples of those classes,
+// relabelled by their position in it (a task of its own: pretrain on some
+// classes, fine-tune on others); each must be < 10. `limit` > 0 then keeps
+// the first `limit` samples left (tests, quick runs); it is an error if
+// there are fewer. Checks that images and labels agree in count, labels are
+// < 10 and images are 28x28.
 [[nodiscard]] Dataset load_fashion_mnist(const std::string& dir, bool train, int image_size,
-                                         std::int64_t limit);
+                                         std::int64_t limit, const std::vector<int>& classes = {});
 
 // Deterministic learnable synthetic images from a seed (splitmix64, no std::
 // distributions, so they are the same on every platform): each class has a

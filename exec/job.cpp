@@ -35,8 +35,17 @@ void check_dataset(const Config& c) {
                   "\"" + name + "\"");
   if (name == "fashion-mnist" && c.model.num_channels != 1)
     throw c.error("model.num_channels", "1 for fashion-mnist (grey images)", std::to_string(c.model.num_channels));
-  if (name == "fashion-mnist" && c.model.num_labels != 10)
-    throw c.error("model.num_labels", "10 for fashion-mnist", std::to_string(c.model.num_labels));
+  const auto& classes = c.data.classes;
+  if (!classes.empty() && name != "fashion-mnist")
+    throw c.error("data.classes", "no class subset for " + name + " (only fashion-mnist has one)",
+                  std::to_string(classes.size()) + " classes");
+  for (const int k : classes)
+    if (k >= 10) throw c.error("data.classes", "fashion-mnist classes in [0, 10)", std::to_string(k));
+  const std::size_t labels = classes.empty() ? 10 : classes.size();
+  if (name == "fashion-mnist" && c.model.num_labels != static_cast<int>(labels))
+    throw c.error("model.num_labels",
+                  std::to_string(labels) + " for fashion-mnist" + (classes.empty() ? "" : " with these data.classes"),
+                  std::to_string(c.model.num_labels));
 }
 
 void check_memory(const Config& c) {
@@ -88,8 +97,8 @@ Data load_data(const Config& c) {
   const std::uint64_t seed = c.training.seed;
   if (c.data.name == "fashion-mnist") {
     const std::string dir = fashion_mnist_dir(c.data.path);
-    return {load_fashion_mnist(dir, true, m.image_size, c.data.num_train_samples),
-            load_fashion_mnist(dir, false, m.image_size, c.data.num_test_samples)};
+    return {load_fashion_mnist(dir, true, m.image_size, c.data.num_train_samples, c.data.classes),
+            load_fashion_mnist(dir, false, m.image_size, c.data.num_test_samples, c.data.classes)};
   }
   if (c.data.name == "synthetic-images")
     return {synthetic_images(c.data.num_train_samples, m.num_channels, m.image_size, m.num_labels, seed, true),

@@ -35,6 +35,7 @@ json fingerprint(const Config& c) {
           {"model.num_labels", m.num_labels},
           {"data.name", c.data.name},
           {"data.num_train_samples", c.data.num_train_samples},
+          {"data.classes", c.data.classes},
           {"training.epochs", c.training.epochs},
           {"training.batch_size", c.training.batch_size},
           {"training.optimizer", to_string(c.training.optimizer)},

@@ -437,6 +437,13 @@ void read_data(Reader& r, DataConfig& d) {
   r.integer("data.num_train_samples", d.num_train_samples, true, 1, kMaxSamples,
             "a trillion samples: beyond any data set, and kept so that counts of iterations fit 64 bits");
   r.integer("data.num_test_samples", d.num_test_samples, true, 0, kMaxSamples, "a trillion samples");
+  r.int_list("data.classes", d.classes);
+  for (std::size_t i = 0; i < d.classes.size(); ++i) {
+    if (d.classes[i] < 0) r.fail("data.classes", "class ids >= 0", "an element " + std::to_string(d.classes[i]));
+    for (std::size_t j = 0; j < i; ++j)
+      if (d.classes[j] == d.classes[i])
+        r.fail("data.classes", "distinct class ids", std::to_string(d.classes[i]) + " twice");
+  }
 }
 
 void read_training(Reader& r, TrainingConfig& t) {

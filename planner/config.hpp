@@ -86,6 +86,9 @@ struct DataConfig {
   std::string path;  // empty: synthetic or discovered by the executor
   std::int64_t num_train_samples = 0;
   std::int64_t num_test_samples = 0;
+  // fashion-mnist: the classes kept, relabelled 0, 1, ... in this order (a
+  // task of its own, e.g. to fine-tune on); empty: all ten.
+  std::vector<int> classes;
 };
 
 enum class Optimizer { SGD, Adam, AdamW };

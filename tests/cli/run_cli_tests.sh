@@ -141,9 +141,14 @@ expect_rc 0 "simulate replays train's grad norms" -- "$bin" simulate "$fm" "${sm
 expect_rc 0 "trace diff sim vs exec" -- "$bin" trace diff "$tmp/replay/trace.json" "$tmp/train/trace.json"
 # Fine-tuning from the weights a training wrote: a new classifier (head.)
 # keeps its seeded values; another model's file is a config error naming the key.
+# The new task: five held-apart classes, relabelled 0..4 (a 5-way head).
 expect_rc 0 "fine-tune from train's weights" -- "$bin" train "$fm" "${small[@]}" --set training.epochs=1 \
+  --set 'data.classes=[5, 6, 7, 8, 9]' --set model.num_labels=5 \
   --set "training.init_weights=\"$tmp/train/weights.bin\"" --set 'training.init_keep=["head."]' --out "$tmp/finetune"
 expect_text "fine-tune names its initial weights" "initial weights from $tmp/train/weights.bin"
+expect_rc 2 "class subset with the wrong label count" -- "$bin" train "$fm" "${small[@]}" \
+  --set 'data.classes=[5, 6, 7]' --out "$tmp/finetune3"
+expect_text "class subset label count names the key" "key 'model.num_labels'"
 expect_rc 2 "initial weights of another model" -- "$bin" train "$fm" "${small[@]}" --set training.epochs=1 \
   --set model.num_hidden_layers=2 --set "training.init_weights=\"$tmp/train/weights.bin\"" --out "$tmp/finetune2"
 expect_text "initial weights mismatch names the key" "key 'training.init_weights'"

@@ -304,6 +304,26 @@ TEST_CASE("load_fashion_mnist normalises, pads, downsamples and limits small fak
   CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 0, 0), Contains("image_size"));
 }
 
+TEST_CASE("load_fashion_mnist keeps a class subset, relabelled in its order, and limits what is kept") {
+  TempDir dir;
+  write_fake_fashion(dir, 30);  // labels 0..9, 0..9, 0..9
+  const Dataset all = load_fashion_mnist(dir.path.string(), true, 28, 0);
+  const Dataset d = load_fashion_mnist(dir.path.string(), true, 28, 0, {7, 2});
+  CHECK(d.num_classes == 2);
+  REQUIRE(d.size == 6);
+  CHECK(d.labels == std::vector<std::int64_t>{1, 0, 1, 0, 1, 0});  // samples 2, 7, 12, 17, 22, 27
+  const std::size_t n = 28 * 28;
+  for (const auto& [kept, source] : {std::pair{0, 2}, {1, 7}, {5, 27}})
+    CHECK(std::equal(d.pixels.begin() + kept * n, d.pixels.begin() + (kept + 1) * n, all.pixels.begin() + source * n));
+  const Dataset first = load_fashion_mnist(dir.path.string(), false, 28, 4, {7, 2});
+  CHECK(first.size == 4);
+  CHECK(first.labels == std::vector<std::int64_t>{1, 0, 1, 0});
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 7, {7, 2}),
+                    Contains("at least 7 samples of classes 7,2") && Contains("found 6"));
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 0, {3, 10}), Contains("[0, 10)"));
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 0, {3, 3}), Contains("distinct"));
+}
+
 TEST_CASE("load_fashion_mnist checks counts, labels and image dims") {
   TempDir dir;
   write_fake_fashion(dir, 4);

@@ -108,7 +108,7 @@ TEST_CASE("the base config loads with documented defaults") {
 TEST_CASE("every shipped config loads") {
   const std::filesystem::path root(EP_SOURCE_DIR);
   int count = 0;
-  for (const auto& dir : {root / "configs" / "paper", root / "configs" / "small"})
+  for (const auto& dir : {root / "configs" / "paper", root / "configs" / "small", root / "configs" / "finetune"})
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
       if (entry.path().extension() != ".toml") continue;
       INFO(entry.path());
@@ -425,4 +425,15 @@ TEST_CASE("initial weights: a path relative to the config file; kept prefixes ne
   CHECK_THAT(msg, Catch::Contains("non-empty strings"));
   msg = error_of(kBase, {"training.init_weights=\"w.bin\"", "training.init_keep=\"head.\""});
   CHECK_THAT(msg, Catch::Contains("an array of strings"));
+}
+
+TEST_CASE("a class subset is distinct non-negative ids, named in errors") {
+  CHECK(ep::parse_config(kBase, "c.toml", {}).data.classes.empty());
+  CHECK(ep::parse_config(kBase, "c.toml", {"data.classes=[5, 7, 6]"}).data.classes == std::vector<int>{5, 7, 6});
+  std::string msg = error_of(kBase, {"data.classes=[1, 2, 1]"});
+  CHECK_THAT(msg, Catch::Contains("key 'data.classes'") && Catch::Contains("distinct") && Catch::Contains("1 twice"));
+  msg = error_of(kBase, {"data.classes=[-1]"});
+  CHECK_THAT(msg, Catch::Contains("key 'data.classes'") && Catch::Contains(">= 0"));
+  msg = error_of(kBase, {"data.classes=\"0-4\""});
+  CHECK_THAT(msg, Catch::Contains("an array of integers"));
 }

@@ -132,9 +132,11 @@ Plan RunPlanner::shape(const Plan& base, int K, Partition partition, CacheDecisi
     const Plan& prev = run_.plans.back();
     plan.woken_ranks = plan.layout.newly_active(prev.layout);
     plan.onboarding = onboarding_sources(prev.layout, plan.layout, plan.woken_ranks);
-    if (c.training.batch_policy == BatchPolicy::LrScaled)
-      plan.lr_scale = static_cast<double>(plan.layout.replicas) / run_.plans.front().layout.replicas;
   }
+  // lr was tuned for the configured pipeline length's replicas, whatever
+  // the planner starts with (the time objective may start at K = 1).
+  if (c.training.batch_policy == BatchPolicy::LrScaled)
+    plan.lr_scale = static_cast<double>(plan.layout.replicas) / replica_layout(c, c.planner.K).replicas;
   plan.stage_loads = stage_loads_paper(ctx_.spec, plan.partition, c.planner.lambda_frozen);
   plan.cache_fill_from = -1;
   if (plan.cache.on) {

@@ -340,3 +340,18 @@ TEST_CASE("RunPlanner refuses a frozen count that goes backwards or past the las
   while (static_cast<int>(p.run().plans.size()) <= p.freeze_steps()) p.next(3);
   CHECK_THROWS_WITH(p.next(3), Catch::Contains("past the last one"));
 }
+
+TEST_CASE("lr_scaled scales lr by the replicas over those of planner.K, from the first plan on") {
+  for (const char* objective : {"time", "paper"})
+    for (const char* name : kPaperConfigs) {
+      CAPTURE(objective, name);
+      const std::string obj = std::string("planner.objective=\"") + objective + "\"";
+      const ep::Config c = paper_config(name, {obj, "training.batch_policy=\"lr_scaled\""});
+      const int reference = ep::replica_layout(c, c.planner.K).replicas;
+      const ep::RunPlan r = plan(c);
+      for (const ep::Plan& p : r.plans)
+        CHECK(p.lr_scale * reference == Approx(p.layout.replicas).epsilon(1e-12));
+      if (std::string(objective) == "paper") CHECK(r.plans.front().lr_scale == 1.0);
+      for (const ep::Plan& p : plan(paper_config(name, {obj})).plans) CHECK(p.lr_scale == 1.0);  // per_pipeline
+    }
+}

@@ -117,7 +117,7 @@ def time_to(rows, target):
     return None
 
 
-def plot(results, path, workloads):
+def plot(results, targets, path, workloads):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -131,12 +131,9 @@ def plot(results, path, workloads):
         for r in results:
             if r["workload"] != w:
                 continue
-            xs = [0] + [wall for _, wall, _ in r["rows"]]
-            ys = [None] + [acc for _, _, acc in r["rows"]]
-            ax.plot(xs[1:], ys[1:], marker="o", label=r["run"])
-        if any(r["workload"] == w and r["target"] is not None for r in results):
-            target = next(r["target"] for r in results if r["workload"] == w and r["target"] is not None)
-            ax.axhline(target, color="grey", linestyle="--", linewidth=1, label="target %.2f%%" % target)
+            ax.plot([wall for _, wall, _ in r["rows"]], [acc for _, _, acc in r["rows"]], marker="o", label=r["run"])
+        if targets.get(w) is not None:
+            ax.axhline(targets[w], color="grey", linestyle="--", linewidth=1, label="target %.2f%%" % targets[w])
         ax.set_title(w)
         ax.set_xlabel("wall time (s)")
         ax.set_ylabel("test accuracy (%)")
@@ -175,14 +172,12 @@ def main():
             name = "%s_%s" % (w, run)
             cmd = command(run, cfg, w, a.bin, a.nproc, weights) + sets(*a.set)
             rows, total = run_one(cmd, os.path.join(a.out, name), os.path.join(a.out, name + ".log"))
-            results.append({"workload": w, "run": run, "rows": rows, "total": total, "target": None})
+            results.append({"workload": w, "run": run, "rows": rows, "total": total})
             print("    done in %.1f s (%.0f s since the start)" % (total, time.monotonic() - start), flush=True)
     # Target per workload: the GPipe baseline's final accuracy minus 0.5 points.
-    for w in workloads:
-        base = next((r for r in results if r["workload"] == w and r["run"] == "gpipe"), None)
-        for r in results:
-            if r["workload"] == w and base and base["rows"]:
-                r["target"] = base["rows"][-1][2] - 0.5
+    targets = {r["workload"]: r["rows"][-1][2] - 0.5 for r in results if r["run"] == "gpipe" and r["rows"]}
+    for r in results:
+        r["target"] = targets.get(r["workload"])
     with open(os.path.join(a.out, "tta.csv"), "w", newline="") as f:
         wr = csv.writer(f)
         wr.writerow(["workload", "run", "epoch", "wall_s", "test_accuracy"])
@@ -203,12 +198,11 @@ def main():
                 ("%.1f s" % tt) if tt is not None else ("not reached" if r["target"] is not None else "-"),
                 r["total"]))
     table = "\n".join(lines)
-    targets = {w: r["target"] for r in results for w in [r["workload"]] if r["target"] is not None}
     note = "".join("\ntarget (%s): %.2f%% (GPipe's final minus 0.5 points)" % (w, t) for w, t in targets.items())
     with open(os.path.join(a.out, "tta.md"), "w") as f:
         f.write(table + "\n" + note + "\n")
     print(table + note)
-    plot(results, os.path.join(a.out, "tta.png"), workloads)
+    plot(results, targets, os.path.join(a.out, "tta.png"), workloads)
 
 
 if __name__ == "__main__":

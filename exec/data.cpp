@@ -233,28 +233,24 @@ Dataset load_fashion_mnist(const std::string& dir, bool train, int image_size, s
   for (std::size_t i = 0; i < labels.data.size(); ++i)
     expect(labels.data[i] < kFashionClasses, labels_path,
            "label " + std::to_string(i) + " in [0, 10)", std::to_string(labels.data[i]));
+  // Old label -> new label (-1: dropped); all ten unchanged without a subset.
+  std::vector<int> relabel(kFashionClasses, -1);
+  std::string of_classes;
+  if (classes.empty()) std::iota(relabel.begin(), relabel.end(), 0);
+  for (std::size_t j = 0; j < classes.size(); ++j) {
+    expect(classes[j] >= 0 && classes[j] < kFashionClasses && relabel[classes[j]] < 0, images_path,
+           "distinct classes in [0, 10)", std::to_string(classes[j]));
+    relabel[classes[j]] = static_cast<int>(j);
+    of_classes += (j ? "," : " of classes ") + std::to_string(classes[j]);
+  }
   // The samples kept, in file order, and their labels.
   std::vector<std::size_t> kept;
   std::vector<std::int64_t> kept_labels;
-  std::string of_classes;
-  if (classes.empty()) {
-    kept.resize(labels.data.size());
-    for (std::size_t i = 0; i < kept.size(); ++i) kept[i] = i;
-    kept_labels.assign(labels.data.begin(), labels.data.end());
-  } else {
-    std::vector<int> relabel(kFashionClasses, -1);
-    for (std::size_t j = 0; j < classes.size(); ++j) {
-      expect(classes[j] >= 0 && classes[j] < kFashionClasses && relabel[classes[j]] < 0, images_path,
-             "distinct classes in [0, 10)", std::to_string(classes[j]));
-      relabel[classes[j]] = static_cast<int>(j);
-      of_classes += (j ? "," : " of classes ") + std::to_string(classes[j]);
+  for (std::size_t i = 0; i < labels.data.size(); ++i)
+    if (relabel[labels.data[i]] >= 0) {
+      kept.push_back(i);
+      kept_labels.push_back(relabel[labels.data[i]]);
     }
-    for (std::size_t i = 0; i < labels.data.size(); ++i)
-      if (relabel[labels.data[i]] >= 0) {
-        kept.push_back(i);
-        kept_labels.push_back(relabel[labels.data[i]]);
-      }
-  }
   const auto available = static_cast<std::int64_t>(kept.size());
   expect(available > 0 && limit <= available, images_path,
          "at least " + std::to_string(std::max<std::int64_t>(limit, 1)) + " samples" + of_classes + " (the limit)",

@@ -28,7 +28,7 @@ double time_chunk_candidate(Pipeline& pipeline, const PlanContext& ctx, const Da
   ScheduleOptions o = schedule_options(ctx, s);
   o.optimizer_step = false;
   const Schedule sched = build_schedule(o);
-  const int batch = ctx.config.training.batch_size;
+  const int batch = s.batch;
   const std::vector<std::int64_t> idx = first_samples(train, batch);
   std::vector<MicroBatch> mbs;
   std::size_t at = 0;
@@ -68,7 +68,7 @@ ChunkMemo::ChunkMemo(const Config& c, int cores) : c_(c), environment_(environme
 json ChunkMemo::key(const std::vector<IterationSetup>& setups) const {
   std::vector<int> Ms;
   for (const auto& s : setups) Ms.push_back(s.M);
-  return json{{"environment", environment_}, {"K", setups.front().K}, {"batch", c_.training.batch_size}, {"M", Ms}};
+  return json{{"environment", environment_}, {"K", setups.front().K}, {"batch", setups.front().batch}, {"M", Ms}};
 }
 
 std::vector<double> ChunkMemo::find(const std::vector<IterationSetup>& setups) const {

@@ -67,9 +67,9 @@ int Trainer::decide_frozen(bool initial) {
   }
   if (frozen > 0 && c_.planner.autopipe && c_.planner.cache == CachePolicyKind::Auto &&
       !p_.cache_measurements.count(frozen)) {
-    const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, batch_);
+    const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
     p_.cache_measurements[frozen] =
-        probe_cache(model_, data_.train, batch_, frozen, pipeline_->device_of_sublayer(0),
+        probe_cache(model_, data_.train, c_.training.batch_size, frozen, pipeline_->device_of_sublayer(0),
                     cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)), entry_shape());
   }
   return frozen;

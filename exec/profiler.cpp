@@ -275,7 +275,7 @@ double measure_replica(const Config& c, const PlanContext& ctx, const IterationS
                              c.training.precision == Precision::BF16, c.training.checkpointing, cores});
   pipe.configure(s.partition, s.K, s.v);
   pipe.set_reducer(dist);
-  const int B = c.training.batch_size;
+  const int B = s.batch;
   std::vector<MicroBatch> mbs;
   at::manual_seed(2 + rank);
   const at::Tensor x = stem_input(c.model, B);

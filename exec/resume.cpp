@@ -38,6 +38,7 @@ json fingerprint(const Config& c) {
           {"data.classes", c.data.classes},
           {"training.epochs", c.training.epochs},
           {"training.batch_size", c.training.batch_size},
+          {"training.batch_policy", to_string(c.training.batch_policy)},
           {"training.optimizer", to_string(c.training.optimizer)},
           {"training.seed", c.training.seed},
           {"planner.freeze_interval_epochs", c.planner.freeze_interval_epochs}};

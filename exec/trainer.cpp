@@ -24,7 +24,7 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
       env_(opt.process),
       data_(load_data(c)),
       L_(c.model.num_hidden_layers),
-      batch_(c.training.batch_size),
+      eval_batch_(c.exec.eval_batch_size > 0 ? c.exec.eval_batch_size : c.training.batch_size),
       cost_(c.cluster, c.training),
       ctx_(c, cost_),
       analytic_(analytic_predictor(ctx_)),
@@ -125,8 +125,9 @@ std::int64_t Trainer::per_epoch0() const { return planner_.run().plans.front().i
 // replicas an iteration covers more samples, so the schedule follows the
 // samples seen, not the step count.
 std::int64_t Trainer::lr_position() const {
-  const int ppn0 = planner_.run().plans.front().layout.pipelines_per_node;
-  return static_cast<std::int64_t>(p_.epoch) * per_epoch0() + p_.consumed / (static_cast<std::int64_t>(ppn0) * batch_);
+  const Plan& first = planner_.run().plans.front();
+  return static_cast<std::int64_t>(p_.epoch) * per_epoch0() +
+         p_.consumed / (static_cast<std::int64_t>(first.layout.pipelines_per_node) * first.batch);
 }
 
 // Whether this epoch fills (or advances) the cache rather than reading it.
@@ -183,19 +184,20 @@ void Trainer::run_epoch() {
   const auto slots = static_cast<std::int64_t>(order.size());
   const std::int64_t total0 = per_epoch0() * c_.training.epochs;
   const bool prefetch = plan_->cache.on && !fill && plan_->cache.tier == CacheTier::Disk && cache_;
-  const std::int64_t slot_step = static_cast<std::int64_t>(ppn) * batch_;
+  const int batch = plan_->batch;  // training.batch_policy decides it per plan
+  const std::int64_t slot_step = static_cast<std::int64_t>(ppn) * batch;
   SampleAudit samples(c_, opt_.out_dir, env_.rank);
   TracedMeasures traced;
   const Clock::time_point epoch_start = Clock::now();
-  const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch_);
+  const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
   for (std::int64_t done = 0; p_.consumed < slots; ++done) {
     const Clock::time_point it0 = Clock::now();
-    const std::vector<std::int64_t> idx = replica_batch(order, p_.consumed, ppn, local, batch_);
+    const std::vector<std::int64_t> idx = replica_batch(order, p_.consumed, ppn, local, batch);
     if (prefetch)  // the sampler's next window, read ahead by the kernel
       for (int w = 1; w <= c_.exec.prefetch_iterations; ++w)
         if (p_.consumed + w * slot_step < slots)
-          cache_->prefetch(replica_batch(order, p_.consumed + w * slot_step, ppn, local, batch_));
-    const auto global_real = iteration_real_samples(sampler_, p_.consumed, ppn, batch_);
+          cache_->prefetch(replica_batch(order, p_.consumed + w * slot_step, ppn, local, batch));
+    const auto global_real = iteration_real_samples(sampler_, p_.consumed, ppn, batch);
     const double lr = learning_rate(c_.training, lr_position(), total0) * plan_->lr_scale;
     const bool trace_it = rank0() && p_.iteration < c_.exec.trace_iterations;
     const IterationResult r =
@@ -292,7 +294,7 @@ double Trainer::evaluate() {
   const auto me = static_cast<std::int64_t>(std::find(ranks.begin(), ranks.end(), env_.rank) - ranks.begin());
   const std::int64_t block = (test.size + n - 1) / n;
   const std::int64_t lo = std::min(test.size, me * block), hi = std::min(test.size, lo + block);
-  const int batch = c_.exec.eval_batch_size > 0 ? c_.exec.eval_batch_size : batch_;
+  const int batch = eval_batch_;
   const int threads = at::get_num_threads();
   compat::set_thread_count(std::max(1, cores_ / std::max<int>(1, static_cast<int>(n))));
   double correct = 0;

@@ -77,7 +77,8 @@ class Trainer {
   const TrainOptions& opt_;
   ProcessEnv env_;
   Data data_;
-  int L_, batch_;
+  int L_;
+  int eval_batch_;  // samples per evaluation or cache-fill chunk (exec.eval_batch_size, else training.batch_size)
   AnalyticCostModel cost_;
   PlanContext ctx_;
   IterationPredictor analytic_;

@@ -138,7 +138,7 @@ void Trainer::rebuild_cache() {
   }
   at::NoGradGuard no_grad;
   const at::Device dev = pipeline_->device_of_sublayer(0);
-  const int chunk = c_.exec.eval_batch_size > 0 ? c_.exec.eval_batch_size : batch_;
+  const int chunk = eval_batch_;
   for (auto& [depth, idx] : by_depth) {
     std::sort(idx.begin(), idx.end());
     for (std::size_t at = 0; at < idx.size(); at += chunk) {

@@ -1,5 +1,7 @@
 #include "planner/autopipe.hpp"
 
+#include "planner/run_plan.hpp"  // pipeline_batch
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -68,8 +70,9 @@ double m_gpu_paper(const ModelSpec& spec, const Partition& p, double lambda_froz
 }
 
 // Memory per device: the sum over the stages (chunks) it holds.
-double max_device_memory(const ModelSpec& spec, const TrainingConfig& t, const Partition& p, int K, int M) {
-  const int b = (t.batch_size + M - 1) / M;
+double max_device_memory(const ModelSpec& spec, const TrainingConfig& t, const Partition& p, int K, int M,
+                         int batch) {
+  const int b = (batch + M - 1) / M;
   std::vector<double> per_device(K, 0.0);
   for (int s = 0; s < p.K(); ++s) {
     const StageLoad load{p.active(s), p.hosted_frozen(s), b, M};
@@ -82,7 +85,7 @@ namespace {
 
 int largest_M(const Config& c, int K) {
   if (!c.planner.chunk_search) return c.planner.M;
-  return std::min(c.training.batch_size, c.planner.M_max_factor * K);
+  return std::min(pipeline_batch(c, K), c.planner.M_max_factor * K);
 }
 
 }  // namespace
@@ -115,7 +118,7 @@ CompressionResult compress(const PlanContext& ctx, int frozen_layers, int K, boo
       a.m_gpu = m_gpu_paper(ctx.spec, p, c.planner.lambda_frozen);
       a.accepted = a.m_gpu < limit;
     } else {
-      a.m_gpu = max_device_memory(ctx.spec, c.training, p, K2, largest_M(c, K2));
+      a.m_gpu = max_device_memory(ctx.spec, c.training, p, K2, largest_M(c, K2), pipeline_batch(c, K2));
       a.accepted = a.m_gpu <= limit;
     }
     r.attempts.push_back(a);
@@ -127,16 +130,19 @@ CompressionResult compress(const PlanContext& ctx, int frozen_layers, int K, boo
 
 const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup, const std::vector<int>& only) {
   const auto& c = ctx_.config;
-  const auto key = std::make_pair(setup.K, c.training.batch_size);
+  const auto key = std::make_pair(setup.K, setup.batch);
   if (auto it = memo_.find(key); it != memo_.end()) return it->second;
   int lo = c.planner.M, hi = c.planner.M;
   if (c.planner.chunk_search) {
     lo = c.planner.M_min_factor * setup.K;
-    hi = std::min(c.training.batch_size, c.planner.M_max_factor * setup.K);
+    hi = std::min(setup.batch, c.planner.M_max_factor * setup.K);
   }
   if (lo > hi)
-    throw Error("chunk search: no M in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                "] for K = " + std::to_string(setup.K) + " and batch " + std::to_string(c.training.batch_size));
+    throw c.error("training.batch_size",
+                  "a per-pipeline batch of at least " + std::to_string(lo) + " micro-batches at K = " +
+                      std::to_string(setup.K) + " (training.batch_policy = \"" + to_string(c.training.batch_policy) +
+                      "\" with " + std::to_string(setup.replicas) + " replicas)",
+                  std::to_string(setup.batch) + " samples per pipeline");
   ChunkChoice choice;
   std::vector<IterationSetup> setups;
   for (int M = lo; M <= hi; ++M) {
@@ -145,7 +151,7 @@ const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup, const std::v
     s.M = M;
     ChunkCandidate cand;
     cand.M = M;
-    cand.memory_bytes = max_device_memory(ctx_.spec, c.training, s.partition, s.K, M);
+    cand.memory_bytes = max_device_memory(ctx_.spec, c.training, s.partition, s.K, M, s.batch);
     cand.feasible = cand.memory_bytes <= c.cluster.device.memory_bytes;
     choice.table.push_back(cand);
     setups.push_back(std::move(s));

@@ -47,9 +47,10 @@ enum class FrozenPlacement { Device0, InStages };
 [[nodiscard]] double m_gpu_paper(const ModelSpec&, const Partition&, double lambda_frozen);
 // "memory": the largest device memory in bytes (weights, gradients,
 // optimizer state, activations; F_frozen's weights on stage 0) with M
-// micro-batches; a device holds stages d, d+K, ... of the partition.
+// micro-batches of a per-pipeline `batch`; a device holds stages d, d+K,
+// ... of the partition.
 [[nodiscard]] double max_device_memory(const ModelSpec&, const TrainingConfig&, const Partition&,
-                                       int K, int M);
+                                       int K, int M, int batch);
 
 struct CompressionAttempt {
   int from_K = 0;

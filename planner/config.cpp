@@ -34,7 +34,8 @@ constexpr EnumName<LrSchedule> kLrSchedules[] = {{LrSchedule::Constant, "constan
 constexpr EnumName<Precision> kPrecisions[] = {{Precision::FP32, "fp32"},
                                                {Precision::BF16, "bf16"}};
 constexpr EnumName<BatchPolicy> kBatchPolicies[] = {{BatchPolicy::PerPipeline, "per_pipeline"},
-                                                    {BatchPolicy::LrScaled, "lr_scaled"}};
+                                                    {BatchPolicy::LrScaled, "lr_scaled"},
+                                                    {BatchPolicy::Global, "global"}};
 constexpr EnumName<ExecDevice> kExecDevices[] = {{ExecDevice::CPU, "cpu"}, {ExecDevice::CUDA, "cuda"}};
 constexpr EnumName<Checkpointing> kCheckpointing[] = {
     {Checkpointing::Never, "never"},

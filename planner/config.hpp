@@ -97,7 +97,7 @@ enum class Precision { FP32, BF16 };
 // Activation recomputation, as torchgpipe / torch Pipe's `checkpoint`.
 enum class Checkpointing { Never, ExceptLast, Always };
 
-enum class BatchPolicy { PerPipeline, LrScaled };
+enum class BatchPolicy { PerPipeline, LrScaled, Global };
 
 struct TrainingConfig {
   int epochs = 1;
@@ -114,8 +114,10 @@ struct TrainingConfig {
   // How data parallelism scales (AutoDP adds replicas as layers freeze):
   // per_pipeline (the paper's): each pipeline keeps batch_size, so the
   // global batch grows with the replicas at the same lr; lr_scaled: the
-  // same, with lr multiplied by replicas / initial replicas (the linear
-  // scaling rule).
+  // same, with lr multiplied by replicas / the replicas of planner.K (the
+  // linear scaling rule); global: the global batch stays batch_size times
+  // the replicas of planner.K and the replicas split it (what a DDP user
+  // keeps fixed), so every layout makes the same updates per epoch.
   BatchPolicy batch_policy = BatchPolicy::PerPipeline;
   // Fine-tuning: the weights training starts from (a weights.bin that
   // `train` wrote, matched by parameter name and shape); empty: from the

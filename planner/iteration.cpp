@@ -56,7 +56,7 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
   const auto& cost = ctx.cost;
   const Partition& p = s.partition;
   const int stages = p.K();
-  const auto sizes = micro_batch_sizes(ctx.config.training.batch_size, s.M);
+  const auto sizes = micro_batch_sizes(s.batch, s.M);
   const auto ckpt = ctx.config.training.checkpointing;
   const auto out_bytes = [&](int sublayer) { return spec.sublayers[sublayer].out_activation_bytes_per_sample; };
   // F_frozen as this iteration runs it: whole, or only the newly frozen

@@ -50,6 +50,9 @@ struct IterationSetup {
   // each stale entry, runs it through the newly frozen layers only, and
   // writes it back (CR, FZ, CW), so no sample passes a frozen layer twice.
   int cache_valid_layers = -1;
+  // Samples per pipeline and iteration (pipeline_batch(): training.batch_size
+  // unless batch_policy = "global" splits a fixed global batch).
+  int batch = 0;
 };
 [[nodiscard]] ScheduleOptions schedule_options(const PlanContext&, const IterationSetup&);
 

@@ -50,6 +50,14 @@ ReplicaLayout replica_layout(const Config& c, int K, int replicas) {
   return fixed_replicas_layout(c.cluster, K, I / per_node);
 }
 
+int pipeline_batch(const Config& c, int K) {
+  const int batch = c.training.batch_size;
+  if (c.training.batch_policy != BatchPolicy::Global) return batch;
+  const std::int64_t global = static_cast<std::int64_t>(batch) * replica_layout(c, c.planner.K).replicas;
+  const int replicas = replica_layout(c, K).replicas;
+  return static_cast<int>((global + replicas - 1) / replicas);
+}
+
 std::vector<int> reachable_K(const Config& c) {
   const auto& p = c.planner;
   std::vector<int> out{p.K};
@@ -64,7 +72,7 @@ std::vector<int> reachable_K(const Config& c) {
 
 IterationSetup iteration_setup(const Config& c, const Plan& p, bool fill) {
   IterationSetup s{p.partition, p.K, p.v, p.M, p.layout.replicas, c.cluster.nodes > 1,
-                   p.cache.on, p.cache.tier, -1};
+                   p.cache.on, p.cache.tier, -1, p.batch};
   if (fill && p.cache_fill_from >= 0) s.cache_valid_layers = p.cache_fill_from;
   return s;
 }
@@ -144,8 +152,9 @@ Plan RunPlanner::shape(const Plan& base, int K, Partition partition, CacheDecisi
                        run_.plans.back().frozen_layers == plan.frozen_layers;
     if (!valid) plan.cache_fill_from = cached_layers_;
   }
-  plan.iterations_per_epoch = iterations_in_epoch(sampler_, 0, plan.layout.pipelines_per_node, c.training.batch_size);
-  plan.padding_slots_per_epoch = padding_slots(sampler_, plan.layout.pipelines_per_node, c.training.batch_size);
+  plan.batch = pipeline_batch(c, K);
+  plan.iterations_per_epoch = iterations_in_epoch(sampler_, 0, plan.layout.pipelines_per_node, plan.batch);
+  plan.padding_slots_per_epoch = padding_slots(sampler_, plan.layout.pipelines_per_node, plan.batch);
   plan.predicted_transition_s = predict_transition(ctx_, run_.plans.empty() ? nullptr : &run_.plans.back(), plan).total_s();
   return plan;
 }
@@ -165,9 +174,9 @@ void RunPlanner::time_with_backend(Plan& plan, const std::vector<int>& only_M) {
   plan.iteration_s = t[0].iteration_s;
   plan.bubble_fraction = t[0].bubble_fraction;
   plan.fill_iteration_s = plan.cache_fill_from >= 0 ? t[1].iteration_s : 0.0;
-  plan.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, plan.partition, plan.K, plan.M);
+  plan.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, plan.partition, plan.K, plan.M, plan.batch);
   plan.fits_memory = plan.max_device_memory_bytes <= c.cluster.device.memory_bytes;
-  plan.samples_per_s = plan.layout.replicas * static_cast<double>(c.training.batch_size) / plan.iteration_s;
+  plan.samples_per_s = plan.layout.replicas * static_cast<double>(plan.batch) / plan.iteration_s;
   plan.recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, plan.M);
 }
 
@@ -300,7 +309,7 @@ std::optional<RunPlanner::Candidate> RunPlanner::best_M(const Plan& base, int K,
                                                         FrozenPlacement placement) const {
   const Config& c = ctx_.config;
   const auto& pc = c.planner;
-  const int batch = c.training.batch_size;
+  const int batch = pipeline_batch(c, K);
   int lo = pc.M, hi = pc.M;
   if (pc.chunk_search) {
     lo = pc.M_min_factor * K;
@@ -335,7 +344,7 @@ std::optional<RunPlanner::Candidate> RunPlanner::best_M(const Plan& base, int K,
       }
       Plan p = it->second;
       p.M = M;
-      p.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, p.partition, K, M);
+      p.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, p.partition, K, M, batch);
       p.fits_memory = p.max_device_memory_bytes <= c.cluster.device.memory_bytes;
       const Timeline t = predict_iteration(ctx_, iteration_setup(c, p, false));
       p.iteration_s = t.makespan;
@@ -393,7 +402,7 @@ Plan RunPlanner::choose_time(Plan base) {
     if (i > 0 && !near) continue;
     ++confirmed;
     Plan p = cands[i].plan;
-    time_with_backend(p, shortlist_M(cands[i].by_M, ctx_.config.training.batch_size));
+    time_with_backend(p, shortlist_M(cands[i].by_M, p.batch));
     const double r = remaining_s(p);
     alts[i] = alternative(p, r, true);
     if (!chosen || better(p, r, chosen->plan, chosen->remaining)) {
@@ -604,6 +613,7 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
                      {"cache_roles", roles},
                      {"alternatives", alternatives},
                      {"lr_scale", p.lr_scale},
+                     {"batch", p.batch},
                      {"layout", replicas},
                      {"cache", {{"on", p.cache.on}, {"tier", to_string(p.cache.tier)},
                                 {"fill_from_layers", p.cache_fill_from}, {"fill_iteration_s", p.fill_iteration_s},

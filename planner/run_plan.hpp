@@ -69,6 +69,7 @@ struct Plan {
   std::vector<int> woken_ranks;  // processes a transition into this plan starts
   std::vector<Onboarding> onboarding;  // for each woken rank, who sends it the state
   double lr_scale = 1;  // training.batch_policy: replicas / initial replicas with lr_scaled, else 1
+  int batch = 0;        // samples per pipeline and iteration: pipeline_batch(config, K)
   CacheDecision cache;
   // With the cache on, whether the plan's first epoch (re)fills it: -1 no
   // (the entries are valid), else the frozen depth the entries hold before
@@ -183,6 +184,11 @@ class RunPlanner {
 // halvings (compression, the time objective's choice, or too few sublayers
 // left for K * v stages may reach any of them).
 [[nodiscard]] std::vector<int> reachable_K(const Config&);
+// Samples per pipeline and iteration at pipeline length K
+// (training.batch_policy): batch_size, or with "global" the global batch of
+// batch_size times the replicas of planner.K split among K's replicas,
+// rounded up (the global batch grows by less than one sample per replica).
+[[nodiscard]] int pipeline_batch(const Config&, int K);
 
 // The iteration a back end runs for a plan: steady state, or (fill = true)
 // the first epoch of a plan with cache_fill_from >= 0.

@@ -124,6 +124,7 @@ std::vector<ValidationPlan> validation_plans(const PlanContext& ctx) {
             p.setup.partition = plan_partition(ctx, frozen, K, cache);
             p.setup.K = K;
             p.setup.M = M;
+            p.setup.batch = B;
             p.setup.replicas = replicas;
             p.setup.cache_on = cache;
             p.name = "K=" + std::to_string(K) + " M=" + std::to_string(M) + " x" + std::to_string(replicas) +

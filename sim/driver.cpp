@@ -254,7 +254,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   for (const Plan& p : run.plan.plans)
     for (const ChunkCandidate& c : p.chunk_table)
       out.chunks.push_back({to_string(mode), p.K, c.M, p.layout.replicas, c.iteration_s,
-                            p.layout.replicas * static_cast<double>(mc.training.batch_size) / c.iteration_s,
+                            p.layout.replicas * static_cast<double>(p.batch) / c.iteration_s,
                             c.feasible, c.M == p.M});
   return out;
 }

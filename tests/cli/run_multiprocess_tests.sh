@@ -67,6 +67,19 @@ has nodes2 "epoch 3/3"
 if awk -F, '{ seen[$1 "," $3]++ } END { n = 0; for (k in seen) { n++; if (seen[k] != 1) bad = 1 }; exit bad || n != 750 }' \
   "$tmp"/nodes2/samples/rank*.csv; then ok; else bad "two nodes: not exactly once per epoch"; fi
 
+# 1c. training.batch_policy = "global": the replicas split one global batch
+#     (32: 2 x 16, then 4 x 8 after the 2 -> 4 transition), so the losses are
+#     those of one pipeline training on the whole global batch in one process.
+run global 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/global" --set 'training.batch_policy="global"' \
+  --set exec.record_samples=true
+has global "transition frozen 0->2 K 2->1 replicas 2->4"
+has global "replicas 4 hold identical weights and optimizer state"
+if awk -F, '{ seen[$1 "," $3]++ } END { n = 0; for (k in seen) { n++; if (seen[k] != 1) bad = 1 }; exit bad || n != 750 }' \
+  "$tmp"/global/samples/rank*.csv; then ok; else bad "global batch: not exactly once per epoch"; fi
+run global_one 0 -- "$bin" train "$cfg" --out "$tmp/global_one" --set cluster.gpus_per_node=2 \
+  --set planner.autodp=false --set training.batch_size=32
+same_losses "$tmp/global" "$tmp/global_one"
+
 # 2. The loss sequence after the transition equals that of a job that starts
 #    with 4 replicas in the same state (resumed from a checkpoint taken after
 #    the transition, epoch 2 iteration 2 = global step 10), and its final

@@ -292,6 +292,11 @@ TEST_CASE("enum names round-trip through to_string") {
     const ep::Config c = ep::parse_config(kBase, "t", {std::string("planner.compression=") + name});
     CHECK(ep::to_string(c.planner.compression) == name);
   }
+  for (const char* name : {"per_pipeline", "lr_scaled", "global"}) {
+    const ep::Config c = ep::parse_config(kBase, "t", {std::string("training.batch_policy=") + name});
+    CHECK(ep::to_string(c.training.batch_policy) == name);
+  }
+  CHECK_THAT(error_of(kBase, {"training.batch_policy=fixed"}), Catch::Contains("per_pipeline|lr_scaled|global"));
 }
 
 TEST_CASE("integers are read as written, 64 bits, and refused when they do not fit") {

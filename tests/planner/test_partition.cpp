@@ -431,7 +431,7 @@ TEST_CASE("compression on the paper configs: attempts halve K, accepted iff unde
             REQUIRE(a.accepted == (a.m_gpu < a.limit));
           } else {
             const int M = std::min(c.training.batch_size, c.planner.M_max_factor * a.to_K);
-            REQUIRE(a.m_gpu == Approx(max_device_memory(ctx.spec, c.training, p, a.to_K, M)));
+            REQUIRE(a.m_gpu == Approx(max_device_memory(ctx.spec, c.training, p, a.to_K, M, c.training.batch_size)));
             REQUIRE(a.accepted == (a.m_gpu <= a.limit));
           }
         }

@@ -220,7 +220,8 @@ TEST_CASE("the predicted iteration of a schedule is its simulated makespan") {
   const ep::Config c = paper_config("bert_base_sst2");
   const ep::AnalyticCostModel cost(c.cluster, c.training);
   const ep::PlanContext ctx(c, cost);
-  ep::IterationSetup s{ep::plan_partition(ctx, 0, 8, false), 8, 1, 16, 2, true, false, ep::CacheTier::HostMemory, -1};
+  ep::IterationSetup s{ep::plan_partition(ctx, 0, 8, false), 8, 1, 16, 2, true, false, ep::CacheTier::HostMemory, -1,
+                       c.training.batch_size};
   const ep::Schedule sched = ep::build_schedule(ep::schedule_options(ctx, s));
   REQUIRE_NOTHROW(ep::check_schedule(sched));
   const ep::Timeline t = ep::predict_iteration(ctx, s);
@@ -261,7 +262,7 @@ TEST_CASE("iteration costs: a send and its receive move the same bytes; frozen s
     const ep::PlanContext ctx(c, cost);
     for (int frozen : {0, 3, 5}) {
       ep::IterationSetup s{ep::plan_partition(ctx, frozen, 8, false), 8, 1, 16, 2, true, false,
-                           ep::CacheTier::HostMemory, -1};
+                           ep::CacheTier::HostMemory, -1, c.training.batch_size};
       const ep::IterationCosts costs = ep::iteration_costs(ctx, s);
       const ep::Schedule sched = ep::build_schedule(ep::schedule_options(ctx, s));
       for (const auto& device : sched.devices)
@@ -285,7 +286,8 @@ TEST_CASE("advancing stale cache entries runs only the newly frozen layers") {
   const ep::Config c = paper_config("vit_imagenet");
   const ep::AnalyticCostModel cost(c.cluster, c.training);
   const ep::PlanContext ctx(c, cost);
-  ep::IterationSetup s{ep::plan_partition(ctx, 8, 4, true), 4, 1, 8, 4, true, true, ep::CacheTier::Disk, 0};
+  ep::IterationSetup s{ep::plan_partition(ctx, 8, 4, true), 4, 1, 8, 4, true, true, ep::CacheTier::Disk, 0,
+                       c.training.batch_size};
   const ep::Action fz{ep::ActionKind::FrozenForward, 0, 0};
   const ep::Action cr{ep::ActionKind::CacheRead, 0, 0};
   const double full = ep::iteration_costs(ctx, s).duration(fz);
@@ -339,6 +341,33 @@ TEST_CASE("RunPlanner refuses a frozen count that goes backwards or past the las
   CHECK_THROWS_WITH(p.next(2), Catch::Contains("2 frozen layers, expected 3.."));
   while (static_cast<int>(p.run().plans.size()) <= p.freeze_steps()) p.next(3);
   CHECK_THROWS_WITH(p.next(3), Catch::Contains("past the last one"));
+}
+
+TEST_CASE("global: the replicas split the global batch of planner.K's layout, so every plan makes the same updates") {
+  for (const char* objective : {"time", "paper"})
+    for (const char* name : kPaperConfigs) {
+      CAPTURE(objective, name);
+      const std::string obj = std::string("planner.objective=\"") + objective + "\"";
+      const ep::Config c = paper_config(name, {obj, "training.batch_policy=\"global\""});
+      const std::int64_t global =
+          static_cast<std::int64_t>(c.training.batch_size) * ep::replica_layout(c, c.planner.K).replicas;
+      const ep::RunPlan r = plan(c);
+      for (const ep::Plan& p : r.plans) {
+        CAPTURE(p.id, p.K, p.layout.replicas);
+        CHECK(p.batch == ep::pipeline_batch(c, p.K));
+        // Rounded up: at least the global batch, less than one sample per replica more.
+        CHECK(static_cast<std::int64_t>(p.batch) * p.layout.replicas >= global);
+        CHECK(static_cast<std::int64_t>(p.batch - 1) * p.layout.replicas < global);
+        CHECK(p.lr_scale == 1.0);
+        CHECK(ep::iteration_setup(c, p, false).batch == p.batch);
+        CHECK(p.M <= p.batch);
+        // Same global batch, same updates per epoch (the paper configs' batches divide evenly).
+        if (static_cast<std::int64_t>(p.batch) * p.layout.replicas == global)
+          CHECK(p.iterations_per_epoch == r.plans.front().iterations_per_epoch);
+        CHECK(p.samples_per_s == Approx(p.layout.replicas * static_cast<double>(p.batch) / p.iteration_s));
+      }
+      for (const ep::Plan& p : plan(paper_config(name, {obj})).plans) CHECK(p.batch == c.training.batch_size);
+    }
 }
 
 TEST_CASE("lr_scaled scales lr by the replicas over those of planner.K, from the first plan on") {

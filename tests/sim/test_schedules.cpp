@@ -196,6 +196,7 @@ TEST_CASE("a paper iteration matches the planner's prediction", "[sim][schedule]
       setup.K = K;
       setup.v = v;
       setup.M = M;
+      setup.batch = c.training.batch_size;
       sim::SimRequest q;
       q.schedule = build_schedule(schedule_options(ctx, setup));
       q.costs = iteration_costs(ctx, setup);

@@ -10,11 +10,15 @@ pretrain.toml trains (made first, once, under OUT/pretrain); `scratch` is the
 same task from the seed's weights. Runs:
 
   plain      plain LibTorch loop, one process (build/plain_train)
-  dp         pure data parallelism: NPROC processes, K = 1, no freezing
+  dp         pure data parallelism: NPROC processes, K = 1, no freezing,
+             batch_size per process (what DDP users often run)
+  dp_global  the same, the processes splitting the config's batch_size (the same
+             global batch and updates as plain and gpipe)
   gpipe      GPipe K = NPROC + DDP, no freezing (the paper's baseline)
   ep_paper   ElasticPipe with the paper's decisions (objective = "paper")
   ep_time    ElasticPipe with the planner's time objective
-  ep_paper_lr, ep_time_lr   the same with training.batch_policy = "lr_scaled"
+  ep_paper_lr, ep_time_lr           the same with training.batch_policy = "lr_scaled"
+  ep_paper_global, ep_time_global   the same with training.batch_policy = "global"
 
 Wall time is the process's, from its start to the line that reports an
 epoch's test accuracy (start-up, chunk search and evaluation included). The
@@ -31,18 +35,23 @@ import re
 import subprocess
 import sys
 import time
+import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EPOCH = re.compile(r"^epoch (\d+)/(\d+)\s.*acc ([0-9.]+)%")
-RUNS = ["plain", "dp", "gpipe", "ep_paper", "ep_time", "ep_paper_lr", "ep_time_lr"]
+RUNS = ["plain", "dp", "dp_global", "gpipe", "ep_paper", "ep_time", "ep_paper_lr", "ep_time_lr",
+        "ep_paper_global", "ep_time_global"]
 DESCRIBE = {
     "plain": "plain LibTorch loop, 1 process",
     "dp": "pure DP: {n} processes, K = 1, no freezing",
+    "dp_global": "pure DP, {n} processes splitting the global batch",
     "gpipe": "GPipe K = {n} + DDP, no freezing",
     "ep_paper": "ElasticPipe, paper's decisions",
     "ep_time": "ElasticPipe, time objective",
     "ep_paper_lr": "ElasticPipe, paper's decisions, lr_scaled",
     "ep_time_lr": "ElasticPipe, time objective, lr_scaled",
+    "ep_paper_global": "ElasticPipe, paper's decisions, global batch",
+    "ep_time_global": "ElasticPipe, time objective, global batch",
 }
 
 
@@ -53,6 +62,11 @@ def sets(*pairs):
     return out
 
 
+def config_batch(cfg):
+    with open(cfg, "rb") as f:
+        return tomllib.load(f)["training"]["batch_size"]
+
+
 def command(run, cfg, workload, bindir, nproc, pretrained):
     ep = os.path.join(bindir, "elasticpipe")
     init = (sets('training.init_weights="%s"' % pretrained) if workload == "finetune"
@@ -61,8 +75,10 @@ def command(run, cfg, workload, bindir, nproc, pretrained):
     no_freeze = sets('planner.freeze_policy="none"')
     if run == "plain":
         return [os.path.join(bindir, "plain_train"), cfg] + init
-    if run == "dp":
-        return [ep, "train", cfg] + multi + no_freeze + sets("planner.K=1", 'planner.compression="none"') + init
+    if run in ("dp", "dp_global"):
+        # batch_size is per pipeline at planner.K; at K = 1 the processes split the config's batch.
+        split = sets("training.batch_size=%d" % max(1, config_batch(cfg) // nproc)) if run == "dp_global" else []
+        return [ep, "train", cfg] + multi + no_freeze + sets("planner.K=1", 'planner.compression="none"') + split + init
     if run == "gpipe":
         # objective "paper" keeps K = K_0 (the time objective would pick K and replicas itself).
         return [ep, "train", cfg] + multi + no_freeze + init + sets(
@@ -73,6 +89,8 @@ def command(run, cfg, workload, bindir, nproc, pretrained):
         extra += sets('planner.schedule="gpipe"', 'planner.compression="memory"')
     if run.endswith("_lr"):
         extra += sets('training.batch_policy="lr_scaled"')
+    if run.endswith("_global"):
+        extra += sets('training.batch_policy="global"')
     return [ep, "train", cfg] + multi + extra + init
 
 

@@ -91,6 +91,7 @@ RunPlanner::RunPlanner(const Config& c, const CostModel& cost, const IterationPr
   run_.K0 = c.planner.K;
   run_.compression = c.planner.compression;
   run_.objective = c.planner.objective;
+  run_.batch_policy = c.training.batch_policy;
   run_.reachable_K = reachable_K(c);
   run_.compression_limit = compression_limit(ctx_);
 }
@@ -516,6 +517,11 @@ std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
   os << "\nsampler: " << first.layout.nodes << " node shard(s); masked padding slots per epoch:";
   for (const Plan& p : r.plans) os << " T=" << p.freeze_step << ":" << p.padding_slots_per_epoch;
   os << "\n";
+  if (r.batch_policy != BatchPolicy::PerPipeline) {  // per_pipeline: batch_size and lr as configured throughout
+    os << "batch policy " << to_string(r.batch_policy) << ": samples per pipeline, lr scale:";
+    for (const Plan& p : r.plans) os << " T=" << p.freeze_step << ":" << p.batch << "," << fmt("%g", p.lr_scale);
+    os << "\n";
+  }
   os << "\ncache decisions:\n";
   for (const Plan& p : r.plans)
   {
@@ -633,6 +639,7 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
           {"L", r.L},
           {"K0", r.K0},
           {"objective", to_string(r.objective)},
+          {"batch_policy", to_string(r.batch_policy)},
           {"reachable_K", r.reachable_K},
           {"compression", to_string(r.compression)},
           {"compression_limit", r.compression_limit},

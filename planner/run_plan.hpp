@@ -101,6 +101,7 @@ struct RunPlan {
   double compression_limit = 0;  // M_GPU^(0) (M params) or device memory (bytes)
   CompressionKind compression = CompressionKind::Paper;
   Objective objective = Objective::Time;
+  BatchPolicy batch_policy = BatchPolicy::PerPipeline;  // how Plan::batch and lr_scale follow the replicas
   std::vector<int> reachable_K;  // every K a plan of this run may take (reachable_K())
   bool freeze_from_alpha_bound = false;  // gradient_norm policy planned without gradient norms
   std::vector<Plan> plans;

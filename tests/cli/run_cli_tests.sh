@@ -47,6 +47,10 @@ expect_text "plan names its objective" "objective: time"
 expect_text "plan lists the alternatives it weighed" "alternatives weighed"
 expect_rc 2 "plan with an unknown objective" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.objective=fast
 expect_text "unknown objective names the key" "key 'planner.objective': expected one of time|paper, found string \"fast\""
+expect_rc 0 "plan, global batch" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.objective=paper \
+  --set 'training.batch_policy="global"'
+expect_text "plan shows the replicas splitting the global batch" \
+  "batch policy global: samples per pipeline, lr scale: T=0:400,1 T=1:400,1 T=2:400,1 T=3:200,1"
 expect_rc 0 "plan --json" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --json
 expect_text "plan --json schema" '"schema": "elasticpipe.plan/1"'
 expect_rc 0 "plan --set" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.compression=memory --set planner.alpha=0.5

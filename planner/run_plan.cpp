@@ -50,10 +50,19 @@ ReplicaLayout replica_layout(const Config& c, int K, int replicas) {
   return fixed_replicas_layout(c.cluster, K, I / per_node);
 }
 
+namespace {
+
+// The replicas of planner.K's layout: the layout batch_size and lr were
+// tuned for, whatever K the planner starts with (the time objective may
+// start at K = 1). Both batch policies that follow the replicas scale from it.
+int tuned_replicas(const Config& c) { return replica_layout(c, c.planner.K).replicas; }
+
+}  // namespace
+
 int pipeline_batch(const Config& c, int K) {
   const int batch = c.training.batch_size;
   if (c.training.batch_policy != BatchPolicy::Global) return batch;
-  const std::int64_t global = static_cast<std::int64_t>(batch) * replica_layout(c, c.planner.K).replicas;
+  const std::int64_t global = static_cast<std::int64_t>(batch) * tuned_replicas(c);
   const int replicas = replica_layout(c, K).replicas;
   return static_cast<int>((global + replicas - 1) / replicas);
 }
@@ -142,10 +151,8 @@ Plan RunPlanner::shape(const Plan& base, int K, Partition partition, CacheDecisi
     plan.woken_ranks = plan.layout.newly_active(prev.layout);
     plan.onboarding = onboarding_sources(prev.layout, plan.layout, plan.woken_ranks);
   }
-  // lr was tuned for the configured pipeline length's replicas, whatever
-  // the planner starts with (the time objective may start at K = 1).
   if (c.training.batch_policy == BatchPolicy::LrScaled)
-    plan.lr_scale = static_cast<double>(plan.layout.replicas) / replica_layout(c, c.planner.K).replicas;
+    plan.lr_scale = static_cast<double>(plan.layout.replicas) / tuned_replicas(c);
   plan.stage_loads = stage_loads_paper(ctx_.spec, plan.partition, c.planner.lambda_frozen);
   plan.cache_fill_from = -1;
   if (plan.cache.on) {

@@ -68,7 +68,7 @@ struct Plan {
   ReplicaLayout layout;
   std::vector<int> woken_ranks;  // processes a transition into this plan starts
   std::vector<Onboarding> onboarding;  // for each woken rank, who sends it the state
-  double lr_scale = 1;  // training.batch_policy: replicas / initial replicas with lr_scaled, else 1
+  double lr_scale = 1;  // training.batch_policy: replicas / those of planner.K with lr_scaled, else 1
   int batch = 0;        // samples per pipeline and iteration: pipeline_batch(config, K)
   CacheDecision cache;
   // With the cache on, whether the plan's first epoch (re)fills it: -1 no

@@ -343,44 +343,49 @@ TEST_CASE("RunPlanner refuses a frozen count that goes backwards or past the las
   CHECK_THROWS_WITH(p.next(3), Catch::Contains("past the last one"));
 }
 
-TEST_CASE("global: the replicas split the global batch of planner.K's layout, so every plan makes the same updates") {
+// Calls fn(name, objective override, config) for every paper config under
+// both objectives with training.batch_policy = `policy`.
+template <class F>
+void for_paper_configs_with_policy(const char* policy, F&& fn) {
+  const std::string policy_set = std::string("training.batch_policy=\"") + policy + "\"";
   for (const char* objective : {"time", "paper"})
     for (const char* name : kPaperConfigs) {
       CAPTURE(objective, name);
       const std::string obj = std::string("planner.objective=\"") + objective + "\"";
-      const ep::Config c = paper_config(name, {obj, "training.batch_policy=\"global\""});
-      const std::int64_t global =
-          static_cast<std::int64_t>(c.training.batch_size) * ep::replica_layout(c, c.planner.K).replicas;
-      const ep::RunPlan r = plan(c);
-      for (const ep::Plan& p : r.plans) {
-        CAPTURE(p.id, p.K, p.layout.replicas);
-        CHECK(p.batch == ep::pipeline_batch(c, p.K));
-        // Rounded up: at least the global batch, less than one sample per replica more.
-        CHECK(static_cast<std::int64_t>(p.batch) * p.layout.replicas >= global);
-        CHECK(static_cast<std::int64_t>(p.batch - 1) * p.layout.replicas < global);
-        CHECK(p.lr_scale == 1.0);
-        CHECK(ep::iteration_setup(c, p, false).batch == p.batch);
-        CHECK(p.M <= p.batch);
-        // Same global batch, same updates per epoch (the paper configs' batches divide evenly).
-        if (static_cast<std::int64_t>(p.batch) * p.layout.replicas == global)
-          CHECK(p.iterations_per_epoch == r.plans.front().iterations_per_epoch);
-        CHECK(p.samples_per_s == Approx(p.layout.replicas * static_cast<double>(p.batch) / p.iteration_s));
-      }
-      for (const ep::Plan& p : plan(paper_config(name, {obj})).plans) CHECK(p.batch == c.training.batch_size);
+      fn(name, obj, paper_config(name, {obj, policy_set}));
     }
 }
 
-TEST_CASE("lr_scaled scales lr by the replicas over those of planner.K, from the first plan on") {
-  for (const char* objective : {"time", "paper"})
-    for (const char* name : kPaperConfigs) {
-      CAPTURE(objective, name);
-      const std::string obj = std::string("planner.objective=\"") + objective + "\"";
-      const ep::Config c = paper_config(name, {obj, "training.batch_policy=\"lr_scaled\""});
-      const int reference = ep::replica_layout(c, c.planner.K).replicas;
-      const ep::RunPlan r = plan(c);
-      for (const ep::Plan& p : r.plans)
-        CHECK(p.lr_scale * reference == Approx(p.layout.replicas).epsilon(1e-12));
-      if (std::string(objective) == "paper") CHECK(r.plans.front().lr_scale == 1.0);
-      for (const ep::Plan& p : plan(paper_config(name, {obj})).plans) CHECK(p.lr_scale == 1.0);  // per_pipeline
+TEST_CASE("global: the replicas split the global batch of planner.K's layout, so every plan makes the same updates") {
+  for_paper_configs_with_policy("global", [](const char* name, const std::string& obj, const ep::Config& c) {
+    const std::int64_t global =
+        static_cast<std::int64_t>(c.training.batch_size) * ep::replica_layout(c, c.planner.K).replicas;
+    const ep::RunPlan r = plan(c);
+    for (const ep::Plan& p : r.plans) {
+      CAPTURE(p.id, p.K, p.layout.replicas);
+      CHECK(p.batch == ep::pipeline_batch(c, p.K));
+      // Rounded up: at least the global batch, less than one sample per replica more.
+      CHECK(static_cast<std::int64_t>(p.batch) * p.layout.replicas >= global);
+      CHECK(static_cast<std::int64_t>(p.batch - 1) * p.layout.replicas < global);
+      CHECK(p.lr_scale == 1.0);
+      CHECK(ep::iteration_setup(c, p, false).batch == p.batch);
+      CHECK(p.M <= p.batch);
+      // Same global batch, same updates per epoch (the paper configs' batches divide evenly).
+      if (static_cast<std::int64_t>(p.batch) * p.layout.replicas == global)
+        CHECK(p.iterations_per_epoch == r.plans.front().iterations_per_epoch);
+      CHECK(p.samples_per_s == Approx(p.layout.replicas * static_cast<double>(p.batch) / p.iteration_s));
     }
+    for (const ep::Plan& p : plan(paper_config(name, {obj})).plans) CHECK(p.batch == c.training.batch_size);
+  });
+}
+
+TEST_CASE("lr_scaled scales lr by the replicas over those of planner.K, from the first plan on") {
+  for_paper_configs_with_policy("lr_scaled", [](const char* name, const std::string& obj, const ep::Config& c) {
+    const int reference = ep::replica_layout(c, c.planner.K).replicas;
+    const ep::RunPlan r = plan(c);
+    for (const ep::Plan& p : r.plans)
+      CHECK(p.lr_scale * reference == Approx(p.layout.replicas).epsilon(1e-12));
+    if (c.planner.objective == ep::Objective::Paper) CHECK(r.plans.front().lr_scale == 1.0);
+    for (const ep::Plan& p : plan(paper_config(name, {obj})).plans) CHECK(p.lr_scale == 1.0);  // per_pipeline
+  });
 }

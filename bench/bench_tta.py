@@ -62,12 +62,24 @@ def sets(*pairs):
     return out
 
 
-def config_batch(cfg):
+def config_batch(cfg, overrides):
+    """training.batch_size as the runs see it: the last --set of it, else the file's."""
+    for o in reversed(overrides):
+        key, _, value = o.partition("=")
+        if key.strip() == "training.batch_size":
+            return int(value)
     with open(cfg, "rb") as f:
         return tomllib.load(f)["training"]["batch_size"]
 
 
-def command(run, cfg, workload, bindir, nproc, pretrained):
+def command(run, cfg, workload, bindir, nproc, pretrained, overrides):
+    """The run's command line; `overrides` (--set KEY=VALUE) go to every run."""
+    return base_command(run, cfg, workload, bindir, nproc, pretrained) + sets(*overrides) + (
+        # batch_size is per pipeline at planner.K; at K = 1 the processes split the batch.
+        sets("training.batch_size=%d" % max(1, config_batch(cfg, overrides) // nproc)) if run == "dp_global" else [])
+
+
+def base_command(run, cfg, workload, bindir, nproc, pretrained):
     ep = os.path.join(bindir, "elasticpipe")
     init = (sets('training.init_weights="%s"' % pretrained) if workload == "finetune"
             else sets('training.init_weights=""', "training.init_keep=[]"))
@@ -76,9 +88,7 @@ def command(run, cfg, workload, bindir, nproc, pretrained):
     if run == "plain":
         return [os.path.join(bindir, "plain_train"), cfg] + init
     if run in ("dp", "dp_global"):
-        # batch_size is per pipeline at planner.K; at K = 1 the processes split the config's batch.
-        split = sets("training.batch_size=%d" % max(1, config_batch(cfg) // nproc)) if run == "dp_global" else []
-        return [ep, "train", cfg] + multi + no_freeze + sets("planner.K=1", 'planner.compression="none"') + split + init
+        return [ep, "train", cfg] + multi + no_freeze + sets("planner.K=1", 'planner.compression="none"') + init
     if run == "gpipe":
         # objective "paper" keeps K = K_0 (the time objective would pick K and replicas itself).
         return [ep, "train", cfg] + multi + no_freeze + init + sets(
@@ -188,7 +198,7 @@ def main():
         for run in runs:
             print("[%s] %s: %s" % (w, run, DESCRIBE[run].format(n=a.nproc)), flush=True)
             name = "%s_%s" % (w, run)
-            cmd = command(run, cfg, w, a.bin, a.nproc, weights) + sets(*a.set)
+            cmd = command(run, cfg, w, a.bin, a.nproc, weights, a.set)
             rows, total = run_one(cmd, os.path.join(a.out, name), os.path.join(a.out, name + ".log"))
             results.append({"workload": w, "run": run, "rows": rows, "total": total})
             print("    done in %.1f s (%.0f s since the start)" % (total, time.monotonic() - start), flush=True)

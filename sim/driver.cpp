@@ -1,13 +1,9 @@
 #include "sim/driver.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdint>
-#include <cstring>
-#include <deque>
 #include <exception>
 #include <filesystem>
 #include <future>
@@ -19,7 +15,6 @@
 #include <sstream>
 #include <thread>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "planner/transition.hpp"
@@ -206,10 +201,10 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   // but the plans: all start at once (their runs go to the same pool), and
   // the plans are then walked in order.
   std::future<std::vector<trace::Trace>> traces =
-      std::async(kThreadedPlanning ? std::launch::async : std::launch::deferred, [&] { return runner.trace(ctx, traced_setups, traced_plans); });
+      std::async(std::launch::async, [&] { return runner.trace(ctx, traced_setups, traced_plans); });
   std::vector<std::future<Transition>> transitions;
   for (std::size_t pi = 0; pi < plans.size(); ++pi)
-    transitions.push_back(std::async(kThreadedPlanning ? std::launch::async : std::launch::deferred, [&, pi] {
+    transitions.push_back(std::async(std::launch::async, [&, pi] {
       return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim);
     }));
   // The steady states plan_run had simulated (memo hits), for their breakdown.
@@ -294,6 +289,24 @@ RunResult assemble(const Config& config, const std::vector<Mode>& modes, const C
   return out;
 }
 
+// Runs each task in a thread of its own; then rethrows the first task's
+// exception in task order.
+void run_in_threads(const std::vector<std::function<void()>>& tasks) {
+  std::vector<std::exception_ptr> errors(tasks.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < tasks.size(); ++i)
+    threads.emplace_back([&, i] {
+      try {
+        tasks[i]();
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 int default_jobs(int jobs) { return jobs > 0 ? jobs : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
 
 }  // namespace
@@ -304,7 +317,6 @@ std::vector<RunResult> simulate_trainings(const std::vector<Config>& configs, co
   for (const Config& c : configs) analytic.push_back(std::make_unique<AnalyticCostModel>(c.cluster, c.training));
   const int jobs = default_jobs(opt.jobs);
   Runner runner(sim, jobs);
-  Dispatcher dispatcher(jobs);
   const std::size_t n_modes = opt.modes.size();
   std::vector<std::vector<ModeOutput>> outputs(configs.size(), std::vector<ModeOutput>(n_modes));
   // Progress: the mean over every mode of every training of its share done.
@@ -326,10 +338,7 @@ std::vector<RunResult> simulate_trainings(const std::vector<Config>& configs, co
         outputs[ci][mi] = simulate_mode(configs[ci], opt.modes[mi], mi + 1 == n_modes, cost, opt.exact, runner,
                                         sim, progress);
       });
-  {
-    const RouteRuns route(sim, dispatcher);
-    dispatcher.serve(tasks);
-  }
+  run_in_threads(tasks);
   std::vector<RunResult> results;
   for (std::size_t ci = 0; ci < configs.size(); ++ci)
     results.push_back(assemble(configs[ci], opt.modes, opt.cost ? *opt.cost : *analytic[ci], std::move(outputs[ci])));

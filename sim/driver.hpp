@@ -65,10 +65,9 @@ struct RunOptions {
   const CostModel* cost = nullptr;
 };
 
-// Every mode is planned in its own thread; their SimGrid runs are forked
-// from the calling thread (which must be the one that built `sim`), at
-// most `jobs` at a time, and shared through one memo. The result is the
-// same as planning the modes one after another.
+// Every mode is planned in its own thread; their SimGrid runs go to the
+// Simulator's fork server, at most `jobs` at a time, and are shared through
+// one memo. The result is the same as planning the modes one after another.
 [[nodiscard]] RunResult simulate_training(const Config&, const RunOptions&, Simulator&);
 // Several trainings at once on the platform of `sim`: every config must
 // describe the cluster `sim` was built from. Their modes all run in

@@ -1,12 +1,15 @@
 #include "sim/isolate.hpp"
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,22 +27,58 @@ void write_all(int fd, const std::string& bytes) {
   }
 }
 
+// What a child runs: `body`, its result or its error framed as
+// [status byte][length][bytes] so that a child that dies half-way is told
+// from one that finished.
+std::string run_framed(const std::function<void(ByteWriter&)>& body) {
+  ByteWriter out;
+  char status = 0;
+  std::string message;
+  try {
+    body(out);
+  } catch (const std::exception& e) {
+    status = 1;
+    message = e.what();
+  } catch (...) {
+    status = 1;
+    message = "unknown exception";
+  }
+  ByteWriter framed;
+  framed.put(status);
+  framed.put(status == 0 ? out.bytes() : message);
+  return framed.bytes();
+}
+
+// The child's result from its framed bytes, or the error it reports.
+std::string unframe(const std::string& bytes, std::string* error) {
+  constexpr std::size_t head = 1 + sizeof(std::size_t);
+  std::size_t n = 0;
+  if (bytes.size() >= head) std::memcpy(&n, bytes.data() + 1, sizeof n);
+  if (bytes.size() < head || bytes.size() - head != n) {
+    *error =
+        "simulator: the simulation process ended without a result (killed, or SimGrid aborted: its message, if any, "
+        "is on stderr)";
+    return {};
+  }
+  if (bytes[0] != 0) {
+    *error = bytes.substr(head);
+    return {};
+  }
+  return bytes.substr(head);
+}
+
 // The child's result, or the error it reports.
 std::string finish(int pid, int fd, const std::string& bytes, std::string* error) {
   ::close(fd);
   int wstatus = 0;
   while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
   }
-  if (WIFSIGNALED(wstatus))
+  if (WIFSIGNALED(wstatus)) {
     *error = "simulator: the simulation process died with signal " + std::to_string(WTERMSIG(wstatus)) +
              " (SimGrid's message, if any, is on stderr)";
-  else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || bytes.empty())
-    *error = "simulator: the simulation process failed (SimGrid's message, if any, is on stderr)";
-  else if (bytes[0] != 0)
-    *error = bytes.substr(1);
-  else
-    return bytes.substr(1);
-  return {};
+    return {};
+  }
+  return unframe(bytes, error);
 }
 
 }  // namespace
@@ -56,22 +95,7 @@ void ChildPool::start(const std::function<void(ByteWriter&)>& body, std::size_t 
   }
   if (pid == 0) {
     ::close(fd[0]);
-    ByteWriter out;
-    char status = 0;
-    std::string message;
-    try {
-      body(out);
-    } catch (const std::exception& e) {
-      status = 1;
-      message = e.what();
-    } catch (...) {
-      status = 1;
-      message = "unknown exception";
-    }
-    ByteWriter framed;
-    framed.put(status);
-    write_all(fd[1], framed.bytes());
-    write_all(fd[1], status == 0 ? out.bytes() : message);
+    write_all(fd[1], run_framed(body));
     std::fflush(nullptr);
     ::_exit(0);  // no destructors, no atexit handlers: the parent owns that state
   }
@@ -115,6 +139,188 @@ ChildPool::~ChildPool() {
     std::string ignored;
     (void)finish(c.pid, c.fd, c.bytes, &ignored);
   }
+}
+
+// ---------------------------------------------------------------- ForkServer
+
+namespace {
+
+// The server: reads jobs ([length][bytes], the result pipe's write end
+// passed along with the length), forks a child per job and forgets it
+// (SIGCHLD ignored: the kernel reaps them). Single-threaded, so a fork here
+// never finds a lock held by another thread.
+[[noreturn]] void serve_forever(int sock, const ForkServer::Serve& serve) {
+  std::signal(SIGCHLD, SIG_IGN);
+  for (;;) {
+    std::size_t len = 0;
+    iovec iov{&len, sizeof len};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t got = ::recvmsg(sock, &msg, MSG_WAITALL);
+    if (got < 0 && errno == EINTR) continue;
+    if (got != static_cast<ssize_t>(sizeof len)) ::_exit(0);  // the Simulator is gone
+    const cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    if (!c || c->cmsg_type != SCM_RIGHTS) ::_exit(1);
+    int fd = -1;
+    std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    std::string job(len, '\0');
+    for (std::size_t done = 0; done < len;) {
+      const ssize_t n = ::read(sock, job.data() + done, len - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) ::_exit(0);
+      done += static_cast<std::size_t>(n);
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(sock);
+      write_all(fd, run_framed([&](ByteWriter& out) { serve(job, out); }));
+      std::fflush(nullptr);
+      ::_exit(0);
+    }
+    if (pid < 0) write_all(fd, run_framed([](ByteWriter&) {
+                             throw Error("simulator: fork() failed: " + std::string(std::strerror(errno)));
+                           }));
+    ::close(fd);
+  }
+}
+
+void send_all(int sock, const char* data, std::size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::send(sock, data, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) throw Error("simulator: the simulation server is gone: " + std::string(std::strerror(errno)));
+    data += k;
+    n -= static_cast<std::size_t>(k);
+  }
+}
+
+}  // namespace
+
+ForkServer::ForkServer(Serve serve) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    throw Error("simulator: socketpair() failed: " + std::string(std::strerror(errno)));
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(sv[0]);
+    ::close(sv[1]);
+    throw Error("simulator: fork() failed: " + std::string(std::strerror(errno)));
+  }
+  if (pid == 0) {
+    ::close(sv[0]);
+    serve_forever(sv[1], serve);
+  }
+  ::close(sv[1]);
+  sock_ = sv[0];
+  pid_ = pid;
+}
+
+ForkServer::~ForkServer() {
+  ::close(sock_);
+  int wstatus = 0;
+  while (::waitpid(pid_, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+}
+
+int ForkServer::start(const std::string& job) {
+  int fd[2];
+  if (::pipe2(fd, O_CLOEXEC) != 0) throw Error("simulator: pipe() failed: " + std::string(std::strerror(errno)));
+  try {
+    const std::lock_guard lock(send_mutex_);
+    std::size_t len = job.size();
+    iovec iov{&len, sizeof len};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd[1], sizeof(int));
+    ssize_t sent;
+    while ((sent = ::sendmsg(sock_, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    }
+    if (sent != static_cast<ssize_t>(sizeof len))
+      throw Error("simulator: the simulation server is gone: " + std::string(std::strerror(errno)));
+    send_all(sock_, job.data(), job.size());
+  } catch (...) {
+    ::close(fd[0]);
+    ::close(fd[1]);
+    throw;
+  }
+  ::close(fd[1]);  // the server holds it now, and the child after it
+  return fd[0];
+}
+
+std::vector<std::string> ForkServer::run(const std::vector<std::string>& jobs, int at_once) {
+  struct Pending {
+    int fd = -1;
+    std::size_t index = 0;
+    std::string bytes;
+  };
+  at_once = std::max(1, at_once);
+  std::vector<std::string> results(jobs.size());
+  std::vector<Pending> pending;
+  std::string error;
+  std::size_t next = 0;
+  const auto release = [&] {
+    const std::lock_guard lock(slots_mutex_);
+    --running_;
+    slot_free_.notify_all();
+  };
+  while ((next < jobs.size() && error.empty()) || !pending.empty()) {
+    // Start what the slots allow; wait for one only when nothing of ours runs.
+    while (next < jobs.size() && error.empty()) {
+      {
+        std::unique_lock lock(slots_mutex_);
+        if (pending.empty())
+          slot_free_.wait(lock, [&] { return running_ < at_once; });
+        else if (running_ >= at_once)
+          break;
+        ++running_;
+      }
+      try {
+        pending.push_back({start(jobs[next]), next, {}});
+      } catch (const std::exception& e) {
+        release();
+        error = e.what();
+      }
+      ++next;
+    }
+    if (pending.empty()) break;
+    std::vector<pollfd> fds;
+    for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw Error("simulator: poll() failed: " + std::string(std::strerror(errno)));
+    }
+    for (std::size_t i = pending.size(); i-- > 0;) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char chunk[1 << 16];
+      const ssize_t n = ::read(pending[i].fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        pending[i].bytes.append(chunk, static_cast<std::size_t>(n));
+        continue;
+      }
+      ::close(pending[i].fd);
+      std::string e;
+      results[pending[i].index] = unframe(pending[i].bytes, &e);
+      if (error.empty()) error = e;
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      release();
+    }
+  }
+  if (!error.empty()) throw Error(error);
+  return results;
 }
 
 std::vector<std::string> run_in_children(const std::vector<std::function<void(ByteWriter&)>>& bodies, int jobs) {

@@ -1,14 +1,23 @@
-// Every simulation runs in a forked child of the process that built the
-// platform. SimGrid's clock only moves forward and an Engine is created once
-// per process, so runs that shared one process would each start at a
-// different clock value and round differently: the same request would not
-// give the same doubles twice. A fresh child starts every run at time 0
-// from the same pristine engine, and a SimGrid abort (xbt_die) kills only
-// the child. Cost: about 1 ms per run.
+// Every simulation runs in a forked child of a process that built the
+// platform and never ran it. SimGrid's clock only moves forward and an
+// Engine is created once per process, so runs that shared one process would
+// each start at a different clock value and round differently: the same
+// request would not give the same doubles twice. A fresh child starts every
+// run at time 0 from the same pristine engine, and a SimGrid abort
+// (xbt_die) kills only the child.
+//
+// The Simulator's runs are forked by a ForkServer: a small single-threaded
+// process forked once, right after the platform is built, that forks one
+// child per run. Forking from the planning process itself would copy the
+// page tables of everything it has grown since (memo, traces, threads) and
+// make both sides pay copy-on-write faults and TLB shoot-downs while the
+// child lives. ChildPool forks from the caller (sweep groups, tests).
 #pragma once
 
+#include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -29,6 +38,11 @@ class ByteWriter {
     put(s.size());
     buf_ += s;
   }
+  template <class T>
+  void put(const std::vector<T>& v) {
+    put(v.size());
+    for (const T& x : v) put(x);
+  }
   template <class... T>
   void put_all(const T&... v) {
     (put(v), ...);
@@ -44,7 +58,11 @@ class ByteReader {
   explicit ByteReader(const std::string& bytes) : buf_(bytes) {}
   template <class T>
   T get() {
-    if constexpr (std::is_same_v<T, std::string>) {
+    if constexpr (is_vector<T>::value) {
+      T v(get<std::size_t>());
+      for (auto& x : v) x = get<typename T::value_type>();
+      return v;
+    } else if constexpr (std::is_same_v<T, std::string>) {
       const auto n = get<std::size_t>();
       need(n);
       std::string s = buf_.substr(pos_, n);
@@ -63,8 +81,13 @@ class ByteReader {
   void get_into(T&... v) {
     ((v = get<T>()), ...);
   }
+  [[nodiscard]] bool at_end() const { return pos_ == buf_.size(); }
 
  private:
+  template <class T>
+  struct is_vector : std::false_type {};
+  template <class T, class A>
+  struct is_vector<std::vector<T, A>> : std::true_type {};
   void need(std::size_t n) const {
     if (pos_ + n > buf_.size()) throw Error("simulator: truncated result from the simulation process");
   }
@@ -104,6 +127,35 @@ class ChildPool {
     std::string bytes;
   };
   std::vector<Child> running_;
+};
+
+// The fork server. `serve(job, out)` runs in a fresh child of the server
+// for every job. Thread-safe: any thread may call run(), and at most
+// `at_once` children run at a time over all callers.
+class ForkServer {
+ public:
+  using Serve = std::function<void(const std::string& job, ByteWriter& out)>;
+  // Forks the server now: call it while the process is single-threaded and
+  // in the state every child must start from.
+  explicit ForkServer(Serve serve);
+  ~ForkServer();  // ends the server (the runs have returned by then)
+  ForkServer(const ForkServer&) = delete;
+  ForkServer& operator=(const ForkServer&) = delete;
+
+  // What each job's child wrote, in the order of `jobs`. An ep::Error or
+  // std::exception thrown by `serve` is rethrown here as ep::Error with its
+  // message (the first failure, once every started child has ended); a
+  // child that dies gives an ep::Error saying so.
+  std::vector<std::string> run(const std::vector<std::string>& jobs, int at_once);
+
+ private:
+  int start(const std::string& job);  // the read end of the job's result pipe
+  int sock_ = -1;
+  int pid_ = -1;
+  std::mutex send_mutex_;   // one job's message at a time on the socket
+  std::mutex slots_mutex_;  // guards running_
+  std::condition_variable slot_free_;
+  int running_ = 0;
 };
 
 // Runs `body` in a forked child and returns what it wrote. An ep::Error or

@@ -1,47 +1,24 @@
 // How the driver gets SimGrid runs done: a Runner memoises iteration runs
-// by their exact request; a Dispatcher lets several planning threads (one
-// per mode) hand their runs to the thread that built the engine, which
-// forks them from one ChildPool; RouteRuns points the Simulator at it.
-// Internal to sim/ (driver.cpp).
+// by their exact request, for several planning threads (one per mode) at
+// once. Internal to sim/ (driver.cpp).
 #pragma once
 
-#include <algorithm>
-#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <exception>
-#include <functional>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include "planner/autodp.hpp"
 #include "planner/iteration.hpp"
-#include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
 
 namespace ep::sim {
-
-// A sanitizer's allocator is not fork-safe: a child forked while another
-// thread holds its lock waits forever. Sanitizer builds (ELASTICPIPE_SANITIZE)
-// therefore plan the modes one after another on the engine's thread, and
-// fork from it directly; glibc's malloc is fork-safe, so other builds plan
-// them in parallel threads.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kThreadedPlanning = false;
-#else
-inline constexpr bool kThreadedPlanning = true;
-#endif
 
 // What one simulated iteration run gives the driver.
 struct Measured {
@@ -49,137 +26,6 @@ struct Measured {
   double fb_per_device_s = 0;  // F and B time of one device of one replica, per iteration
   // Idle share of the devices' F/B capacity at this period (Timeline's definition).
   [[nodiscard]] double bubble_fraction(double period_s) const { return 1.0 - fb_per_device_s / period_s; }
-};
-
-// Runs tasks (one per mode) in threads. Their SimGrid runs come back to
-// the thread that called serve(), the one that built the engine, which
-// forks them from one ChildPool, `jobs` at a time, in the order they were
-// asked for: forking from that thread keeps every child's engine pristine
-// and its maestro context the one SimGrid made. What a run gives does not
-// depend on when it runs, so the results are those of running the tasks
-// one after another.
-class Dispatcher {
- public:
-  using Body = std::function<void(ByteWriter&)>;
-
-  explicit Dispatcher(int jobs) : jobs_(std::max(1, jobs)) {
-    if (::pipe(wake_) != 0) throw Error("simulator: pipe() failed: " + std::string(std::strerror(errno)));
-    ::fcntl(wake_[0], F_SETFL, ::fcntl(wake_[0], F_GETFL) | O_NONBLOCK);
-  }
-  ~Dispatcher() {
-    ::close(wake_[0]);
-    ::close(wake_[1]);
-  }
-  Dispatcher(const Dispatcher&) = delete;
-  Dispatcher& operator=(const Dispatcher&) = delete;
-
-  // From a task: runs `bodies` in children and waits for their results.
-  std::vector<std::string> run(const std::vector<Body>& bodies) {
-    Batch b;
-    b.bodies = &bodies;
-    b.results.resize(bodies.size());
-    b.left = bodies.size();
-    if (bodies.empty()) return {};
-    if (!kThreadedPlanning) return run_in_children(bodies, jobs_);  // on the engine's thread
-    {
-      const std::lock_guard lock(mutex_);
-      for (std::size_t i = 0; i < bodies.size(); ++i) queue_.push_back({&b, i});
-    }
-    wake();
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return b.left == 0; });
-    if (!b.error.empty()) throw Error(b.error);
-    return std::move(b.results);
-  }
-
-  // Runs `tasks` in threads and serves their runs until all have ended;
-  // then rethrows the first task's exception in task order.
-  void serve(const std::vector<std::function<void()>>& tasks) {
-    if (!kThreadedPlanning) {
-      for (const auto& task : tasks) task();
-      return;
-    }
-    std::vector<std::exception_ptr> errors(tasks.size());
-    std::size_t live = tasks.size();
-    std::vector<std::thread> threads;
-    for (std::size_t i = 0; i < tasks.size(); ++i)
-      threads.emplace_back([&, i] {
-        try {
-          tasks[i]();
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-        {
-          const std::lock_guard lock(mutex_);
-          --live;
-        }
-        wake();
-      });
-    ChildPool pool;
-    std::map<std::size_t, Item> started;
-    std::size_t next_id = 0;
-    for (;;) {
-      std::vector<Item> start;
-      {
-        const std::lock_guard lock(mutex_);
-        while (!queue_.empty() && pool.running() + start.size() < static_cast<std::size_t>(jobs_)) {
-          start.push_back(queue_.front());
-          queue_.pop_front();
-        }
-        if (start.empty() && pool.running() == 0 && live == 0) break;
-      }
-      for (const Item& it : start) {
-        try {
-          pool.start((*it.batch->bodies)[it.index], next_id);
-          started[next_id++] = it;
-        } catch (const std::exception& e) {  // fork() or pipe() failed: this run fails, the tasks go on
-          const std::lock_guard lock(mutex_);
-          if (it.batch->error.empty()) it.batch->error = e.what();
-          --it.batch->left;
-          done_.notify_all();
-        }
-      }
-      const std::vector<ChildPool::Ended> ended = pool.wait(wake_[0]);
-      char drain[64];
-      while (::read(wake_[0], drain, sizeof drain) > 0) {
-      }
-      if (ended.empty()) continue;
-      const std::lock_guard lock(mutex_);
-      for (const ChildPool::Ended& e : ended) {
-        const Item it = started.at(e.id);
-        started.erase(e.id);
-        it.batch->results[it.index] = e.bytes;
-        if (!e.error.empty() && it.batch->error.empty()) it.batch->error = e.error;
-        --it.batch->left;
-      }
-      done_.notify_all();
-    }
-    for (std::thread& t : threads) t.join();
-    for (const std::exception_ptr& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
-
- private:
-  struct Batch {
-    const std::vector<Body>* bodies = nullptr;
-    std::vector<std::string> results;
-    std::string error;
-    std::size_t left = 0;
-  };
-  struct Item {
-    Batch* batch = nullptr;
-    std::size_t index = 0;
-  };
-  void wake() {
-    const char c = 0;
-    (void)!::write(wake_[1], &c, 1);
-  }
-
-  int jobs_;
-  int wake_[2] = {-1, -1};
-  std::mutex mutex_;
-  std::condition_variable done_;
-  std::deque<Item> queue_;
 };
 
 // Runs iterations of setups on SimGrid, memoised across plans, modes and
@@ -315,20 +161,6 @@ class Runner {
   std::map<std::string, Measured> memo_;
   std::set<std::string> running_;
   std::map<std::string, std::string> failed_;
-};
-
-// Routes the Simulator's runs to a dispatcher while it serves.
-class RouteRuns {
- public:
-  RouteRuns(Simulator& sim, Dispatcher& d) : sim_(sim) {
-    sim_.set_child_runner([&d](const std::vector<Dispatcher::Body>& bodies, int) { return d.run(bodies); });
-  }
-  ~RouteRuns() { sim_.set_child_runner({}); }
-  RouteRuns(const RouteRuns&) = delete;
-  RouteRuns& operator=(const RouteRuns&) = delete;
-
- private:
-  Simulator& sim_;
 };
 
 }  // namespace ep::sim

@@ -2,17 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <numeric>
-#include <unordered_map>
 #include <utility>
 
 #include <simgrid/s4u.hpp>
 
 #include "planner/error.hpp"
 #include "sim/isolate.hpp"
-#include "traces/action_event.hpp"
 #include "sim/platform.hpp"
+#include "sim/recorder.hpp"
+#include "traces/action_event.hpp"
 
 namespace ep::sim {
 namespace s4u = simgrid::s4u;
@@ -53,6 +52,7 @@ struct Step {
 };
 
 // A validated request, built in the parent so that errors surface there.
+// Plain data: it is what the fork server's child is sent.
 struct Prepared {
   int R = 0, K = 0, S = 0, M = 0, iterations = 1, slots = 0;
   std::vector<std::vector<Step>> lists;  // per device
@@ -60,6 +60,21 @@ struct Prepared {
   std::vector<int> ranks;                // per replica
   std::vector<int> ring_pos;             // per replica: position in rank order
   std::vector<int> at_pos;               // ring position -> replica
+  std::vector<std::vector<int>> replica_gpus;  // the request's
+  CacheTier cache_tier = CacheTier::HostMemory;
+  int plan_id = -1;
+  int stage0_device = 0;  // the device hosting stage 0
+
+  void put(ByteWriter& w) const {
+    w.put_all(R, K, S, M, iterations, slots, lists, lane, ranks, ring_pos, at_pos, replica_gpus, cache_tier, plan_id,
+              stage0_device);
+  }
+  static Prepared get(ByteReader& r) {
+    Prepared p;
+    r.get_into(p.R, p.K, p.S, p.M, p.iterations, p.slots, p.lists, p.lane, p.ranks, p.ring_pos, p.at_pos,
+               p.replica_gpus, p.cache_tier, p.plan_id, p.stage0_device);
+    return p;
+  }
 };
 
 Prepared prepare(const SimRequest& q, int total_gpus) {
@@ -68,6 +83,9 @@ Prepared prepare(const SimRequest& q, int total_gpus) {
   p.R = static_cast<int>(q.replica_gpus.size());
   p.K = s.K;
   p.iterations = q.iterations;
+  p.replica_gpus = q.replica_gpus;
+  p.cache_tier = q.cache_tier;
+  p.plan_id = q.plan_id;
   if (q.iterations < 1) throw Error("simulator: iterations must be >= 1, found " + std::to_string(q.iterations));
   if (!q.costs.duration || !q.costs.bytes) throw Error("simulator: the request's IterationCosts lacks duration or bytes");
   if (p.R == 0) throw Error("simulator: no replica (replica_gpus is empty)");
@@ -115,6 +133,7 @@ Prepared prepare(const SimRequest& q, int total_gpus) {
 
   p.S = s.num_stages();
   p.M = s.M;
+  p.stage0_device = s.device_of(0);
   p.slots = 2 * p.S * p.M;
   const auto slot = [&](int dir, int recv_stage, int mb) { return (dir * p.S + recv_stage) * p.M + mb; };
   p.lists.resize(p.K);
@@ -154,88 +173,11 @@ Prepared prepare(const SimRequest& q, int total_gpus) {
   return p;
 }
 
-// ---------------------------------------------------------------- trace
-
-// Trace recording inside the simulation process; no-op without a trace.
-class Recorder {
- public:
-  Recorder(trace::Trace* t, const Platform& p, std::int64_t first_flow) : t_(t), p_(p), next_flow_(first_flow) {}
-  explicit operator bool() const { return t_ != nullptr; }
-  std::int64_t new_flow() { return next_flow_++; }
-
-  int gpu_track(int gpu) {
-    const int I = p_.gpus_per_node;
-    return t_->track({trace::TrackKind::Gpu, gpu / I, gpu % I, "gpu" + std::to_string(gpu % I)});
-  }
-  int add(trace::Event e) {
-    t_->events.push_back(std::move(e));
-    return static_cast<int>(t_->events.size()) - 1;
-  }
-  trace::Event& at(int i) { return t_->events[i]; }
-
-  // A copy of `e` on the track of every link of the route src -> dst.
-  void on_links(const s4u::Host* src, const s4u::Host* dst, const trace::Event& e) {
-    auto [it, fresh] = routes_.try_emplace({src, dst});
-    if (fresh) {
-      std::vector<s4u::Link*> links;
-      double latency = 0;
-      src->route_to(dst, links, &latency);
-      for (const s4u::Link* l : links) {
-        auto [lt, new_link] = link_track_.try_emplace(l, -1);
-        if (new_link) lt->second = t_->track(p_.link_tracks.at(l));
-        it->second.push_back(lt->second);
-      }
-    }
-    for (const int track : it->second) {
-      trace::Event c = e;
-      c.track = track;
-      c.flow_in = c.flow_out = 0;
-      t_->events.push_back(std::move(c));
-    }
-  }
-
- private:
-  trace::Trace* t_;
-  const Platform& p_;
-  std::int64_t next_flow_;
-  std::map<std::pair<const s4u::Host*, const s4u::Host*>, std::vector<int>> routes_;
-  std::unordered_map<const s4u::Link*, int> link_track_;
-};
-
 // The one Action -> event helper, with what the simulator knows of a run.
 trace::Event action_event(int track, const Action& a, double start, double end, int rank, int plan_id, int it,
                           std::int64_t bytes) {
   return trace::action_event(track, a, start, end,
                              {.replica = rank, .plan_id = plan_id, .iteration = it, .bytes = bytes});
-}
-
-// What the child appended to the trace, sent back to the parent.
-void put_trace_tail(ByteWriter& w, const trace::Trace& t, std::size_t tracks0, std::size_t events0) {
-  w.put(t.tracks.size() - tracks0);
-  for (std::size_t i = tracks0; i < t.tracks.size(); ++i) {
-    const auto& k = t.tracks[i];
-    w.put_all(k.kind, k.node, k.index, k.name);
-  }
-  w.put(t.events.size() - events0);
-  for (std::size_t i = events0; i < t.events.size(); ++i) {
-    const auto& e = t.events[i];
-    w.put_all(e.track, e.name, e.category, e.start_s, e.end_s, e.stage, e.microbatch, e.bucket, e.replica,
-              e.plan_id, e.iteration, e.bytes, e.flow_out, e.flow_in);
-  }
-}
-
-void get_trace_tail(ByteReader& r, trace::Trace& t) {
-  for (auto n = r.get<std::size_t>(); n > 0; --n) {
-    trace::Track k;
-    r.get_into(k.kind, k.node, k.index, k.name);
-    t.tracks.push_back(std::move(k));
-  }
-  for (auto n = r.get<std::size_t>(); n > 0; --n) {
-    trace::Event e;
-    r.get_into(e.track, e.name, e.category, e.start_s, e.end_s, e.stage, e.microbatch, e.bucket, e.replica,
-               e.plan_id, e.iteration, e.bytes, e.flow_out, e.flow_in);
-    t.events.push_back(std::move(e));
-  }
 }
 
 // ---------------------------------------------------------------- run
@@ -251,10 +193,8 @@ struct Worker {  // one (replica, device)
 };
 
 struct Run {
-  Run(const Platform& pl, const SimRequest& rq, const Prepared& pp, Recorder& rc)
-      : P(pl), q(rq), p(pp), rec(rc) {}
+  Run(const Platform& pl, const Prepared& pp, Recorder& rc) : P(pl), p(pp), rec(rc) {}
   const Platform& P;
-  const SimRequest& q;
   const Prepared& p;
   Recorder& rec;
   std::vector<Worker> workers;            // r * K + d
@@ -281,7 +221,7 @@ void compute(const Run& run, const Worker& w, double seconds) {
 void device_actor(Run& run, Worker& w) {
   const auto& list = run.p.lists[w.d];
   const int node = w.gpu / run.P.gpus_per_node;
-  const bool disk = run.q.cache_tier == CacheTier::Disk;
+  const bool disk = run.p.cache_tier == CacheTier::Disk;
   const int rank = run.p.ranks[w.r];
   for (int it = 0; it < run.p.iterations; ++it) {
     for (const Step& st : list) {
@@ -302,7 +242,7 @@ void device_actor(Run& run, Worker& w) {
         case ActionKind::SendGrad: {
           const int slot = w.r * run.p.slots + st.slot;
           if (run.rec) {
-            auto e = action_event(w.track, a, start, start, rank, run.q.plan_id, it, static_cast<std::int64_t>(st.bytes));
+            auto e = action_event(w.track, a, start, start, rank, run.p.plan_id, it, static_cast<std::int64_t>(st.bytes));
             e.flow_out = run.rec.new_flow();
             run.send_event[slot * run.p.iterations + it] = run.rec.add(std::move(e));
           }
@@ -320,7 +260,7 @@ void device_actor(Run& run, Worker& w) {
           if (run.rec) {
             trace::Event& send = run.rec.at(run.send_event[slot * run.p.iterations + it]);
             send.end_s = now();
-            auto e = action_event(w.track, a, start, now(), rank, run.q.plan_id, it, static_cast<std::int64_t>(st.bytes));
+            auto e = action_event(w.track, a, start, now(), rank, run.p.plan_id, it, static_cast<std::int64_t>(st.bytes));
             e.flow_in = send.flow_out;
             if (st.bytes > 0) run.rec.on_links(src, w.host, e);
             run.rec.add(std::move(e));
@@ -340,7 +280,7 @@ void device_actor(Run& run, Worker& w) {
             const double xfer = now();
             s4u::Comm::sendto(from, to, st.bytes);
             if (run.rec)
-              run.rec.on_links(from, to, action_event(-1, a, xfer, now(), rank, run.q.plan_id, it,
+              run.rec.on_links(from, to, action_event(-1, a, xfer, now(), rank, run.p.plan_id, it,
                                                       static_cast<std::int64_t>(st.bytes)));
             if (!read && disk) run.P.disks[node]->write(st.bytes);
           }
@@ -350,7 +290,7 @@ void device_actor(Run& run, Worker& w) {
       }
       if (run.rec) {
         const bool moves = a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite;
-        run.rec.add(action_event(w.track, a, start, now(), rank, run.q.plan_id, it,
+        run.rec.add(action_event(w.track, a, start, now(), rank, run.p.plan_id, it,
                                  moves ? static_cast<std::int64_t>(st.bytes) : -1));
       }
     }
@@ -383,7 +323,7 @@ void lane_actor(Run& run, Worker& w) {
         const s4u::CommPtr in = mine->get_async(&payload);
         in->wait();
         if (run.rec) {
-          auto e = action_event(-1, st.a, in->get_start_time(), now(), rank, run.q.plan_id, it,
+          auto e = action_event(-1, st.a, in->get_start_time(), now(), rank, run.p.plan_id, it,
                                 static_cast<std::int64_t>(chunk));
           e.name += " step " + std::to_string(step);
           run.rec.on_links(prev, w.host, e);
@@ -392,7 +332,7 @@ void lane_actor(Run& run, Worker& w) {
       }
       w.allreduce += now() - start;
       if (run.rec)
-        run.rec.add(action_event(w.track, st.a, start, now(), rank, run.q.plan_id, it,
+        run.rec.add(action_event(w.track, st.a, start, now(), rank, run.p.plan_id, it,
                                  static_cast<std::int64_t>(st.bytes)));
       if (st.ends_stage_ar) w.stage_done[st.a.stage]->release();
     }
@@ -401,8 +341,8 @@ void lane_actor(Run& run, Worker& w) {
   w.lane_done = true;
 }
 
-SimResult simulate_request(const Platform& P, const SimRequest& q, const Prepared& p, Recorder& rec) {
-  Run run(P, q, p, rec);
+SimResult simulate_request(const Platform& P, const Prepared& p, Recorder& rec) {
+  Run run(P, p, rec);
   run.workers.resize(static_cast<std::size_t>(p.R) * p.K);
   run.posted.resize(static_cast<std::size_t>(p.R) * p.slots);
   if (rec) run.send_event.assign(run.posted.size() * p.iterations, -1);
@@ -411,7 +351,7 @@ SimResult simulate_request(const Platform& P, const SimRequest& q, const Prepare
       Worker& w = run.worker(r, d);
       w.r = r;
       w.d = d;
-      w.gpu = q.replica_gpus[r][d];
+      w.gpu = p.replica_gpus[r][d];
       w.host = P.gpus[w.gpu];
       if (rec) w.track = rec.gpu_track(w.gpu);
       w.end.assign(p.iterations, 0);
@@ -449,7 +389,7 @@ SimResult simulate_request(const Platform& P, const SimRequest& q, const Prepare
     res.compute_s += w.compute;
     res.allreduce_s += w.allreduce;
     res.p2p_s += w.p2p;
-    if (w.d == q.schedule.device_of(0)) stage0_cache += w.cache_io;
+    if (w.d == p.stage0_device) stage0_cache += w.cache_io;
   }
   const double device_iterations = static_cast<double>(p.R) * p.K * p.iterations;
   res.compute_s /= device_iterations;
@@ -492,6 +432,56 @@ double simulate_transfers(const Platform& P, const std::vector<Simulator::Transf
   return last;
 }
 
+// What the fork server's child is sent: one iteration request or one set of
+// transfers, with the trace it appends to (TraceContext), and what it sends
+// back: the result, then the trace's new tracks and events.
+enum class JobKind : char { Iteration, Transfers };
+
+void put_result(ByteWriter& w, const SimResult& res) {
+  w.put(res.iteration_end_s);
+  w.put_all(res.compute_s, res.allreduce_s, res.p2p_s, res.cache_io_s);
+}
+
+SimResult get_result(ByteReader& r) {
+  SimResult res;
+  r.get_into(res.iteration_end_s, res.compute_s, res.allreduce_s, res.p2p_s, res.cache_io_s);
+  return res;
+}
+
+std::string iteration_job(const Prepared& p, const TraceContext& t) {
+  ByteWriter w;
+  w.put(JobKind::Iteration);
+  t.put(w);
+  p.put(w);
+  return w.bytes();
+}
+
+std::string transfers_job(const std::vector<Simulator::Transfer>& transfers, const std::string& label,
+                          const TraceContext& t) {
+  ByteWriter w;
+  w.put(JobKind::Transfers);
+  t.put(w);
+  w.put_all(transfers, label);
+  return w.bytes();
+}
+
+// In the fork server's child: run the job on the pristine engine.
+void serve_job(const Platform& platform, const std::string& job, ByteWriter& w) {
+  ByteReader r(job);
+  const auto kind = r.get<JobKind>();
+  const TraceContext tc = TraceContext::get(r);
+  trace::Trace t;
+  t.tracks = tc.tracks;
+  Recorder rec(tc.traced ? &t : nullptr, platform, tc.first_flow);
+  if (kind == JobKind::Iteration) {
+    put_result(w, simulate_request(platform, Prepared::get(r), rec));
+  } else {
+    const auto transfers = r.get<std::vector<Simulator::Transfer>>();
+    w.put(simulate_transfers(platform, transfers, rec, r.get<std::string>()));
+  }
+  if (tc.traced) put_trace_tail(w, t, tc.tracks.size(), 0);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- Simulator
@@ -500,38 +490,14 @@ struct Simulator::Impl {
   ClusterSpec cluster;
   std::unique_ptr<s4u::Engine> engine;
   Platform platform;
-  ChildRunner children;
+  std::unique_ptr<ForkServer> server;  // forked once the platform is built
 
-  std::vector<std::string> run(const std::vector<std::function<void(ByteWriter&)>>& bodies, int jobs) const {
-    return children ? children(bodies, jobs) : run_in_children(bodies, jobs);
+  // Runs the jobs, `jobs` at a time; each answer is positioned after its
+  // result, at the trace's new tracks and events (`take_trace`).
+  std::vector<std::string> run(const std::vector<std::string>& batch, int jobs) const {
+    return server->run(batch, jobs);
   }
-
-  // Flow ids are unique within the trace they go into, and depend only on
-  // it: the same runs into the same trace give the same ids.
-  static std::int64_t first_free_flow(const trace::Trace* trace) {
-    std::int64_t top = 0;
-    if (trace)
-      for (const auto& e : trace->events) top = std::max({top, e.flow_out, e.flow_in});
-    return top + 1;
-  }
-
-  // Runs `simulate(recorder, writer)` in a child process (isolate.hpp) and
-  // returns what it wrote, followed by the trace's new tracks and events,
-  // which `finish` takes in.
-  template <class F>
-  std::string in_child(trace::Trace* trace, F&& simulate) {
-    const std::size_t tracks0 = trace ? trace->tracks.size() : 0;
-    const std::size_t events0 = trace ? trace->events.size() : 0;
-    const std::int64_t flow0 = first_free_flow(trace);
-    return run({[&](ByteWriter& w) {
-                 Recorder rec(trace, platform, flow0);
-                 simulate(rec, w);
-                 if (trace) put_trace_tail(w, *trace, tracks0, events0);
-               }},
-               1)
-        .front();
-  }
-  static void finish(ByteReader& r, trace::Trace* trace) {
+  static void take_trace(ByteReader& r, trace::Trace* trace) {
     if (trace) get_trace_tail(r, *trace);
   }
 };
@@ -565,65 +531,41 @@ Simulator::Simulator(const ClusterSpec& cluster) {
   impl_->engine = std::make_unique<s4u::Engine>(&argc, argv);
 #endif
   impl_->platform = build_platform(cluster);
+  const Platform* platform = &impl_->platform;  // the server's copy of it
+  impl_->server = std::make_unique<ForkServer>(
+      [platform](const std::string& job, ByteWriter& out) { serve_job(*platform, job, out); });
 }
 
 Simulator::~Simulator() = default;
 
 const ClusterSpec& Simulator::cluster() const { return impl_->cluster; }
 
-void Simulator::set_child_runner(ChildRunner runner) { impl_->children = std::move(runner); }
-
-namespace {
-
-void put_result(ByteWriter& w, const SimResult& res) {
-  w.put(res.iteration_end_s.size());
-  for (const double t : res.iteration_end_s) w.put(t);
-  w.put_all(res.compute_s, res.allreduce_s, res.p2p_s, res.cache_io_s);
-}
-
-SimResult get_result(ByteReader& r) {
-  SimResult res;
-  res.iteration_end_s.resize(r.get<std::size_t>());
-  for (double& t : res.iteration_end_s) t = r.get<double>();
-  r.get_into(res.compute_s, res.allreduce_s, res.p2p_s, res.cache_io_s);
-  return res;
-}
-
-}  // namespace
-
 SimResult Simulator::run(const SimRequest& q, trace::Trace* trace) {
   const Prepared p = prepare(q, static_cast<int>(impl_->platform.gpus.size()));
   const std::size_t events0 = trace ? trace->events.size() : 0;
-  const std::string bytes = impl_->in_child(trace, [&](Recorder& rec, ByteWriter& w) {
-    put_result(w, simulate_request(impl_->platform, q, p, rec));
-  });
+  const std::string bytes = impl_->run({iteration_job(p, TraceContext::of(trace))}, 1).front();
   ByteReader r(bytes);
   SimResult res = get_result(r);
-  impl_->finish(r, trace);
+  impl_->take_trace(r, trace);
   if (trace) trace::separate_overlaps(*trace, events0);
   return res;
 }
 
 std::vector<SimResult> Simulator::run_batch(const std::vector<SimRequest>& requests, int jobs,
                                            std::vector<trace::Trace>* traces) {
-  std::vector<Prepared> prepared;
-  for (const SimRequest& q : requests) prepared.push_back(prepare(q, static_cast<int>(impl_->platform.gpus.size())));
+  std::vector<std::string> batch;
+  TraceContext fresh;  // each request into a trace of its own
+  fresh.traced = traces != nullptr;
+  for (const SimRequest& q : requests)
+    batch.push_back(iteration_job(prepare(q, static_cast<int>(impl_->platform.gpus.size())), fresh));
   if (traces) traces->assign(requests.size(), trace::Trace{});
-  std::vector<std::function<void(ByteWriter&)>> bodies;
-  for (std::size_t i = 0; i < requests.size(); ++i)
-    bodies.push_back([this, &requests, &prepared, traces, i](ByteWriter& w) {
-      trace::Trace* t = traces ? &(*traces)[i] : nullptr;
-      Recorder rec(t, impl_->platform, 1);
-      put_result(w, simulate_request(impl_->platform, requests[i], prepared[i], rec));
-      if (t) put_trace_tail(w, *t, 0, 0);
-    });
   std::vector<SimResult> results;
-  const std::vector<std::string> outputs = impl_->run(bodies, jobs);
+  const std::vector<std::string> outputs = impl_->run(batch, jobs);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     ByteReader r(outputs[i]);
     results.push_back(get_result(r));
     if (traces) {
-      get_trace_tail(r, (*traces)[i]);
+      impl_->take_trace(r, &(*traces)[i]);
       trace::separate_overlaps((*traces)[i]);
     }
   }
@@ -641,12 +583,10 @@ double Simulator::run_transfers(const std::vector<Transfer>& transfers, trace::T
       throw Error("simulator: transfer of " + std::to_string(t.bytes) + " bytes");
   }
   const std::size_t events0 = trace ? trace->events.size() : 0;
-  const std::string bytes = impl_->in_child(trace, [&](Recorder& rec, ByteWriter& w) {
-    w.put(simulate_transfers(impl_->platform, transfers, rec, label));
-  });
+  const std::string bytes = impl_->run({transfers_job(transfers, label, TraceContext::of(trace))}, 1).front();
   ByteReader r(bytes);
   const auto seconds = r.get<double>();
-  impl_->finish(r, trace);
+  impl_->take_trace(r, trace);
   if (trace) trace::separate_overlaps(*trace, events0);
   return seconds;
 }

@@ -28,6 +28,7 @@
 // Every run happens in a forked child starting at simulated time 0
 // (sim/isolate.hpp), so the same request always gives the same doubles and
 // trace times are relative to the run's start: each run starts at 0.
+// run, run_batch and run_transfers may be called from several threads.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,6 @@
 #include "planner/config.hpp"
 #include "planner/cost_model.hpp"
 #include "planner/schedule.hpp"
-#include "sim/isolate.hpp"
 #include "traces/trace.hpp"
 
 namespace ep::sim {
@@ -84,8 +84,9 @@ class Simulator {
   // on that link's track (platform.hpp names them). Event::iteration is the
   // iteration index within this run.
   SimResult run(const SimRequest&, trace::Trace* trace = nullptr);
-  // Runs up to `jobs` at once (each in its own process); results in request
-  // order, each the same as run() would give. With `traces`, request i is
+  // Runs up to `jobs` at once (each in its own process; `jobs` bounds the
+  // runs of every thread calling together); results in request order, each
+  // the same as run() would give. With `traces`, request i is
   // traced into (*traces)[i], a fresh trace (flow ids from 1).
   std::vector<SimResult> run_batch(const std::vector<SimRequest>&, int jobs,
                                    std::vector<trace::Trace>* traces = nullptr);
@@ -104,14 +105,6 @@ class Simulator {
                        const std::string& label = "");
 
   [[nodiscard]] const ClusterSpec& cluster() const;
-
-  // How runs reach their child processes: run_in_children (isolate.hpp)
-  // by default. The driver plans several modes in threads and routes their
-  // runs to one pool served by the thread that built the engine; run,
-  // run_batch and run_transfers may then be called from those threads.
-  using ChildRunner =
-      std::function<std::vector<std::string>(const std::vector<std::function<void(ByteWriter&)>>&, int jobs)>;
-  void set_child_runner(ChildRunner);  // empty: back to run_in_children
 
  private:
   struct Impl;

@@ -167,25 +167,35 @@ Plan RunPlanner::shape(const Plan& base, int K, Partition partition, CacheDecisi
   return plan;
 }
 
-void RunPlanner::time_with_backend(Plan& plan, const std::vector<int>& only_M) {
-  const Config& c = ctx_.config;
-  IterationSetup setup = iteration_setup(c, plan, false);
+void RunPlanner::choose_M(Plan& plan, const std::vector<int>& only_M) {
+  IterationSetup setup = iteration_setup(ctx_.config, plan, false);
   setup.M = 0;
   const bool first_with_K =
       std::none_of(run_.plans.begin(), run_.plans.end(), [&](const Plan& p) { return p.K == plan.K; });
   const ChunkChoice& choice = search_.choose(setup, only_M);
   plan.chunk_table = first_with_K ? choice.table : std::vector<ChunkCandidate>{};
   plan.M = choice.M;
-  std::vector<IterationSetup> setups{iteration_setup(c, plan, false)};
-  if (plan.cache_fill_from >= 0) setups.push_back(iteration_setup(c, plan, true));
+}
+
+void RunPlanner::time_with_backend(const std::vector<Plan*>& plans) {
+  const Config& c = ctx_.config;
+  std::vector<IterationSetup> setups;
+  for (const Plan* plan : plans) {
+    setups.push_back(iteration_setup(c, *plan, false));
+    if (plan->cache_fill_from >= 0) setups.push_back(iteration_setup(c, *plan, true));
+  }
   const std::vector<IterationPrediction> t = predict_(setups, PredictionUse::Plan);
-  plan.iteration_s = t[0].iteration_s;
-  plan.bubble_fraction = t[0].bubble_fraction;
-  plan.fill_iteration_s = plan.cache_fill_from >= 0 ? t[1].iteration_s : 0.0;
-  plan.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, plan.partition, plan.K, plan.M, plan.batch);
-  plan.fits_memory = plan.max_device_memory_bytes <= c.cluster.device.memory_bytes;
-  plan.samples_per_s = plan.layout.replicas * static_cast<double>(plan.batch) / plan.iteration_s;
-  plan.recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, plan.M);
+  std::size_t i = 0;
+  for (Plan* plan : plans) {
+    plan->iteration_s = t[i].iteration_s;
+    plan->bubble_fraction = t[i++].bubble_fraction;
+    plan->fill_iteration_s = plan->cache_fill_from >= 0 ? t[i++].iteration_s : 0.0;
+    plan->max_device_memory_bytes =
+        max_device_memory(ctx_.spec, c.training, plan->partition, plan->K, plan->M, plan->batch);
+    plan->fits_memory = plan->max_device_memory_bytes <= c.cluster.device.memory_bytes;
+    plan->samples_per_s = plan->layout.replicas * static_cast<double>(plan->batch) / plan->iteration_s;
+    plan->recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, plan->M);
+  }
 }
 
 // The paper's decisions: the cache by its threshold, K by Eq. 2 when the
@@ -207,7 +217,8 @@ Plan RunPlanner::choose_paper(Plan base) {
   }
   Partition partition = plan_partition(ctx_, base.frozen_layers, K * base.v, cache.on);
   Plan plan = shape(base, K, std::move(partition), std::move(cache));
-  time_with_backend(plan);
+  choose_M(plan);
+  time_with_backend({&plan});
   return plan;
 }
 
@@ -402,20 +413,27 @@ Plan RunPlanner::choose_time(Plan base) {
   const std::vector<Candidate> cands = weigh(base);
   std::vector<Alternative> alts;
   for (const Candidate& cand : cands) alts.push_back(alternative(cand.plan, cand.remaining, false));
-  // The back end confirms the best and a near tie.
+  // The back end confirms the best and a near tie, both timed at once.
+  std::vector<std::size_t> confirm;
+  for (std::size_t i = 0; i < cands.size() && confirm.size() < 2; ++i)
+    if (i == 0 || (cands[i].plan.fits_memory && cands[i].remaining <= 1.03 * cands[0].remaining)) confirm.push_back(i);
+  std::vector<Plan> timed;
+  for (const std::size_t i : confirm) {
+    timed.push_back(cands[i].plan);
+    choose_M(timed.back(), shortlist_M(cands[i].by_M, timed.back().batch));
+  }
+  std::vector<Plan*> to_time;
+  for (Plan& p : timed) to_time.push_back(&p);
+  time_with_backend(to_time);
   std::optional<Candidate> chosen;
   std::size_t chosen_at = 0;
-  for (std::size_t i = 0, confirmed = 0; i < cands.size(); ++i) {
-    const bool near = cands[i].plan.fits_memory && confirmed < 2 && cands[i].remaining <= 1.03 * cands[0].remaining;
-    if (i > 0 && !near) continue;
-    ++confirmed;
-    Plan p = cands[i].plan;
-    time_with_backend(p, shortlist_M(cands[i].by_M, p.batch));
+  for (std::size_t k = 0; k < confirm.size(); ++k) {
+    Plan& p = timed[k];
     const double r = remaining_s(p);
-    alts[i] = alternative(p, r, true);
+    alts[confirm[k]] = alternative(p, r, true);
     if (!chosen || better(p, r, chosen->plan, chosen->remaining)) {
       chosen = Candidate{std::move(p), r, {}};
-      chosen_at = i;
+      chosen_at = confirm[k];
     }
   }
   alts[chosen_at].chosen = true;

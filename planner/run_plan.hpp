@@ -143,8 +143,11 @@ class RunPlanner {
  private:
   // The plan's layout-dependent fields for K, partition and cache.
   Plan shape(const Plan& base, int K, Partition partition, CacheDecision cache) const;
-  // M, predicted times and memory: the back end's chunk search and predictor.
-  void time_with_backend(Plan& plan, const std::vector<int>& only_M = {});
+  // M: the back end's chunk search (the whole range, or `only_M`).
+  void choose_M(Plan& plan, const std::vector<int>& only_M = {});
+  // Predicted times and memory at the plans' M: one question to the back
+  // end's predictor for all of them, so that it can answer them at once.
+  void time_with_backend(const std::vector<Plan*>& plans);
   Plan choose_paper(Plan base);
   // Objective "time": the alternatives, best first (weigh), each the best M
   // of one (K, cache, placement) by the planner's own timeline (best_M);

@@ -81,25 +81,60 @@ std::string finish(int pid, int fd, const std::string& bytes, std::string* error
   return unframe(bytes, error);
 }
 
+// Waits until one of `fds` (or `wake_fd`, when >= 0) is readable; appends
+// what each readable fd holds to its `bytes` and returns the indices whose
+// writers have all closed it, highest first. `*woken`: wake_fd was readable.
+std::vector<std::size_t> read_some(const std::vector<int>& fds, const std::vector<std::string*>& bytes, int wake_fd,
+                                   bool* woken) {
+  std::vector<pollfd> polled;
+  for (const int fd : fds) polled.push_back({fd, POLLIN, 0});
+  if (wake_fd >= 0) polled.push_back({wake_fd, POLLIN, 0});
+  *woken = false;
+  std::vector<std::size_t> closed;
+  if (::poll(polled.data(), polled.size(), -1) < 0) {
+    if (errno == EINTR) return closed;
+    throw Error("simulator: poll() failed: " + std::string(std::strerror(errno)));
+  }
+  for (std::size_t i = fds.size(); i-- > 0;) {
+    if (!(polled[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    char chunk[1 << 16];
+    const ssize_t n = ::read(fds[i], chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n > 0)
+      bytes[i]->append(chunk, static_cast<std::size_t>(n));
+    else
+      closed.push_back(i);
+  }
+  *woken = wake_fd >= 0 && (polled.back().revents & POLLIN);
+  return closed;
+}
+
+// Forks with a channel whose end ends[1] the child keeps and ends[0] the
+// parent; each closes the other's. Stdio is flushed first, or the child
+// would inherit, and might flush, unwritten buffers.
+pid_t fork_with(const int ends[2]) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(ends[0]);
+    ::close(ends[1]);
+    throw Error("simulator: fork() failed: " + std::string(std::strerror(errno)));
+  }
+  ::close(ends[pid == 0 ? 0 : 1]);
+  return pid;
+}
+
 }  // namespace
 
 void ChildPool::start(const std::function<void(ByteWriter&)>& body, std::size_t id) {
   int fd[2];
   if (::pipe(fd) != 0) throw Error("simulator: pipe() failed: " + std::string(std::strerror(errno)));
-  std::fflush(nullptr);  // or the child would inherit, and might flush, unwritten stdio buffers
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fd[0]);
-    ::close(fd[1]);
-    throw Error("simulator: fork() failed: " + std::string(std::strerror(errno)));
-  }
+  const pid_t pid = fork_with(fd);
   if (pid == 0) {
-    ::close(fd[0]);
     write_all(fd[1], run_framed(body));
     std::fflush(nullptr);
     ::_exit(0);  // no destructors, no atexit handlers: the parent owns that state
   }
-  ::close(fd[1]);
   running_.push_back({pid, fd[0], id, {}});
 }
 
@@ -107,29 +142,18 @@ std::vector<ChildPool::Ended> ChildPool::wait(int wake_fd) {
   std::vector<Ended> ended;
   // Read every running child's pipe as it fills, so none blocks on a full pipe.
   while (ended.empty() && (!running_.empty() || wake_fd >= 0)) {
-    std::vector<pollfd> fds;
-    for (const Child& c : running_) fds.push_back({c.fd, POLLIN, 0});
-    if (wake_fd >= 0) fds.push_back({wake_fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      throw Error("simulator: poll() failed: " + std::string(std::strerror(errno)));
-    }
-    for (std::size_t i = running_.size(); i-- > 0;) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char chunk[1 << 16];
-      const ssize_t n = ::read(running_[i].fd, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n > 0) {
-        running_[i].bytes.append(chunk, static_cast<std::size_t>(n));
-        continue;
-      }
+    std::vector<int> fds;
+    std::vector<std::string*> bytes;
+    for (Child& c : running_) fds.push_back(c.fd), bytes.push_back(&c.bytes);
+    bool woken = false;
+    for (const std::size_t i : read_some(fds, bytes, wake_fd, &woken)) {
       Ended e;
       e.id = running_[i].id;
       e.bytes = finish(running_[i].pid, running_[i].fd, running_[i].bytes, &e.error);
       ended.push_back(std::move(e));
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    if (wake_fd >= 0 && (fds.back().revents & POLLIN)) break;
+    if (woken) break;
   }
   return ended;
 }
@@ -145,6 +169,23 @@ ChildPool::~ChildPool() {
 
 namespace {
 
+// A message header on the fork server's socket: a job's length, and the
+// job's result pipe passed along with it (SCM_RIGHTS).
+struct Header {
+  std::size_t len = 0;
+  iovec iov{&len, sizeof len};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  Header() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  Header(const Header&) = delete;
+  Header& operator=(const Header&) = delete;
+};
+
 // The server: reads jobs ([length][bytes], the result pipe's write end
 // passed along with the length), forks a child per job and forgets it
 // (SIGCHLD ignored: the kernel reaps them). Single-threaded, so a fork here
@@ -152,18 +193,12 @@ namespace {
 [[noreturn]] void serve_forever(int sock, const ForkServer::Serve& serve) {
   std::signal(SIGCHLD, SIG_IGN);
   for (;;) {
-    std::size_t len = 0;
-    iovec iov{&len, sizeof len};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t got = ::recvmsg(sock, &msg, MSG_WAITALL);
+    Header h;
+    const ssize_t got = ::recvmsg(sock, &h.msg, MSG_WAITALL);
     if (got < 0 && errno == EINTR) continue;
-    if (got != static_cast<ssize_t>(sizeof len)) ::_exit(0);  // the Simulator is gone
-    const cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    if (got != static_cast<ssize_t>(sizeof h.len)) ::_exit(0);  // the Simulator is gone
+    const std::size_t len = h.len;
+    const cmsghdr* c = CMSG_FIRSTHDR(&h.msg);
     if (!c || c->cmsg_type != SCM_RIGHTS) ::_exit(1);
     int fd = -1;
     std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
@@ -204,18 +239,8 @@ ForkServer::ForkServer(Serve serve) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     throw Error("simulator: socketpair() failed: " + std::string(std::strerror(errno)));
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(sv[0]);
-    ::close(sv[1]);
-    throw Error("simulator: fork() failed: " + std::string(std::strerror(errno)));
-  }
-  if (pid == 0) {
-    ::close(sv[0]);
-    serve_forever(sv[1], serve);
-  }
-  ::close(sv[1]);
+  const pid_t pid = fork_with(sv);
+  if (pid == 0) serve_forever(sv[1], serve);
   sock_ = sv[0];
   pid_ = pid;
 }
@@ -232,23 +257,17 @@ int ForkServer::start(const std::string& job) {
   if (::pipe2(fd, O_CLOEXEC) != 0) throw Error("simulator: pipe() failed: " + std::string(std::strerror(errno)));
   try {
     const std::lock_guard lock(send_mutex_);
-    std::size_t len = job.size();
-    iovec iov{&len, sizeof len};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    Header h;
+    h.len = job.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&h.msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &fd[1], sizeof(int));
     ssize_t sent;
-    while ((sent = ::sendmsg(sock_, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    while ((sent = ::sendmsg(sock_, &h.msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
     }
-    if (sent != static_cast<ssize_t>(sizeof len))
+    if (sent != static_cast<ssize_t>(sizeof h.len))
       throw Error("simulator: the simulation server is gone: " + std::string(std::strerror(errno)));
     send_all(sock_, job.data(), job.size());
   } catch (...) {
@@ -296,21 +315,11 @@ std::vector<std::string> ForkServer::run(const std::vector<std::string>& jobs, i
       ++next;
     }
     if (pending.empty()) break;
-    std::vector<pollfd> fds;
-    for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      throw Error("simulator: poll() failed: " + std::string(std::strerror(errno)));
-    }
-    for (std::size_t i = pending.size(); i-- > 0;) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char chunk[1 << 16];
-      const ssize_t n = ::read(pending[i].fd, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n > 0) {
-        pending[i].bytes.append(chunk, static_cast<std::size_t>(n));
-        continue;
-      }
+    std::vector<int> fds;
+    std::vector<std::string*> bytes;
+    for (Pending& p : pending) fds.push_back(p.fd), bytes.push_back(&p.bytes);
+    bool woken = false;
+    for (const std::size_t i : read_some(fds, bytes, -1, &woken)) {
       ::close(pending[i].fd);
       std::string e;
       results[pending[i].index] = unframe(pending[i].bytes, &e);

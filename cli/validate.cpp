@@ -1,6 +1,7 @@
 // elasticpipe validate: run plans for real and in simulation with a fitted
 // cost model; print the error table (MAPE, max error, Kendall tau). The plan
 // grid and the factor fit are the planner's (planner/validation.hpp).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "exec/profiler.hpp"
+#include "planner/stats.hpp"
 #include "planner/validation.hpp"
 #include "sim/driver.hpp"
 
@@ -20,6 +22,7 @@ struct ValidateArgs {
   std::vector<std::string> overrides;
   std::string profile;
   int iterations = 5;
+  int rounds = 3;
   bool fit_factors = false;
 };
 
@@ -34,13 +37,32 @@ int run_validate(const ValidateArgs& a) {
   const std::vector<ValidationPlan> plans = validation_plans(ctx);
   std::vector<IterationSetup> setups;
   for (const ValidationPlan& p : plans) setups.push_back(p.setup);
-  std::cout << "measuring " << setups.size() << " plans (" << a.iterations << " iterations each)..." << std::endl;
-  const std::vector<double> measured = exec::measure_iterations(config, setups, a.iterations);
+  // Passes over all plans, alternately forward and backward, so that each
+  // plan's measurements are spread over the run and drift in the machine's
+  // speed hits every plan alike; per plan the median pass.
+  std::vector<std::vector<double>> passes;
+  for (int r = 0; r < a.rounds; ++r) {
+    std::cout << "measuring " << setups.size() << " plans (" << a.iterations << " iterations each), pass " << r + 1
+              << " of " << a.rounds << "..." << std::endl;
+    std::vector<IterationSetup> order = setups;
+    if (r % 2) std::reverse(order.begin(), order.end());
+    passes.push_back(exec::measure_iterations(config, order, a.iterations));
+    if (r % 2) std::reverse(passes.back().begin(), passes.back().end());
+  }
+  const CombinedRounds combined = combine_rounds(passes);
+  const std::vector<double>& measured = combined.median_s;
   std::cout << "simulating them..." << std::endl;
   sim::Simulator sim(config.cluster);
   const std::vector<double> simulated = sim::simulate_steady_iterations(config, fitted, setups, sim);
   std::cout << "\npredicted from the profile alone (no fitted factor: every plan is held out):\n"
             << format_validation(profile_rows(plans, measured, simulated));
+  if (a.rounds > 1) {
+    const auto worst = std::max_element(combined.spread.begin(), combined.spread.end());
+    std::printf("measured: the median of %d passes; a plan's passes differ by %.1f%% (median over plans), %.1f%% at "
+                "most (%s)\n",
+                a.rounds, 100 * median(combined.spread), 100 * *worst,
+                plans[static_cast<std::size_t>(worst - combined.spread.begin())].name.c_str());
+  }
   if (!a.fit_factors) return 0;
   const FactorFit fit = fit_group_factors(plans, measured, simulated);
   std::cout << "\nwith one fitted factor per (K, replicas), the M = 2K plans fitting it:\n";
@@ -59,7 +81,10 @@ Command add_validate(CLI::App& app) {
   cmd->add_option("config", a->config, "TOML config file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
   cmd->add_option("--profile", a->profile, "Profile file (elasticpipe profile)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--iterations", a->iterations, "Timed iterations per plan")->check(CLI::Range(1, 1000));
+  cmd->add_option("--iterations", a->iterations, "Timed iterations per plan and pass")->check(CLI::Range(1, 1000));
+  cmd->add_option("--rounds", a->rounds,
+                  "Passes over all plans (alternately forward and backward); each plan's median pass is compared")
+      ->check(CLI::Range(1, 100));
   cmd->add_flag("--fit-factors", a->fit_factors,
                 "Also fit one measured/simulated factor per (K, replicas) on the M = 2K plans and report the "
                 "held-out error with it");

@@ -158,6 +158,25 @@ std::vector<ValidationRow> profile_rows(std::span<const ValidationPlan> plans, s
   return rows;
 }
 
+CombinedRounds combine_rounds(std::span<const std::vector<double>> rounds) {
+  if (rounds.empty()) throw Error("combine_rounds: no measured pass");
+  CombinedRounds out;
+  const std::size_t n = rounds.front().size();
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<double> t;
+    for (const std::vector<double>& r : rounds) {
+      if (r.size() != n)
+        throw Error("combine_rounds: passes of " + std::to_string(n) + " and " + std::to_string(r.size()) + " plans");
+      if (!(r[i] > 0)) throw Error("combine_rounds: plan " + std::to_string(i) + " measured " + std::to_string(r[i]) + " s");
+      t.push_back(r[i]);
+    }
+    const auto [lo, hi] = std::minmax_element(t.begin(), t.end());
+    out.spread.push_back(*hi / *lo - 1);
+    out.median_s.push_back(median(std::move(t)));
+  }
+  return out;
+}
+
 FactorFit fit_group_factors(std::span<const ValidationPlan> plans, std::span<const double> measured_s,
                             std::span<const double> simulated_s) {
   check_sizes("fit_group_factors", plans.size(), measured_s.size(), simulated_s.size());

@@ -56,6 +56,17 @@ struct ValidationPlan {
                                                       std::span<const double> measured_s,
                                                       std::span<const double> simulated_s);
 
+// Repeated passes over the plans (`validate --rounds`), so that a machine
+// whose speed drifts over minutes does not decide the figure: per plan the
+// median of its passes (the upper one for an even count: always a measured
+// value) and its spread, max / min − 1. Throws ep::Error on no pass, passes
+// of different lengths or a time that is not > 0.
+struct CombinedRounds {
+  std::vector<double> median_s;
+  std::vector<double> spread;
+};
+[[nodiscard]] CombinedRounds combine_rounds(std::span<const std::vector<double>> rounds);
+
 // One measured/predicted factor per (K, replicas) group: the median ratio
 // over the group's plans with M = 2K, which fit it; the other plans are
 // held out and predicted with it (a group without fitting plans keeps 1).

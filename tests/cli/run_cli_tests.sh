@@ -178,9 +178,11 @@ expect_text "profile prints the fits" "compute attention/backward"
 expect_rc 0 "simulate with a fitted cost model" -- "$bin" simulate "$dp" --mode baseline --profile "$tmp/profile.json" \
   --out "$tmp/simprof"
 expect_text "simulate names the fitted model" "fitted cost model"
-expect_rc 0 "validate" -- "$bin" validate "$dp" --profile "$tmp/profile.json" --iterations 1
+expect_rc 0 "validate" -- "$bin" validate "$dp" --profile "$tmp/profile.json" --iterations 1 --rounds 2
 expect_text "validate reports held-out statistics" "held-out plans"
 expect_text "validate reports Kendall tau" "Kendall tau"
+expect_text "validate measures in passes" "pass 2 of 2"
+expect_text "validate reports the spread between passes" "the median of 2 passes"
 printf '{"schema": "elasticpipe.profile/1", "environment": "x", "model": "y", "compute": [{"sublayer_kind": "mlp", "op": "forward", "samples": 2, "seconds": "abc"}], "p2p": [], "allreduce": [], "cache": [], "optimizer": [], "transitions": []}' > "$tmp/bad_profile.json"
 expect_rc 2 "a malformed profile" -- "$bin" simulate "$dp" --profile "$tmp/bad_profile.json" --out "$tmp/x"
 expect_text "malformed profile names the field" "compute[0].seconds"

@@ -152,3 +152,26 @@ TEST_CASE("profile rows: every plan held out, predicted as simulated", "[validat
   CHECK_THAT(format_validation(rows), Catch::Contains("fitting plans (0): none") && Catch::Contains("held-out plans (3)"));
   CHECK_THROWS_AS(profile_rows(plans, measured, std::vector<double>{1.0}), Error);
 }
+
+TEST_CASE("rounds: per plan the median pass and the spread between passes", "[validation]") {
+  const std::vector<std::vector<double>> passes = {{1.0, 2.0, 4.0}, {1.5, 2.0, 3.0}, {1.2, 2.0, 5.0}};
+  const CombinedRounds c = combine_rounds(passes);
+  REQUIRE(c.median_s.size() == 3);
+  CHECK(c.median_s[0] == 1.2);
+  CHECK(c.median_s[1] == 2.0);
+  CHECK(c.median_s[2] == 4.0);
+  CHECK(c.spread[0] == Approx(0.5));
+  CHECK(c.spread[1] == 0.0);
+  CHECK(c.spread[2] == Approx(5.0 / 3 - 1));
+  // An even count: the upper median, a measured value.
+  const std::vector<std::vector<double>> two = {{1.0}, {3.0}};
+  CHECK(combine_rounds(two).median_s[0] == 3.0);
+  // One pass: itself, no spread.
+  const std::vector<std::vector<double>> one = {{0.7, 0.9}};
+  CHECK(combine_rounds(one).median_s == one.front());
+  CHECK(combine_rounds(one).spread == std::vector<double>{0.0, 0.0});
+  CHECK_THROWS_WITH(combine_rounds(std::vector<std::vector<double>>{}), Catch::Contains("no measured pass"));
+  CHECK_THROWS_WITH(combine_rounds(std::vector<std::vector<double>>{{1.0, 2.0}, {1.0}}),
+                    Catch::Contains("passes of 2 and 1 plans"));
+  CHECK_THROWS_WITH(combine_rounds(std::vector<std::vector<double>>{{1.0, 0.0}}), Catch::Contains("plan 1 measured"));
+}

@@ -1,6 +1,7 @@
 // Executor throughput on this machine, medians of interleaved repeats:
 // 1. against a plain single-process LibTorch loop on the same model, batch
-//    and optimizer (torch::optim::AdamW);
+//    and optimizer (torch::optim::AdamW), both with the machine's cores as
+//    intra-op threads and both with one;
 // 2. for each plan of the config's own run (its freeze steps, steady state:
 //    cache read when the plan caches), relative to the first plan: what
 //    freezing and repartitioning buy per iteration, free of the drift that
@@ -82,8 +83,10 @@ double executor(const ep::Config& c, const ep::PlanContext& ctx, const ep::Plan&
   return rate;
 }
 
-// The loop a LibTorch user writes: forward, loss, backward, step.
-double plain_loop(const ep::Config& c, int iterations) {
+// The loop a LibTorch user writes: forward, loss, backward, step, with
+// `threads` intra-op threads.
+double plain_loop(const ep::Config& c, int iterations, int threads) {
+  ep::exec::compat::set_thread_count(threads);
   ep::exec::Model model(c.model, 1);
   std::vector<at::Tensor> params;
   for (auto& p : model.named_params()) params.push_back(p.tensor.requires_grad_(true));
@@ -126,19 +129,27 @@ int main(int argc, char** argv) {
     if (plans.empty() || p.frozen_layers != plans.back()->frozen_layers || p.K != plans.back()->K ||
         p.M != plans.back()->M || p.cache.on != plans.back()->cache.on)
       plans.push_back(&p);
-  std::vector<double> plain, exec1;
+  // Also both at one intra-op thread: on a small model a second thread can
+  // cost more than it gives, and K = 1 workers take cores / K by default.
+  std::vector<double> plain, exec1, plain_t1, exec1_t1;
   std::vector<std::vector<double>> per_plan(plans.size());
   for (int r = 0; r < repeats; ++r) {
-    plain.push_back(plain_loop(c, iterations));
+    plain.push_back(plain_loop(c, iterations, cores));
     exec1.push_back(executor(single_cfg, single_ctx, single, iterations, 0));
+    plain_t1.push_back(plain_loop(c, iterations, 1));
+    exec1_t1.push_back(executor(single_cfg, single_ctx, single, iterations, 1));
     for (std::size_t i = 0; i < plans.size(); ++i) per_plan[i].push_back(executor(c, ctx, *plans[i], iterations, 0));
   }
   std::printf("%s: model %s L=%d H=%d, batch %d, %d cores, %d iterations x %d repeats, interleaved (medians)\n",
               path.c_str(), ep::to_string(c.model.family).c_str(), c.model.num_hidden_layers, c.model.hidden_size,
               c.training.batch_size, cores, iterations, repeats);
-  std::printf("plain LibTorch loop (1 thread pool)        %8.1f samples/s\n", median(plain));
-  std::printf("executor K=1 M=1                           %8.1f samples/s  %.3fx plain\n", median(exec1),
+  std::printf("plain LibTorch loop, %d intra-op threads     %8.1f samples/s\n", cores, median(plain));
+  std::printf("executor K=1 M=1, %d intra-op threads        %8.1f samples/s  %.3fx plain\n", cores, median(exec1),
               median(exec1) / median(plain));
+  std::printf("plain LibTorch loop, 1 intra-op thread      %8.1f samples/s  %.3fx plain\n", median(plain_t1),
+              median(plain_t1) / median(plain));
+  std::printf("executor K=1 M=1, 1 intra-op thread         %8.1f samples/s  %.3fx plain\n", median(exec1_t1),
+              median(exec1_t1) / median(plain));
   for (std::size_t i = 0; i < plans.size(); ++i) {
     const ep::Plan& p = *plans[i];
     std::printf("executor plan T=%d frozen %d K=%d M=%d %-9s %8.1f samples/s  %.3fx plain  %.3fx plan 0\n",

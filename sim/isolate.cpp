@@ -81,15 +81,12 @@ std::string finish(int pid, int fd, const std::string& bytes, std::string* error
   return unframe(bytes, error);
 }
 
-// Waits until one of `fds` (or `wake_fd`, when >= 0) is readable; appends
-// what each readable fd holds to its `bytes` and returns the indices whose
-// writers have all closed it, highest first. `*woken`: wake_fd was readable.
-std::vector<std::size_t> read_some(const std::vector<int>& fds, const std::vector<std::string*>& bytes, int wake_fd,
-                                   bool* woken) {
+// Waits until one of `fds` is readable; appends what each readable fd holds
+// to its `bytes` and returns the indices whose writers have all closed it,
+// highest first.
+std::vector<std::size_t> read_some(const std::vector<int>& fds, const std::vector<std::string*>& bytes) {
   std::vector<pollfd> polled;
   for (const int fd : fds) polled.push_back({fd, POLLIN, 0});
-  if (wake_fd >= 0) polled.push_back({wake_fd, POLLIN, 0});
-  *woken = false;
   std::vector<std::size_t> closed;
   if (::poll(polled.data(), polled.size(), -1) < 0) {
     if (errno == EINTR) return closed;
@@ -105,7 +102,6 @@ std::vector<std::size_t> read_some(const std::vector<int>& fds, const std::vecto
     else
       closed.push_back(i);
   }
-  *woken = wake_fd >= 0 && (polled.back().revents & POLLIN);
   return closed;
 }
 
@@ -138,22 +134,20 @@ void ChildPool::start(const std::function<void(ByteWriter&)>& body, std::size_t 
   running_.push_back({pid, fd[0], id, {}});
 }
 
-std::vector<ChildPool::Ended> ChildPool::wait(int wake_fd) {
+std::vector<ChildPool::Ended> ChildPool::wait() {
   std::vector<Ended> ended;
   // Read every running child's pipe as it fills, so none blocks on a full pipe.
-  while (ended.empty() && (!running_.empty() || wake_fd >= 0)) {
+  while (ended.empty() && !running_.empty()) {
     std::vector<int> fds;
     std::vector<std::string*> bytes;
     for (Child& c : running_) fds.push_back(c.fd), bytes.push_back(&c.bytes);
-    bool woken = false;
-    for (const std::size_t i : read_some(fds, bytes, wake_fd, &woken)) {
+    for (const std::size_t i : read_some(fds, bytes)) {
       Ended e;
       e.id = running_[i].id;
       e.bytes = finish(running_[i].pid, running_[i].fd, running_[i].bytes, &e.error);
       ended.push_back(std::move(e));
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    if (woken) break;
   }
   return ended;
 }
@@ -216,9 +210,10 @@ struct Header {
       std::fflush(nullptr);
       ::_exit(0);
     }
-    if (pid < 0) write_all(fd, run_framed([](ByteWriter&) {
-                             throw Error("simulator: fork() failed: " + std::string(std::strerror(errno)));
-                           }));
+    if (pid < 0) {
+      const std::string why = "simulator: fork() failed: " + std::string(std::strerror(errno));
+      write_all(fd, run_framed([&](ByteWriter&) { throw Error(why); }));
+    }
     ::close(fd);
   }
 }
@@ -318,8 +313,7 @@ std::vector<std::string> ForkServer::run(const std::vector<std::string>& jobs, i
     std::vector<int> fds;
     std::vector<std::string*> bytes;
     for (Pending& p : pending) fds.push_back(p.fd), bytes.push_back(&p.bytes);
-    bool woken = false;
-    for (const std::size_t i : read_some(fds, bytes, -1, &woken)) {
+    for (const std::size_t i : read_some(fds, bytes)) {
       ::close(pending[i].fd);
       std::string e;
       results[pending[i].index] = unframe(pending[i].bytes, &e);

@@ -97,7 +97,7 @@ class ByteReader {
 
 // The subprocess pool: children started one at a time and collected as
 // they end, so a caller can keep starting runs while others go on
-// (run_in_children and the driver's dispatcher are built on it). Every
+// (run_in_children and the sweep's groups are built on it). Every
 // child is forked from the calling process, which must be the one that
 // built the engine and never ran it.
 class ChildPool {
@@ -114,10 +114,9 @@ class ChildPool {
 
   void start(const std::function<void(ByteWriter&)>& body, std::size_t id);
   [[nodiscard]] std::size_t running() const { return running_.size(); }
-  // Blocks until at least one child has ended or `wake_fd` (-1: none) is
-  // readable; returns the children that ended (possibly none when woken).
-  // With no child running and no wake_fd it returns at once.
-  std::vector<Ended> wait(int wake_fd = -1);
+  // Blocks until at least one child has ended; returns the children that
+  // ended. With no child running it returns at once.
+  std::vector<Ended> wait();
 
  private:
   struct Child {

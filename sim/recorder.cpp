@@ -1,6 +1,5 @@
 #include "sim/recorder.hpp"
 
-#include <algorithm>
 #include <string>
 
 namespace ep::sim {
@@ -42,42 +41,17 @@ void Recorder::on_links(const simgrid::s4u::Host* src, const simgrid::s4u::Host*
   }
 }
 
-TraceContext TraceContext::of(const trace::Trace* t) {
-  TraceContext c;
-  if (!t) return c;
-  c.traced = true;
-  c.tracks = t->tracks;
-  std::int64_t top = 0;
-  for (const auto& e : t->events) top = std::max({top, e.flow_out, e.flow_in});
-  c.first_flow = top + 1;
-  return c;
-}
-
-void TraceContext::put(ByteWriter& w) const {
-  w.put_all(traced, first_flow, tracks.size());
-  for (const auto& k : tracks) put_track(w, k);
-}
-
-TraceContext TraceContext::get(ByteReader& r) {
-  TraceContext c;
-  r.get_into(c.traced, c.first_flow);
-  c.tracks.resize(r.get<std::size_t>());
-  for (auto& k : c.tracks) k = get_track(r);
-  return c;
-}
-
-void put_trace_tail(ByteWriter& w, const trace::Trace& t, std::size_t tracks0, std::size_t events0) {
-  w.put(t.tracks.size() - tracks0);
-  for (std::size_t i = tracks0; i < t.tracks.size(); ++i) put_track(w, t.tracks[i]);
-  w.put(t.events.size() - events0);
-  for (std::size_t i = events0; i < t.events.size(); ++i) {
-    const auto& e = t.events[i];
+void put_trace(ByteWriter& w, const trace::Trace& t) {
+  w.put(t.tracks.size());
+  for (const trace::Track& k : t.tracks) put_track(w, k);
+  w.put(t.events.size());
+  for (const trace::Event& e : t.events)
     w.put_all(e.track, e.name, e.category, e.start_s, e.end_s, e.stage, e.microbatch, e.bucket, e.replica,
               e.plan_id, e.iteration, e.bytes, e.flow_out, e.flow_in);
-  }
 }
 
-void get_trace_tail(ByteReader& r, trace::Trace& t) {
+trace::Trace get_trace(ByteReader& r) {
+  trace::Trace t;
   for (auto n = r.get<std::size_t>(); n > 0; --n) t.tracks.push_back(get_track(r));
   for (auto n = r.get<std::size_t>(); n > 0; --n) {
     trace::Event e;
@@ -85,6 +59,7 @@ void get_trace_tail(ByteReader& r, trace::Trace& t) {
                e.plan_id, e.iteration, e.bytes, e.flow_out, e.flow_in);
     t.events.push_back(std::move(e));
   }
+  return t;
 }
 
 }  // namespace ep::sim

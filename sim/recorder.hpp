@@ -41,24 +41,8 @@ class Recorder {
   std::unordered_map<const simgrid::s4u::Link*, int> link_track_;
 };
 
-// The trace a run appends to, as the simulation process needs it: whether
-// there is one, its tracks so far (a run adds only new ones) and its first
-// free flow id.
-struct TraceContext {
-  bool traced = false;
-  std::vector<trace::Track> tracks;
-  std::int64_t first_flow = 1;
-
-  // Flow ids are unique within the trace they go into, and depend only on
-  // it: the same runs into the same trace give the same ids.
-  static TraceContext of(const trace::Trace* t);
-  void put(ByteWriter& w) const;
-  static TraceContext get(ByteReader& r);
-};
-
-// What the simulation process appended to `t` (tracks from tracks0, events
-// from events0), sent back; get_trace_tail appends it to the caller's trace.
-void put_trace_tail(ByteWriter& w, const trace::Trace& t, std::size_t tracks0, std::size_t events0);
-void get_trace_tail(ByteReader& r, trace::Trace& t);
+// A run's trace, sent back from the simulation process.
+void put_trace(ByteWriter& w, const trace::Trace& t);
+[[nodiscard]] trace::Trace get_trace(ByteReader& r);
 
 }  // namespace ep::sim

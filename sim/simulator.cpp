@@ -433,8 +433,9 @@ double simulate_transfers(const Platform& P, const std::vector<Simulator::Transf
 }
 
 // What the fork server's child is sent: one iteration request or one set of
-// transfers, with the trace it appends to (TraceContext), and what it sends
-// back: the result, then the trace's new tracks and events.
+// transfers, and whether to trace it; what it sends back: the result, then
+// (traced) the run's trace, which the caller appends to its own
+// (trace::append renumbers its tracks and flow ids).
 enum class JobKind : char { Iteration, Transfers };
 
 void put_result(ByteWriter& w, const SimResult& res) {
@@ -448,20 +449,16 @@ SimResult get_result(ByteReader& r) {
   return res;
 }
 
-std::string iteration_job(const Prepared& p, const TraceContext& t) {
+std::string iteration_job(const Prepared& p, bool traced) {
   ByteWriter w;
-  w.put(JobKind::Iteration);
-  t.put(w);
+  w.put_all(JobKind::Iteration, traced);
   p.put(w);
   return w.bytes();
 }
 
-std::string transfers_job(const std::vector<Simulator::Transfer>& transfers, const std::string& label,
-                          const TraceContext& t) {
+std::string transfers_job(const std::vector<Simulator::Transfer>& transfers, const std::string& label, bool traced) {
   ByteWriter w;
-  w.put(JobKind::Transfers);
-  t.put(w);
-  w.put_all(transfers, label);
+  w.put_all(JobKind::Transfers, traced, transfers, label);
   return w.bytes();
 }
 
@@ -469,17 +466,23 @@ std::string transfers_job(const std::vector<Simulator::Transfer>& transfers, con
 void serve_job(const Platform& platform, const std::string& job, ByteWriter& w) {
   ByteReader r(job);
   const auto kind = r.get<JobKind>();
-  const TraceContext tc = TraceContext::get(r);
+  const bool traced = r.get<bool>();
   trace::Trace t;
-  t.tracks = tc.tracks;
-  Recorder rec(tc.traced ? &t : nullptr, platform, tc.first_flow);
+  Recorder rec(traced ? &t : nullptr, platform, 1);
   if (kind == JobKind::Iteration) {
     put_result(w, simulate_request(platform, Prepared::get(r), rec));
   } else {
     const auto transfers = r.get<std::vector<Simulator::Transfer>>();
     w.put(simulate_transfers(platform, transfers, rec, r.get<std::string>()));
   }
-  if (tc.traced) put_trace_tail(w, t, tc.tracks.size(), 0);
+  if (traced) put_trace(w, t);
+}
+
+// The traced run's events appended to `trace` (a no-op without one).
+void take_trace(ByteReader& r, trace::Trace* trace) {
+  if (!trace) return;
+  const std::size_t first = trace::append(*trace, get_trace(r), 0);
+  trace::separate_overlaps(*trace, first);
 }
 
 }  // namespace
@@ -491,15 +494,6 @@ struct Simulator::Impl {
   std::unique_ptr<s4u::Engine> engine;
   Platform platform;
   std::unique_ptr<ForkServer> server;  // forked once the platform is built
-
-  // Runs the jobs, `jobs` at a time; each answer is positioned after its
-  // result, at the trace's new tracks and events (`take_trace`).
-  std::vector<std::string> run(const std::vector<std::string>& batch, int jobs) const {
-    return server->run(batch, jobs);
-  }
-  static void take_trace(ByteReader& r, trace::Trace* trace) {
-    if (trace) get_trace_tail(r, *trace);
-  }
 };
 
 Simulator::Simulator(const ClusterSpec& cluster) {
@@ -542,32 +536,25 @@ const ClusterSpec& Simulator::cluster() const { return impl_->cluster; }
 
 SimResult Simulator::run(const SimRequest& q, trace::Trace* trace) {
   const Prepared p = prepare(q, static_cast<int>(impl_->platform.gpus.size()));
-  const std::size_t events0 = trace ? trace->events.size() : 0;
-  const std::string bytes = impl_->run({iteration_job(p, TraceContext::of(trace))}, 1).front();
+  const std::string bytes = impl_->server->run({iteration_job(p, trace != nullptr)}, 1).front();
   ByteReader r(bytes);
   SimResult res = get_result(r);
-  impl_->take_trace(r, trace);
-  if (trace) trace::separate_overlaps(*trace, events0);
+  take_trace(r, trace);
   return res;
 }
 
 std::vector<SimResult> Simulator::run_batch(const std::vector<SimRequest>& requests, int jobs,
                                            std::vector<trace::Trace>* traces) {
   std::vector<std::string> batch;
-  TraceContext fresh;  // each request into a trace of its own
-  fresh.traced = traces != nullptr;
   for (const SimRequest& q : requests)
-    batch.push_back(iteration_job(prepare(q, static_cast<int>(impl_->platform.gpus.size())), fresh));
+    batch.push_back(iteration_job(prepare(q, static_cast<int>(impl_->platform.gpus.size())), traces != nullptr));
   if (traces) traces->assign(requests.size(), trace::Trace{});
   std::vector<SimResult> results;
-  const std::vector<std::string> outputs = impl_->run(batch, jobs);
+  const std::vector<std::string> outputs = impl_->server->run(batch, jobs);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     ByteReader r(outputs[i]);
     results.push_back(get_result(r));
-    if (traces) {
-      impl_->take_trace(r, &(*traces)[i]);
-      trace::separate_overlaps((*traces)[i]);
-    }
+    take_trace(r, traces ? &(*traces)[i] : nullptr);
   }
   return results;
 }
@@ -582,12 +569,10 @@ double Simulator::run_transfers(const std::vector<Transfer>& transfers, trace::T
     if (!(t.bytes >= 0) || !std::isfinite(t.bytes))
       throw Error("simulator: transfer of " + std::to_string(t.bytes) + " bytes");
   }
-  const std::size_t events0 = trace ? trace->events.size() : 0;
-  const std::string bytes = impl_->run({transfers_job(transfers, label, TraceContext::of(trace))}, 1).front();
+  const std::string bytes = impl_->server->run({transfers_job(transfers, label, trace != nullptr)}, 1).front();
   ByteReader r(bytes);
   const auto seconds = r.get<double>();
-  impl_->take_trace(r, trace);
-  if (trace) trace::separate_overlaps(*trace, events0);
+  take_trace(r, trace);
   return seconds;
 }
 

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "exec/blas.hpp"
 #include "exec/cache.hpp"
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
@@ -143,6 +144,7 @@ int main(int argc, char** argv) {
   std::printf("%s: model %s L=%d H=%d, batch %d, %d cores, %d iterations x %d repeats, interleaved (medians)\n",
               path.c_str(), ep::to_string(c.model.family).c_str(), c.model.num_hidden_layers, c.model.hidden_size,
               c.training.batch_size, cores, iterations, repeats);
+  std::printf("BLAS: %s\n", ep::exec::blas_library().name.c_str());
   std::printf("plain LibTorch loop, %d intra-op threads     %8.1f samples/s\n", cores, median(plain));
   std::printf("executor K=1 M=1, %d intra-op threads        %8.1f samples/s  %.3fx plain\n", cores, median(exec1),
               median(exec1) / median(plain));

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "exec/blas.hpp"
 #include "exec/cache.hpp"
 #include "exec/dist.hpp"
 #include "exec/launch.hpp"
@@ -246,7 +247,8 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   p.environment = std::string(host) + ", " + std::to_string(cores) + " cores, " + to_string(c.exec.device) +
-                  ", libtorch " + TORCH_VERSION + ", " + std::to_string(threads) + " intra-op threads";
+                  ", libtorch " + TORCH_VERSION + ", " + std::to_string(threads) + " intra-op threads, BLAS " +
+                  blas_library().name;
   p.model = profile_model(c.model);
   log("compute (forward, backward, frozen forward per sublayer kind)...");
   profile_compute(c, o, p);

@@ -7,9 +7,12 @@ cd "$(dirname "$0")/.."
 
 # libtorch-dev + libgloo-dev: the executor (LibTorch 1.13, CPU; c10d headers need gloo's);
 # dataset-fashion-mnist: the real dataset configs/fashion_mnist_vit_tiny.toml trains on;
+# libopenblas0-openmp: an optimised BLAS for LibTorch's matrix products (Debian's libtorch calls
+#   libblas.so.3, the unoptimised reference BLAS unless another provides it: 6-8x slower steps);
+# libblas3: that reference BLAS, which the bitwise kill-and-resume tests run on (tests/cli);
 # libeigen3-dev: the least-squares fits of the calibrated cost model (planner/fitted_cost_model).
 packages=(cmake g++ make pkg-config ccache catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libeigen3-dev libsimgrid-dev
-          python3-matplotlib libtorch-dev libgloo-dev zlib1g-dev dataset-fashion-mnist)
+          python3-matplotlib libtorch-dev libgloo-dev libopenblas0-openmp libblas3 zlib1g-dev dataset-fashion-mnist)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -32,7 +32,7 @@ int run_profile(const ProfileArgs& a) {
   o.log = [](const std::string& line) { std::cout << line << std::endl; };
   const std::string dir = std::filesystem::path(out).parent_path().string();
   if (!dir.empty()) create_output_dir(dir, "--out");  // before measuring: a bad --out loses nothing
-  if (const std::string w = exec::blas_warning(exec::blas_library()); !w.empty()) std::cerr << "WARNING: " << w << "\n";
+  if (const std::string w = exec::blas_warning(); !w.empty()) std::cerr << "WARNING: " << w << "\n";
   const Profile profile = exec::profile_executor(config, o);
   write_file_atomically(out, [&](const std::string& temp) { write_profile(profile, temp); });
   const AnalyticCostModel analytic(config.cluster, config.training);

@@ -77,7 +77,7 @@ int run_train(const TrainArgs& a, int argc, char** argv) {
   const Config config = load_config(a.config, a.overrides);  // bad input fails before any process starts
   const exec::ProcessEnv env = exec::detect_process_env();
   if (!env.warning.empty() && env.rank == 0) std::cerr << "WARNING: " << env.warning << "\n";
-  if (const std::string w = exec::blas_warning(exec::blas_library()); !w.empty() && env.rank == 0)
+  if (const std::string w = exec::blas_warning(); !w.empty() && env.rank == 0)
     std::cerr << "WARNING: " << w << "\n";
   if (a.nproc > 0 && env.launcher != "single")
     throw Error("--nproc " + std::to_string(a.nproc) + " inside a job already launched by " + env.launcher +

@@ -30,7 +30,7 @@ struct ValidateArgs {
 int run_validate(const ValidateArgs& a) {
   const Config loaded = load_config(a.config, a.overrides);
   const Config config = executor_validation_config(loaded, std::thread::hardware_concurrency());
-  if (const std::string w = exec::blas_warning(exec::blas_library()); !w.empty()) std::cerr << "WARNING: " << w << "\n";
+  if (const std::string w = exec::blas_warning(); !w.empty()) std::cerr << "WARNING: " << w << "\n";
   if (config.cluster.shared_cores != loaded.cluster.shared_cores)
     std::cout << "simulating the CPU executor: cluster.shared_cores = " << config.cluster.shared_cores << "\n";
   const AnalyticCostModel analytic(config.cluster, config.training);

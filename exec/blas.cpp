@@ -32,7 +32,8 @@ BlasLibrary blas_library() {
   return {(reference ? "reference BLAS " : "") + path, reference};
 }
 
-std::string blas_warning(const BlasLibrary& blas) {
+std::string blas_warning() {
+  const BlasLibrary blas = blas_library();
   if (!blas.reference) return "";
   return "LibTorch's matrix products run on the " + blas.name +
          ", unoptimised and single-threaded (training steps measured 6-8x slower than on OpenBLAS); install an "

@@ -19,7 +19,8 @@ struct BlasLibrary {
 // Looks the provider up in this process (the library that defines sgemm_).
 [[nodiscard]] BlasLibrary blas_library();
 
-// A warning for the user when the reference BLAS is in use; empty otherwise.
-[[nodiscard]] std::string blas_warning(const BlasLibrary& blas);
+// A warning for the user when this process runs on the reference BLAS;
+// empty otherwise.
+[[nodiscard]] std::string blas_warning();
 
 }  // namespace ep::exec

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/optim/adamw.h>
@@ -62,7 +63,7 @@ double executor(const ep::Config& c, const ep::PlanContext& ctx, const ep::Plan&
   const auto mbs = batches(c.model, c.training.batch_size, plan.M);
   at::Tensor probe;  // one sample's stem output: the cache entry's shape
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     probe = model.forward({0, 1}, mbs[0].input.narrow(0, 0, 1));
   }
   ep::exec::ActivationCache cache((std::filesystem::temp_directory_path() /

@@ -9,6 +9,7 @@
 // Prints one line per epoch in the trainer's format ("epoch E/N  loss L  acc
 // A%") as it ends, then "trained N epochs in S s, final test accuracy A%".
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -60,7 +61,7 @@ std::vector<std::int64_t> range(std::int64_t lo, std::int64_t hi) {
 }
 
 double accuracy(const ep::exec::Model& model, const ep::exec::Dataset& test, int batch) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const ep::SublayerRange all{0, model.num_sublayers()};
   std::int64_t correct = 0;
   for (std::int64_t first = 0; first < test.size; first += batch) {

@@ -1,5 +1,6 @@
 #include "exec/measure.hpp"
 
+#include <c10/core/GradMode.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -103,7 +104,7 @@ void ChunkMemo::add(const std::vector<IterationSetup>& setups, const std::vector
 MeasuredCache probe_cache(Model& model, const Dataset& train, int batch, int frozen, const at::Device& dev,
                           const std::string& probe_path, const std::vector<std::int64_t>& entry_shape) {
   const MicroBatch mb = make_batch(train, first_samples(train, batch));
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor out;
   MeasuredCache m;
   m.frozen_forward_s = median_seconds(3, [&] {

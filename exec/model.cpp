@@ -1,6 +1,7 @@
 #include "exec/model.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -334,7 +335,7 @@ void Model::load(const std::string& path, const std::vector<std::string>& keep) 
     get(values.data_ptr<float>(), values.numel() * sizeof(float), name);
     if (it == by_name.end()) continue;  // kept: its seeded values stay
     if (!loaded.insert(name).second) throw Error(path + ": parameter '" + name + "' appears twice");
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     it->second.copy_(values);
   }
   for (const auto& [name, tensor] : by_name)

@@ -1,6 +1,7 @@
 #include "exec/optimizer.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,7 +20,7 @@ void Optimizer::to(const std::string& name, const at::Device& device) {
 
 void Optimizer::step(const std::vector<NamedTensor>& params, double lr) {
   constexpr double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const auto& p : params) {
     const at::Tensor& grad_ref = p.tensor.grad();
     if (!grad_ref.defined()) continue;

@@ -1,6 +1,7 @@
 #include "exec/pipeline.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -303,7 +304,7 @@ void Pipeline::run_device(int device, Job& job) {
       }
       case ActionKind::FrozenForward: {
         const bool advance = job.cache_valid_layers > 0;
-        at::NoGradGuard no_grad;
+        c10::NoGradGuard no_grad;
         at::Tensor in = advance ? frozen_in.at(m) : job.batches[m].input.to(dev);
         const SublayerRange run{advance ? ModelSpec::first_sublayer_of_layer(job.cache_valid_layers) : 0,
                                 part.bounds.front()};
@@ -325,14 +326,14 @@ void Pipeline::run_device(int device, Job& job) {
         else x = job.batches[m].input.to(dev);
         const SublayerRange inner = inner_frozen(s);
         if (!inner.empty()) {
-          at::NoGradGuard no_grad;
+          c10::NoGradGuard no_grad;
           x = model_.forward(inner, x);
         }
         Saved& saved = job.saved[s][m];
         saved.input = x.detach().requires_grad_(needs_input_grad(s));
         at::Tensor out;
         if (recompute(m)) {
-          at::NoGradGuard no_grad;
+          c10::NoGradGuard no_grad;
           out = active_forward(s, m, saved);
         } else {
           out = active_forward(s, m, saved);
@@ -454,7 +455,7 @@ void Pipeline::run_device(int device, Job& job) {
 }
 
 at::Tensor Pipeline::infer(const at::Tensor& input) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor x = input;
   for (int i = 0; i < model_.num_sublayers(); ++i) {
     const at::Device dev = device_of_sublayer(i);

@@ -3,6 +3,7 @@
 // plan needs; it publishes them, and every process plans the same step
 // from the same inputs.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <filesystem>
 
@@ -118,7 +119,7 @@ std::string Trainer::cache_file(CacheTier tier, const std::string& name) const {
 // The shape of one cache entry (the stem's output for one sample).
 std::vector<std::int64_t> Trainer::entry_shape() {
   if (entry_shape_.empty()) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     const MicroBatch one = make_batch(data_.train, {0});
     const at::Tensor out = model_.forward({0, 1}, one.input.to(pipeline_->device_of_sublayer(0)));
     entry_shape_ = out.sizes().slice(1).vec();

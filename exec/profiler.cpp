@@ -1,6 +1,7 @@
 #include "exec/profiler.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <unistd.h>
@@ -42,7 +43,7 @@ void profile_compute(const Config& c, const ProfileOptions& o, Profile& p) {
     for (int b = 1; b <= c.training.batch_size; b *= 2) {
       at::Tensor x;
       {
-        at::NoGradGuard g;
+        c10::NoGradGuard g;
         x = model.forward({0, i}, stem_input(c.model, b));  // this sublayer's real input
       }
       const bool float_input = x.is_floating_point();
@@ -66,7 +67,7 @@ void profile_compute(const Config& c, const ProfileOptions& o, Profile& p) {
       p.compute.push_back({kind, "backward", b, bwd});
       sub.set_requires_grad(false);
       p.compute.push_back({kind, "frozen_forward", b, median_seconds(o.repeats, [&] {
-                             at::NoGradGuard g;
+                             c10::NoGradGuard g;
                              (void)sub.forward(x);
                            })});
     }
@@ -173,7 +174,7 @@ void profile_cache(const Config& c, const ProfileOptions& o, Profile& p) {
   Model model(c.model, c.training.seed);
   at::Tensor row;
   {
-    at::NoGradGuard g;
+    c10::NoGradGuard g;
     row = model.forward({0, 1}, stem_input(c.model, 1));
   }
   const std::vector<std::int64_t> shape = row.sizes().slice(1).vec();
@@ -293,7 +294,7 @@ double measure_replica(const Config& c, const PlanContext& ctx, const IterationS
   if (s.cache_on) {
     at::Tensor row;
     {
-      at::NoGradGuard g;
+      c10::NoGradGuard g;
       row = model.forward({0, 1}, x.narrow(0, 0, 1));
     }
     const std::string dir = s.cache_tier == CacheTier::HostMemory ? c.exec.cache_memory_dir

@@ -1,6 +1,7 @@
 #include "exec/state.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <zlib.h>
 
 #include <bit>
@@ -302,7 +303,7 @@ nlohmann::json unpack_state(std::span<const std::uint8_t> bytes, Model& model, O
   nlohmann::json meta = parse_meta(meta_text, what);
 
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (const auto& p : params) {
       at::Tensor param = p.tensor;
       param.copy_(staged.at(p.name).value);

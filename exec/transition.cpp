@@ -3,6 +3,7 @@
 // repartition, the active group's rebuild, the node's cache file, and a
 // check that all replicas hold the same state.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cstdio>
 #include <cstring>
@@ -136,7 +137,7 @@ void Trainer::rebuild_cache() {
     const int depth = !fill || static_cast<std::int64_t>(j) < p_.consumed ? plan_->frozen_layers : plan_->cache_fill_from;
     if (depth > 0) by_depth[depth].push_back(order[j]);
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const at::Device dev = pipeline_->device_of_sublayer(0);
   const int chunk = eval_batch_;
   for (auto& [depth, idx] : by_depth) {

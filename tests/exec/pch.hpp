@@ -2,5 +2,6 @@
 // replace Catch's. Precompiled for every exec test file.
 #pragma once
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #undef CHECK
 #include <catch2/catch.hpp>

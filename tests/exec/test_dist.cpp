@@ -200,7 +200,7 @@ TEST_CASE("advancing stale cache entries through the newly frozen layers equals 
   const at::Tensor y = at::randint(0, mc.num_labels, {N}, at::kLong);
   at::Tensor shape_probe;
   {
-    at::NoGradGuard g;
+    c10::NoGradGuard g;
     shape_probe = model.forward({0, 1}, x.narrow(0, 0, 1));
   }
   const auto path = std::filesystem::temp_directory_path() / ("ep-advance-" + std::to_string(getpid()) + ".cache");
@@ -208,7 +208,7 @@ TEST_CASE("advancing stale cache entries through the newly frozen layers equals 
   std::vector<std::int64_t> all;
   for (int i = 0; i < N; ++i) all.push_back(i);
   {  // entries at depth 1, as an epoch with one frozen layer wrote them
-    at::NoGradGuard g;
+    c10::NoGradGuard g;
     cache.write(all, model.forward(ModelSpec::frozen_prefix(1), x), 1);
   }
   // The boundary moves to 3 frozen layers: CR (depth 1), FZ through layers 1..2, CW (depth 3).
@@ -227,7 +227,7 @@ TEST_CASE("advancing stale cache entries through the newly frozen layers equals 
   (void)pipe.run(s, batches(x, y, 0, N, 2), N, 0, /*cache_valid_layers=*/1);
   at::Tensor expected;
   {
-    at::NoGradGuard g;
+    c10::NoGradGuard g;
     expected = model.forward(ModelSpec::frozen_prefix(3), x);
   }
   const at::Tensor advanced = cache.read(all, 3, at::kCPU);

@@ -314,7 +314,7 @@ TEST_CASE("the cached path gives recomputation's loss and gradients, and advanci
         frozen == 1 ? iterate(FrozenInput::ForwardAndCacheWrite, 0) : iterate(FrozenInput::Advance, 1);
     CHECK(fill_loss == Approx(ref_loss).epsilon(1e-6));
     require_close(fill_grads, ref_grads);
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     const at::Tensor recomputed = run.model.forward(ModelSpec::frozen_prefix(frozen), x);
     CHECK(at::allclose(cache.read({0, 5, 11}, frozen, at::kCPU), recomputed.index_select(0, at::tensor({0, 5, 11})),
                        1e-6, 1e-6));

@@ -87,9 +87,12 @@ void check_runnable(const Config& c, const ProcessEnv& env) {
                 std::to_string(most_K) + "); one process trains one pipeline: run elasticpipe train --nproc " +
                 std::to_string(gpus) + " (or set planner.autodp = false)");
   check_memory(c);
-  if (c.exec.device == ExecDevice::CUDA && !at::hasCUDA())
-    throw c.error("exec.device", "cpu (this LibTorch has no CUDA; build with -DELASTICPIPE_CUDA=ON against a CUDA LibTorch)",
-                  "\"cuda\"");
+#ifdef ELASTICPIPE_CUDA
+  constexpr const char* no_cuda = "cpu (no CUDA device is visible: no GPU or driver, or CUDA_VISIBLE_DEVICES hides it)";
+#else
+  constexpr const char* no_cuda = "cpu (this build has no CUDA path: scripts/setup.sh builds one where nvcc is found)";
+#endif
+  if (c.exec.device == ExecDevice::CUDA && !at::hasCUDA()) throw c.error("exec.device", no_cuda, "\"cuda\"");
 }
 
 Data load_data(const Config& c) {

@@ -1,6 +1,6 @@
-// The one place where LibTorch 1.13 (Debian, CPU) and 2.x (a CUDA build from
-// a Python torch install) differ for us. Everything else in exec/ is written
-// against the API both share. Issue 5's c10d differences go here too.
+// The one place where LibTorch 1.13 (Debian, CPU) and 2.x (PyPI's torch
+// wheel, CUDA; the default build) differ for us. Everything else in exec/ is
+// written against the API both share.
 #pragma once
 
 #include <ATen/Parallel.h>

@@ -1,18 +1,49 @@
 #!/usr/bin/env bash
-# Installs what is missing (Debian bookworm packages only), then configures
-# and builds ElasticPipe into build/. Safe to run again: it installs nothing
-# that is already there and rebuilds only what changed.
+# Installs what is missing, then configures and builds ElasticPipe. Safe to
+# run again: it installs nothing that is already there and rebuilds only
+# what changed.
+#
+#   bash scripts/setup.sh                  LibTorch 2.11 (PyPI's torch wheel, CUDA 13) into build/
+#   bash scripts/setup.sh --torch debian   Debian's LibTorch 1.13 (CPU only) into build-debian/
+#   bash scripts/setup.sh --build DIR      another build folder
+#
+# The PyPI torch goes into a virtual environment the build owns
+# (DIR/torch-venv), pinned by scripts/torch-requirements.txt; the CUDA path
+# (CUDA events, NCCL lanes) is compiled in when nvcc (a CUDA 13 toolkit) is
+# found, and needs no GPU to build, link or test. docs/DESIGN.md says why
+# torch 2.x is the default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# libtorch-dev + libgloo-dev: the executor (LibTorch 1.13, CPU; c10d headers need gloo's);
-# dataset-fashion-mnist: the real dataset configs/fashion_mnist_vit_tiny.toml trains on;
-# libopenblas0-openmp: an optimised BLAS for LibTorch's matrix products (Debian's libtorch calls
-#   libblas.so.3, the unoptimised reference BLAS unless another provides it: 6-8x slower steps);
-# libblas3: that reference BLAS, which the bitwise kill-and-resume tests run on (tests/cli);
-# libeigen3-dev: the least-squares fits of the calibrated cost model (planner/fitted_cost_model).
-packages=(cmake g++ make pkg-config ccache catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libeigen3-dev libsimgrid-dev
-          python3-matplotlib libtorch-dev libgloo-dev libopenblas0-openmp libblas3 zlib1g-dev dataset-fashion-mnist)
+torch=pypi
+build=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --torch) torch=${2:-}; shift 2 || { echo "ERROR: --torch needs pypi or debian" >&2; exit 2; } ;;
+    --torch=*) torch=${1#--torch=}; shift ;;
+    --build) build=${2:-}; shift 2 || { echo "ERROR: --build needs a folder" >&2; exit 2; } ;;
+    --build=*) build=${1#--build=}; shift ;;
+    *) echo "ERROR: setup.sh: unknown argument '$1' (expected --torch pypi|debian, --build DIR)" >&2; exit 2 ;;
+  esac
+done
+case "$torch" in
+  pypi) build=${build:-build} ;;
+  debian) build=${build:-build-debian} ;;
+  *) echo "ERROR: setup.sh: --torch: expected pypi or debian, found '$torch'" >&2; exit 2 ;;
+esac
+[ -n "$build" ] || { echo "ERROR: setup.sh: --build: expected a folder, found ''" >&2; exit 2; }
+
+# Both: the build tools and libraries, the figures' matplotlib, the dataset
+# configs/fashion_mnist_vit_tiny.toml trains on, Eigen for the fitted cost
+# model's least squares, gloo's headers (c10d's ProcessGroupGloo.hpp
+# includes them; neither LibTorch ships them: DESIGN.md says why Debian's
+# fit torch 2.11), python3-venv for the PyPI torch.
+packages=(cmake g++ make pkg-config ccache catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libeigen3-dev
+          libsimgrid-dev python3-matplotlib python3-venv libgloo-dev zlib1g-dev dataset-fashion-mnist binutils)
+# Debian's LibTorch 1.13 calls libblas.so.3: libopenblas0-openmp provides an optimised one (the
+# reference BLAS is 6-8x slower); libblas3 is that reference BLAS, which the bitwise
+# kill-and-resume tests run on there (tests/cli/run_multiprocess_tests.sh).
+[ "$torch" = debian ] && packages+=(libtorch-dev libopenblas0-openmp libblas3)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -26,5 +57,33 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-cmake --build build -j"$(nproc)"
+cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+if [ "$torch" = pypi ]; then
+  venv=$build/torch-venv
+  req=scripts/torch-requirements.txt
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing torch into $venv (about 3.5 GB from PyPI, once)"
+    rm -rf "$venv"
+    mkdir -p "$build"
+    /usr/bin/python3 -m venv "$venv"
+    # Every package pinned, dependencies included: --no-deps installs exactly the list.
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$req"
+    echo "$want" > "$venv/.requirements"
+  fi
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')")
+  # The CUDA path needs the toolkit's headers and nvcc to configure Torch's CUDA targets.
+  nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+  if [ -n "$nvcc" ]; then
+    cmake_args+=(-DELASTICPIPE_CUDA=ON "-DCMAKE_CUDA_COMPILER=$nvcc")
+  else
+    echo "setup: no nvcc (CUDA toolkit) found: building without the CUDA path (exec.device = \"cuda\" will be refused)"
+    cmake_args+=(-DELASTICPIPE_CUDA=OFF)
+  fi
+else
+  cmake_args+=(-DCMAKE_PREFIX_PATH= -DELASTICPIPE_CUDA=OFF)
+fi
+
+mkdir -p "$build"
+cmake -S . -B "$build" "${cmake_args[@]}" > "$build/configure.log" 2>&1 || { tail -40 "$build/configure.log"; exit 1; }
+cmake --build "$build" -j"$(nproc)"

@@ -170,6 +170,11 @@ expect_rc 2 "train with AutoDP replicas" -- "$bin" train "$fm" --set planner.aut
 expect_text "one process per pipeline: --nproc named" "run elasticpipe train --nproc 4"
 expect_rc 2 "train on a simulated-only dataset" -- "$bin" train "$root/configs/paper/vit_cifar100.toml"
 expect_text "dataset name refused at file:line" "vit_cifar100.toml:"
+# A device the build or machine cannot use is refused, never replaced by the CPU
+# (CUDA_VISIBLE_DEVICES="" hides every GPU, so this holds on a GPU machine too).
+CUDA_VISIBLE_DEVICES="" expect_rc 2 "train on cuda with no GPU visible" -- "$bin" train "$fm" "${small[@]}" \
+  --set 'exec.device="cuda"' --out "$tmp/cuda"
+expect_text "cuda refusal names the key" "key 'exec.device': expected cpu ("
 
 # --- calibration: profile, simulate --profile, validate ----------------------
 dp="$root/tests/cli/configs/dp_tiny.toml"

@@ -1,0 +1,133 @@
+// The CUDA path: stages on a GPU, bf16 autocast there, NCCL lanes. These
+// run where a GPU is visible (at::hasCUDA()); elsewhere each says
+// "skipped: no GPU" and CTest reports it skipped (tests/exec/CMakeLists.txt).
+// Every build compiles and links them.
+#include "tests/exec/pch.hpp"
+
+#include <ATen/autocast_mode.h>
+
+#include <cmath>
+#include <map>
+
+#include "exec/dist.hpp"
+#include "exec/launch.hpp"
+#include "exec/model.hpp"
+#include "exec/optimizer.hpp"
+#include "exec/pipeline.hpp"
+#include "exec/torch_compat.hpp"
+#include "planner/iteration.hpp"
+#include "tests/exec/support.hpp"
+
+namespace {
+
+using namespace ep;
+using namespace ep::exec;
+
+bool no_gpu() {
+  if (at::hasCUDA()) return false;
+  WARN("skipped: no GPU (at::hasCUDA() is false: no CUDA device visible, or a LibTorch without CUDA)");
+  return true;
+}
+
+std::vector<MicroBatch> split(const at::Tensor& x, const at::Tensor& y, int M) {
+  std::vector<MicroBatch> out;
+  std::int64_t at = 0;
+  for (const int n : micro_batch_sizes(static_cast<int>(x.size(0)), M)) {
+    MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
+    for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
+    out.push_back(mb);
+    at += n;
+  }
+  return out;
+}
+
+Partition halves(int sublayers) {
+  Partition p;
+  p.bounds = {0, sublayers / 2, sublayers};
+  return p;
+}
+
+Schedule one_f_one_b(int K, int M) {
+  ScheduleOptions o;
+  o.kind = ScheduleKind::OneFOneB;
+  o.K = K;
+  o.M = M;
+  o.optimizer_step = false;
+  Schedule s = build_schedule(o);
+  check_schedule(s);
+  return s;
+}
+
+// Loss and gradients (on the CPU) of one 1F1B iteration on `devices`.
+std::pair<double, std::map<std::string, at::Tensor>> iteration(const ModelConfig& m, std::vector<at::Device> devices,
+                                                               bool bf16, const at::Tensor& x, const at::Tensor& y) {
+  Model model(m, 7);
+  exec::Optimizer opt(testing::sgd());
+  const int K = static_cast<int>(devices.size());
+  Pipeline pipe(model, opt, {std::move(devices), 1, bf16, Checkpointing::Never});
+  pipe.configure(halves(model.num_sublayers()), K, 1);
+  const double loss = pipe.run(one_f_one_b(K, 4), split(x, y, 4), static_cast<int>(x.size(0)), 0).loss;
+  std::map<std::string, at::Tensor> grads;
+  for (const auto& p : model.named_params())
+    if (p.tensor.grad().defined()) grads[p.name] = p.tensor.grad().cpu();
+  return {loss, grads};
+}
+
+}  // namespace
+
+TEST_CASE("CUDA: a two-stage pipeline on the GPU gives the CPU pipeline's loss and gradients", "[cuda]") {
+  if (no_gpu()) return;
+  const ModelConfig m = testing::tiny(ModelFamily::ViT);
+  at::manual_seed(1);
+  const at::Tensor x = at::randn({12, m.num_channels, m.image_size, m.image_size});
+  const at::Tensor y = at::randint(0, m.num_labels, {12}, at::kLong);
+  const at::Device cpu(at::kCPU), gpu(at::kCUDA, 0);
+  const auto [cpu_loss, cpu_grads] = iteration(m, {cpu, cpu}, false, x, y);
+  const auto [gpu_loss, gpu_grads] = iteration(m, {gpu, gpu}, false, x, y);
+  CHECK(gpu_loss == Approx(cpu_loss).epsilon(1e-4));
+  REQUIRE(gpu_grads.size() == cpu_grads.size());
+  for (const auto& [name, g] : cpu_grads) {
+    INFO(name);
+    CHECK(at::allclose(gpu_grads.at(name), g, 1e-3, 1e-4));
+  }
+}
+
+TEST_CASE("CUDA: bf16 autocast runs a stage's matrix products in bf16 and trains to a finite loss", "[cuda]") {
+  if (no_gpu()) return;
+  const at::Device gpu(at::kCUDA, 0);
+  compat::set_autocast(at::kCUDA, true, at::kBFloat16);
+  const at::Tensor a = at::randn({8, 8}, at::TensorOptions().device(gpu));
+  CHECK(at::matmul(a, a).scalar_type() == at::kBFloat16);
+  compat::set_autocast(at::kCUDA, false, at::kBFloat16);
+  CHECK(at::matmul(a, a).scalar_type() == at::kFloat);
+
+  const ModelConfig m = testing::tiny(ModelFamily::ViT);
+  at::manual_seed(2);
+  const at::Tensor x = at::randn({12, m.num_channels, m.image_size, m.image_size});
+  const at::Tensor y = at::randint(0, m.num_labels, {12}, at::kLong);
+  const auto [fp32_loss, fp32_grads] = iteration(m, {gpu, gpu}, false, x, y);
+  const auto [bf16_loss, bf16_grads] = iteration(m, {gpu, gpu}, true, x, y);
+  CHECK(std::isfinite(bf16_loss));
+  CHECK(bf16_loss == Approx(fp32_loss).epsilon(0.05));  // bf16 keeps 8 bits of mantissa
+  CHECK(bf16_grads.size() == fp32_grads.size());
+}
+
+TEST_CASE("CUDA: an NCCL lane of one rank builds and reduces a device tensor", "[cuda][dist]") {
+  if (no_gpu()) return;
+  ProcessEnv env;
+  env.rank = 0;
+  env.world_size = 1;
+  env.local_rank = 0;
+  env.local_world_size = 1;
+  env.master_port = free_port();
+  env.launcher = "test";
+  Dist dist(env, std::chrono::seconds(30));
+  dist.rebuild_active(0, {0}, 1, {at::Device(at::kCUDA, 0)});
+  const at::Tensor t = at::arange(6, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0));
+  at::Tensor sum = t.clone();
+  dist.allreduce(0, sum, "test sum")->wait();
+  CHECK(at::equal(sum.cpu(), t.cpu()));
+  at::Tensor host = at::full({3}, 2.0);
+  dist.allreduce_now(host, "host value through the NCCL lane");
+  CHECK(at::equal(host, at::full({3}, 2.0)));
+}

@@ -12,6 +12,7 @@
 #include <set>
 #include <numbers>
 
+#include "exec/torch_compat.hpp"
 #include "planner/error.hpp"
 #include "planner/random.hpp"
 
@@ -52,8 +53,7 @@ at::Tensor attention(const at::Tensor& x, const at::Tensor& qkv_w, const at::Ten
   const std::int64_t B = x.size(0), S = x.size(1), H = x.size(2), d = H / heads;
   const auto qkv = at::linear(x, qkv_w, qkv_b).view({B, S, 3, heads, d}).permute({2, 0, 3, 1, 4});
   const at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // [B, heads, S, d]
-  const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
-  const at::Tensor context = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({B, S, H});
+  const at::Tensor context = compat::attention(q, k, v).transpose(1, 2).reshape({B, S, H});
   return at::linear(context, out_w, out_b);
 }
 

@@ -11,6 +11,15 @@
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/api/include/torch/version.h>
 
+#include <cmath>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <ATen/ops/scaled_dot_product_attention.h>
+#else
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/softmax.h>
+#endif
+
 namespace ep::exec::compat {
 
 inline constexpr bool kTorch24OrLater =
@@ -41,6 +50,18 @@ inline void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType d
   }
 #endif
   if (!enabled) at::autocast::clear_cache();
+}
+
+// Softmax attention over [B, heads, S, d]. torch 2.x has fused kernels (flash
+// and memory-efficient attention on CUDA, a blocked loop on CPU) that never
+// hold the S x S scores; 1.13 has none, so there it is two products and a softmax.
+inline at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v);
+#else
+  const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  return at::matmul(at::softmax(scores, -1), v);
+#endif
 }
 
 // Waits for the device's queued work (CUDA), so a recorded end time means

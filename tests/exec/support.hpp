@@ -2,7 +2,9 @@
 // whose results stay comparable across schedules and replicas.
 #pragma once
 
+#include "exec/pipeline.hpp"
 #include "planner/config.hpp"
+#include "planner/iteration.hpp"
 
 namespace ep::exec::testing {
 
@@ -94,6 +96,20 @@ inline TrainingConfig sgd() {
   t.weight_decay = 0.01;
   t.batch_size = 12;
   return t;
+}
+
+// x and y cut into M micro-batches of micro_batch_sizes, weight 1 each,
+// keyed by their row.
+inline std::vector<MicroBatch> split(const at::Tensor& x, const at::Tensor& y, int M) {
+  std::vector<MicroBatch> out;
+  std::int64_t at = 0;
+  for (const int n : micro_batch_sizes(static_cast<int>(x.size(0)), M)) {
+    MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
+    for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
+    out.push_back(mb);
+    at += n;
+  }
+  return out;
 }
 
 }  // namespace ep::exec::testing

@@ -22,23 +22,12 @@ namespace {
 
 using namespace ep;
 using namespace ep::exec;
+using testing::split;
 
 bool no_gpu() {
   if (at::hasCUDA()) return false;
   WARN("skipped: no GPU (at::hasCUDA() is false: no CUDA device visible, or a LibTorch without CUDA)");
   return true;
-}
-
-std::vector<MicroBatch> split(const at::Tensor& x, const at::Tensor& y, int M) {
-  std::vector<MicroBatch> out;
-  std::int64_t at = 0;
-  for (const int n : micro_batch_sizes(static_cast<int>(x.size(0)), M)) {
-    MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
-    for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
-    out.push_back(mb);
-    at += n;
-  }
-  return out;
 }
 
 Partition halves(int sublayers) {

@@ -22,24 +22,13 @@ namespace {
 using namespace ep;
 using namespace ep::exec;
 using testing::sgd;
+using testing::split;
 using testing::tiny;
 
 at::Tensor inputs(const ModelConfig& m, int B, int seed) {
   at::manual_seed(seed);
   if (m.family == ModelFamily::ViT) return at::randn({B, m.num_channels, m.image_size, m.image_size});
   return at::randint(1, m.vocab_size, {B, m.seq_length}, at::kLong);
-}
-
-std::vector<MicroBatch> split(const at::Tensor& x, const at::Tensor& y, int M) {
-  std::vector<MicroBatch> out;
-  std::int64_t at = 0;
-  for (const int n : micro_batch_sizes(static_cast<int>(x.size(0)), M)) {
-    MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
-    for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
-    out.push_back(mb);
-    at += n;
-  }
-  return out;
 }
 
 // bounds[0] = frozen_end: F_frozen on the first device (AutoPipe's layout).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "exec/trainer.hpp"
 #include "planner/random.hpp"
@@ -93,6 +94,30 @@ void check_runnable(const Config& c, const ProcessEnv& env) {
   constexpr const char* no_cuda = "cpu (this build has no CUDA path: scripts/setup.sh builds one where nvcc is found)";
 #endif
   if (c.exec.device == ExecDevice::CUDA && !at::hasCUDA()) throw c.error("exec.device", no_cuda, "\"cuda\"");
+  if (c.exec.device == ExecDevice::CUDA) check_gpus_not_shared(c, static_cast<int>(at::getNumGPUs()));
+}
+
+void check_gpus_not_shared(const Config& c, int visible) {
+  if (c.exec.device != ExecDevice::CUDA || visible < 1) return;
+  const int I = c.cluster.gpus_per_node;
+  for (const int K : reachable_K(c)) {
+    const ReplicaLayout l = replica_layout(c, K);
+    for (int k = 0; k < K; ++k) {
+      std::map<std::pair<int, int>, int> owner;  // (node, CUDA index) -> rank
+      for (const auto& r : l.replica) {
+        const int index = r.gpus[k] % I % visible;  // as Trainer::plan_devices places it
+        const auto [it, fresh] = owner.emplace(std::pair{r.node, index}, r.rank);
+        if (!fresh)
+          throw Error(c.source + ": ranks " + std::to_string(it->second) + " and " + std::to_string(r.rank) +
+                      " would share cuda:" + std::to_string(index) + " on node " + std::to_string(r.node) +
+                      " in NCCL lane " + std::to_string(k) + " (K = " + std::to_string(K) + ", " +
+                      std::to_string(l.replicas) + " replicas), and NCCL refuses two ranks of one communicator on one "
+                      "device: this process sees " + std::to_string(visible) + " GPU(s), cluster.gpus_per_node is " +
+                      std::to_string(I) + "; run on a node with " + std::to_string(I) +
+                      " GPUs, or set cluster.gpus_per_node to the GPUs visible");
+      }
+    }
+  }
 }
 
 Data load_data(const Config& c) {

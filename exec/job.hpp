@@ -21,6 +21,12 @@ namespace ep::exec {
 // memory, CUDA), refused with the config's file:line before any work.
 void check_runnable(const Config& config, const ProcessEnv& env);
 
+// NCCL refuses two ranks of one communicator on one device: with
+// exec.device = "cuda" and `visible` GPUs per process, every lane (stage k
+// of each replica) of every layout the run can reach must put its ranks on
+// distinct GPUs. Refused naming the ranks, the device and the layout.
+void check_gpus_not_shared(const Config& config, int visible);
+
 struct Data {
   Dataset train, test;
 };

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "exec/dist.hpp"
+#include "exec/job.hpp"
 #include "exec/launch.hpp"
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
@@ -119,4 +120,24 @@ TEST_CASE("CUDA: an NCCL lane of one rank builds and reduces a device tensor", "
   at::Tensor host = at::full({3}, 2.0);
   dist.allreduce_now(host, "host value through the NCCL lane");
   CHECK(at::equal(host, at::full({3}, 2.0)));
+}
+
+// No GPU needed: the layouts are plain data, checked before NCCL starts.
+TEST_CASE("ranks that would share a GPU in an NCCL lane are refused before NCCL starts, naming ranks and device") {
+  // One node of 4 GPUs; AutoDP reaches K = 4, 2, 1 with 1, 2, 4 replicas.
+  const Config c = parse_config(testing::kTiny, "tiny.toml",
+                                {"exec.device=\"cuda\"", "planner.autodp=true", "planner.compression=\"memory\""});
+  CHECK_NOTHROW(check_gpus_not_shared(c, 4));
+  CHECK_NOTHROW(check_gpus_not_shared(c, 8));  // more GPUs than the config names: each rank still has its own
+  // Two GPUs visible: at K = 2 the replicas' stage 0 (GPUs 0 and 2) both land on cuda:0.
+  CHECK_THROWS_WITH(check_gpus_not_shared(c, 2),
+                    Catch::StartsWith("tiny.toml: ranks 0 and 1 would share cuda:0 on node 0 in NCCL lane 0 (K = 2, 2 "
+                                      "replicas)") &&
+                        Catch::Contains("this process sees 2 GPU(s), cluster.gpus_per_node is 4"));
+  CHECK_THROWS_WITH(check_gpus_not_shared(c, 1), Catch::Contains("would share cuda:0"));
+  // One pipeline, no replicas: its stages may share a GPU (no NCCL among them).
+  const Config one = parse_config(testing::kTiny, "tiny.toml", {"exec.device=\"cuda\""});
+  CHECK_NOTHROW(check_gpus_not_shared(one, 1));
+  // On the CPU nothing is checked.
+  CHECK_NOTHROW(check_gpus_not_shared(parse_config(testing::kTiny, "tiny.toml", {"planner.autodp=true"}), 1));
 }

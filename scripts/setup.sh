@@ -63,7 +63,7 @@ if [ "$torch" = pypi ]; then
   req=scripts/torch-requirements.txt
   want=$(sha256sum "$req" | cut -d' ' -f1)
   if [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$want" ]; then
-    echo "setup: installing torch into $venv (about 3.5 GB from PyPI, once)"
+    echo "setup: installing torch into $venv (3.8 GB from PyPI, once)"
     rm -rf "$venv"
     mkdir -p "$build"
     /usr/bin/python3 -m venv "$venv"

@@ -16,19 +16,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 torch=pypi
-build=""
+build=unset
 while [ $# -gt 0 ]; do
   case "$1" in
-    --torch) torch=${2:-}; shift 2 || { echo "ERROR: --torch needs pypi or debian" >&2; exit 2; } ;;
+    --torch | --build)
+      [ $# -ge 2 ] || { echo "ERROR: setup.sh: $1: expected a value, found none" >&2; exit 2; }
+      if [ "$1" = --torch ]; then torch=$2; else build=$2; fi
+      shift 2 ;;
     --torch=*) torch=${1#--torch=}; shift ;;
-    --build) build=${2:-}; shift 2 || { echo "ERROR: --build needs a folder" >&2; exit 2; } ;;
     --build=*) build=${1#--build=}; shift ;;
     *) echo "ERROR: setup.sh: unknown argument '$1' (expected --torch pypi|debian, --build DIR)" >&2; exit 2 ;;
   esac
 done
 case "$torch" in
-  pypi) build=${build:-build} ;;
-  debian) build=${build:-build-debian} ;;
+  pypi) [ "$build" != unset ] || build=build ;;
+  debian) [ "$build" != unset ] || build=build-debian ;;
   *) echo "ERROR: setup.sh: --torch: expected pypi or debian, found '$torch'" >&2; exit 2 ;;
 esac
 [ -n "$build" ] || { echo "ERROR: setup.sh: --build: expected a folder, found ''" >&2; exit 2; }
@@ -71,7 +73,7 @@ if [ "$torch" = pypi ]; then
     "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$req"
     echo "$want" > "$venv/.requirements"
   fi
-  cmake_args+=("-DCMAKE_PREFIX_PATH=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')")
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$("$venv/bin/python" -W ignore -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')")
   # The CUDA path needs the toolkit's headers and nvcc to configure Torch's CUDA targets.
   nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
   if [ -n "$nvcc" ]; then

@@ -10,9 +10,10 @@
 #include <cmath>
 #include <optional>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
+
+#include "planner/input_file.hpp"
 
 namespace ep {
 namespace {
@@ -602,13 +603,8 @@ void read_sim(Reader& r, SimConfig& s) {
   r.boolean("sim.trace", s.trace);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open config file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// A config is a few kB of TOML; a megabyte is far beyond any.
+constexpr InputFormat kConfigFile{"config", 1 << 20, "a config is a few kB of TOML"};
 
 }  // namespace
 
@@ -672,7 +668,7 @@ Error Config::error(const std::string& key, const std::string& expected, const s
 }
 
 Config load_config(const std::string& path, const Overrides& overrides) {
-  return parse_config(read_file(path), path, overrides);
+  return parse_config(read_input_file(path, kConfigFile), path, overrides);
 }
 
 std::string to_string(ModelFamily v) { return enum_name(kFamilies, v); }

@@ -349,7 +349,8 @@ class ChromeTraceReader {
     // dropped: a large trace never sits in memory as JSON.
     bool in_events = false, in_other = false;
     std::size_t n_events = 0;
-    const json doc = read_json_file(path_, [&](int depth, json::parse_event_t e, json& parsed) {
+    constexpr InputFormat kTraceFile{"trace", kPerIterationBytes, kPerIterationWhy};
+    const json doc = read_json_file(path_, kTraceFile, [&](int depth, json::parse_event_t e, json& parsed) {
       using E = json::parse_event_t;
       if (depth == 1 && e == E::key) {
         in_events = parsed == "traceEvents";

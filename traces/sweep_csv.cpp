@@ -97,8 +97,8 @@ SweepTable read_sweep_csv(std::istream& in, const std::string& path) {
 }
 
 SweepTable read_sweep_csv(const std::string& path) {
-  std::ifstream in = detail::open_for_reading(path);
-  return read_sweep_csv(in, path);
+  InputFile file(path, {"sweep.csv", detail::kPerRunBytes, detail::kPerRunWhy});
+  return read_sweep_csv(file.stream(), path);
 }
 
 }  // namespace ep::trace

@@ -262,7 +262,7 @@ expect_text "simulated devices bound" "ERROR: --set cluster.nodes: key 'cluster.
 expect_rc 2 "sweep up to 512 devices" -- timeout 10 "$bin" sweep "$root/configs/paper/vit_imagenet.toml" --set cluster.nodes=2,64 --out "$tmp/n64s"
 expect_text "sweep checks every point" "expected at most 256 devices to simulate, nodes x gpus_per_node"
 expect_rc 2 "train --nproc 1000" -- timeout 10 "$bin" train "$fm" --nproc 1000
-expect_text "nproc bound" "ERROR: --nproc 1000: at most 256 processes on one machine"
+expect_text "nproc bound" "ERROR: --nproc: expected an integer in [1, 256] (each rank is a LibTorch process"
 expect_rc 2 "train --nproc 8 on 4 devices" -- timeout 10 "$bin" train "$fm" --nproc 8
 expect_text "nproc checked before starting" "ERROR: --nproc 8: this job has 8 processes"
 grep -q "rank" <<<"$out" && bad "train --nproc 8 started ranks" || ok

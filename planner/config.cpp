@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "planner/config_overrides.hpp"
 #include "planner/input_file.hpp"
 
 namespace ep {
@@ -310,44 +311,6 @@ class Reader {
 
 bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
-// Applies "a.b.c=value" to the document. The value is parsed as TOML; if it
-// is not valid TOML it is taken as a bare string (so `--set
-// planner.partitioner=optimal` needs no quotes).
-std::string apply_override(toml::table& root, const std::string& assignment) {
-  const auto eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw Error("--set '" + assignment + "': expected KEY=VALUE (e.g. planner.alpha=0.2)");
-  const std::string key = assignment.substr(0, eq);
-  const std::string text = assignment.substr(eq + 1);
-  // One --set is one value: text after a line break would be a second
-  // assignment, parsed (or dropped) where nobody sees it.
-  if (text.find_first_of("\r\n") != std::string::npos)
-    throw Error("--set " + key + ": the value holds a line break; give one KEY=VALUE per --set");
-  toml::table parsed;
-  try {
-    parsed = toml::parse("v = " + text);
-  } catch (const toml::parse_error&) {
-    parsed = toml::table{{"v", text}};
-  }
-  if (parsed.size() != 1 || !parsed.get("v"))
-    throw Error("--set " + key + ": expected one value, found '" + text + "'");
-  std::vector<std::string> parts;
-  std::stringstream ss(key);
-  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
-  if (parts.size() < 2 || std::any_of(parts.begin(), parts.end(), [](auto& p) { return p.empty(); }))
-    throw Error("--set '" + assignment + "': expected KEY of the form section.key (e.g. planner.alpha)");
-  toml::table* t = &root;
-  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-    toml::node* next = t->get(parts[i]);
-    if (!next) next = &t->insert_or_assign(parts[i], toml::table{}).first->second;
-    if (!next->is_table())
-      throw Error("--set " + key + ": '" + parts[i] + "' is not a table in the config");
-    t = next->as_table();
-  }
-  t->insert_or_assign(parts.back(), std::move(*parsed.get("v")));
-  return key;
-}
-
 // Physical ranges, checked once here so that the planner, SimGrid and the
 // executor only ever see values they can compute with. Wide enough for any
 // real machine; the reason is part of the message.
@@ -617,8 +580,7 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
                 std::to_string(e.source().begin.column) + ": TOML syntax error: " +
                 std::string(e.description()));
   }
-  std::set<std::string> overridden;
-  for (const auto& o : overrides) overridden.insert(apply_override(root, o));
+  const std::set<std::string> overridden = apply_overrides(root, overrides);
 
   Config c;
   c.source = origin;

@@ -442,3 +442,10 @@ TEST_CASE("a class subset is distinct non-negative ids, named in errors") {
   msg = error_of(kBase, {"data.classes=\"0-4\""});
   CHECK_THAT(msg, Catch::Contains("an array of integers"));
 }
+
+TEST_CASE("a key given twice by --set is refused, naming it") {
+  CHECK_THAT(error_of(kBase, {"planner.alpha=0.2", "planner.alpha=0.3"}),
+             Catch::StartsWith("--set planner.alpha: given twice"));
+  CHECK_THAT(error_of(kBase, {"cluster.device.efficiency=0.3", "cluster.device={peak_flops_per_s=1e12}"}),
+             Catch::StartsWith("--set cluster.device: overlaps --set cluster.device.efficiency"));
+}

@@ -17,6 +17,7 @@
 #include <memory>
 #include <numeric>
 
+#include "planner/datasets.hpp"
 #include "planner/error.hpp"
 #include "planner/input_file.hpp"
 #include "planner/random.hpp"
@@ -34,7 +35,7 @@ constexpr const char* kFashionHint =
     "install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) "
     "or set data.path";
 constexpr int kFashionSide = 28;
-constexpr int kFashionClasses = 10;
+constexpr int kFashionClasses = kFashionMnistClasses;
 constexpr float kFashionMean = 0.2860f;  // of the training pixels, scaled to [0, 1]
 constexpr float kFashionStd = 0.3530f;
 

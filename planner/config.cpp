@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "planner/config_overrides.hpp"
+#include "planner/datasets.hpp"
 #include "planner/input_file.hpp"
 
 namespace ep {
@@ -596,6 +597,7 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
   read_exec(r, c.exec);
   r.reject_unknown({"cluster", "data", "exec", "model", "planner", "sim", "training"});
   c.positions = r.positions();
+  check_dataset(c);
   return c;
 }
 

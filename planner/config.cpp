@@ -335,9 +335,8 @@ void read_cluster(Reader& r, ClusterSpec& c) {
   r.string("cluster.device.name", d.name, false);
   r.quantity("cluster.device.peak_flops_per_s", d.peak_flops_per_s, true, 1e6, 1e18,
              "FLOP/s of one device, 1 MFLOP/s to 1 EFLOP/s");
-  r.number("cluster.device.efficiency", d.efficiency, false);
-  if (!(d.efficiency > 0 && d.efficiency <= 1))
-    r.fail("cluster.device.efficiency", "a fraction of peak in (0, 1]", fmt(d.efficiency));
+  r.quantity("cluster.device.efficiency", d.efficiency, false, 1e-3, 1,
+             "the fraction of peak sustained; below 0.1% it is the peak that is wrong");
   r.quantity("cluster.device.sublayer_overhead_s", d.sublayer_overhead_s, false, 0, 10,
              "seconds per sublayer launch");
   r.quantity("cluster.device.memory_bytes", d.memory_bytes, true, 1e6, 1e15, "bytes, 1 MB to 1 PB");
@@ -348,6 +347,10 @@ void read_cluster(Reader& r, ClusterSpec& c) {
     r.quantity(p + ".bandwidth_bytes_per_s", link->bandwidth_bytes_per_s, true, kMinBandwidth, kMaxBandwidth,
                kBandwidthWhy);
     r.quantity(p + ".latency_s", link->latency_s, true, 0, 10, "seconds per message; a slow WAN has 0.3");
+    // SimGrid counts time in nanoseconds: a shorter latency is lost (and warned of).
+    if (link->latency_s > 0 && link->latency_s < 1e-8)
+      r.fail(p + ".latency_s", "0 or a number in [1e-08, 10] (seconds per message: a message crosses 2 m of cable "
+                               "in 10 ns)", fmt(link->latency_s));
   }
   r.quantity("cluster.host.memory_bytes", c.host.memory_bytes, true, 0, 1e16, "bytes, up to 10 PB");
   r.quantity("cluster.host.memory_bandwidth_bytes_per_s", c.host.memory_bandwidth_bytes_per_s, true, kMinBandwidth,

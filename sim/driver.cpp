@@ -142,6 +142,26 @@ trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, int e
   return e;
 }
 
+// --exact simulates every iteration, one after the other: SimGrid takes
+// about a millisecond per iteration of a small config, so a million take a
+// quarter of an hour; beyond, the steady state, scaled, is the answer.
+constexpr std::int64_t kMaxExactIterations = 1'000'000;
+
+// Counts in 64 bits (a trillion samples make billions of iterations per
+// epoch), refused before any is simulated.
+void check_exact(const std::vector<Plan>& plans) {
+  std::int64_t total = 0;
+  for (const Plan& p : plans) total += p.iterations_per_epoch * p.epochs();
+  if (total <= kMaxExactIterations) return;
+  const auto most = std::max_element(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
+    return a.iterations_per_epoch < b.iterations_per_epoch;
+  });
+  throw Error("--exact: simulates every iteration, at most " + std::to_string(kMaxExactIterations) +
+              " in a training (about a millisecond each on a small config), and this training has " +
+              std::to_string(total) + " (" + std::to_string(most->iterations_per_epoch) + " per epoch in plan " +
+              std::to_string(most->id) + "): drop --exact to scale each plan's steady state");
+}
+
 }  // namespace
 
 namespace {
@@ -178,6 +198,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   ModeRun& run = out.run;
   run.mode = mode;
   run.plan = plan_run(mc, cost, predict);
+  if (exact) check_exact(run.plan.plans);
   const bool traced = last && mc.sim.trace;
   const std::vector<Plan>& plans = run.plan.plans;
   // Traced: the iteration each plan starts with (it fills the cache when it
@@ -231,7 +252,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
       const bool fill = role == CacheRole::Fill || role == CacheRole::Advance;
       double epoch_s = p.iterations_per_epoch * (fill ? p.fill_iteration_s : p.iteration_s);
       if (exact) {
-        const auto n = static_cast<int>(p.iterations_per_epoch);
+        const auto n = static_cast<int>(p.iterations_per_epoch);  // check_exact bounds it
         epoch_s = runner.run(ctx, {iteration_setup(mc, p, fill)}, n).front().sim.iteration_end_s.back();
       }
       const double transition = e == p.first_epoch ? ps.transition_s : 0.0;

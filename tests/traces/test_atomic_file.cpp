@@ -179,3 +179,19 @@ TEST_CASE("output folder: one job at a time, the second told who holds it", "[at
   }
   CHECK_NOTHROW(ep::OutputDirLock(out, "elasticpipe simulate b.toml --out run"));  // released
 }
+
+TEST_CASE("output folder: a job that wrote nothing leaves nothing, one that wrote keeps it all", "[atomic]") {
+  TempDir dir;
+  const std::string out = dir.file("a/b/run");
+  { const ep::OutputDirLock refused_later(out, "elasticpipe train a.toml --out a/b/run"); }
+  CHECK_FALSE(std::filesystem::exists(dir.file("a")));  // the folders it created went with the lock
+  {
+    const ep::OutputDirLock wrote(out, "elasticpipe simulate a.toml --out a/b/run");
+    ep::write_file_atomically(out + "/summary.json", "{}\n");
+  }
+  CHECK(listing(out) == std::vector<std::string>{".elasticpipe.lock", "summary.json"});
+  // A folder that was there before, with its lock, stays as it was.
+  std::filesystem::remove(out + "/summary.json");
+  { const ep::OutputDirLock again(out, "elasticpipe simulate a.toml --out a/b/run"); }
+  CHECK(listing(out) == std::vector<std::string>{".elasticpipe.lock"});
+}

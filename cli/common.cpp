@@ -1,5 +1,6 @@
 #include "cli/common.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,9 +24,10 @@ constexpr int kMaxSimulatedDevices = 256;
 
 void print_error(const std::string& message) {
   const std::string line = "ERROR: " + printable(message, 1000) + "\n";
-  if (const char* fd_text = std::getenv(kErrorFdVariable)) {
-    const int fd = std::atoi(fd_text);
-    const ssize_t n = ::write(fd, line.data(), line.size());  // a pipe: one write under PIPE_BUF is whole
+  struct stat st {};
+  if (const char* fd_text = std::getenv(kErrorFdVariable);
+      fd_text && ::fstat(std::atoi(fd_text), &st) == 0 && S_ISFIFO(st.st_mode)) {  // the launcher's pipe, no other file
+    const ssize_t n = ::write(std::atoi(fd_text), line.data(), line.size());  // under PIPE_BUF: written whole
     // Full (EAGAIN): earlier errors of the job are queued, the first is printed.
     if (n == static_cast<ssize_t>(line.size()) || (n < 0 && errno == EAGAIN)) return;
   }

@@ -77,11 +77,26 @@ def config_batch(cfg, overrides):
         return tomllib.load(f)["training"]["batch_size"]
 
 
+def last_set_wins(argv):
+    """argv with each --set key once, at its last value: elasticpipe refuses a
+    key given twice, and a run's own --set and the caller's may name one."""
+    key = lambda i: argv[i + 1].partition("=")[0].strip()  # noqa: E731
+    last = {key(i): i for i in range(len(argv) - 1) if argv[i] == "--set"}
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--set" and i + 1 < len(argv) and last[key(i)] != i:
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def command(run, cfg, workload, bindir, nproc, pretrained, overrides):
     """The run's command line; `overrides` (--set KEY=VALUE) go to every run."""
-    return base_command(run, cfg, workload, bindir, nproc, pretrained) + sets(*overrides) + (
+    return last_set_wins(base_command(run, cfg, workload, bindir, nproc, pretrained) + sets(*overrides) + (
         # batch_size is per pipeline at planner.K; at K = 1 the processes split the batch.
-        sets("training.batch_size=%d" % max(1, config_batch(cfg, overrides) // nproc)) if run == "dp_global" else [])
+        sets("training.batch_size=%d" % max(1, config_batch(cfg, overrides) // nproc)) if run == "dp_global" else []))
 
 
 def base_command(run, cfg, workload, bindir, nproc, pretrained):

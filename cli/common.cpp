@@ -1,10 +1,15 @@
 #include "cli/common.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
+#include "planner/error.hpp"
 #include "planner/profile.hpp"
 
 namespace ep::cli {
@@ -16,6 +21,38 @@ std::string g_command_line;
 // memory well before the planner's limit).
 constexpr int kMaxSimulatedDevices = 256;
 }  // namespace
+
+void print_error(const std::string& message) {
+  const std::string line = "ERROR: " + printable(message, 1000) + "\n";
+  struct stat st {};
+  if (const char* fd_text = std::getenv(kErrorFdVariable);
+      fd_text && ::fstat(std::atoi(fd_text), &st) == 0 && S_ISFIFO(st.st_mode)) {  // the launcher's pipe, no other file
+    const ssize_t n = ::write(std::atoi(fd_text), line.data(), line.size());  // under PIPE_BUF: written whole
+    // Full (EAGAIN): earlier errors of the job are queued, the first is printed.
+    if (n == static_cast<ssize_t>(line.size()) || (n < 0 && errno == EAGAIN)) return;
+  }
+  std::fputs(line.c_str(), stderr);
+}
+
+CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](const std::string& value) { return value.empty() ? "expected " + what + ", found ''" : std::string(); },
+      "NON-EMPTY");
+}
+
+CLI::Validator in_range(std::int64_t lo, std::int64_t hi, const std::string& why) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [=](const std::string& value) {
+        std::int64_t v = 0;
+        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+        if (!value.empty() && ec == std::errc() && end == value.data() + value.size() && v >= lo && v <= hi)
+          return std::string();
+        return "expected an integer in " + range + (why.empty() ? "" : " (" + why + ")") + ", found '" +
+               printable(value) + "'";
+      },
+      "INT in " + range);
+}
 
 void set_command_line(int argc, char** argv) {
   g_command_line.clear();

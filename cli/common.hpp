@@ -3,6 +3,9 @@
 // lives in its own file and registers itself on the app (commands.hpp).
 #pragma once
 
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -14,6 +17,20 @@
 namespace ep::cli {
 
 constexpr int kBadInput = 2;
+
+// One refusal, one line: "ERROR: " and the message (printable: a file's
+// bytes echoed in it never break the line). A rank of `train --nproc` sends
+// it to its launcher, which prints the first one of the job.
+void print_error(const std::string& message);
+// The variable that hands a rank the launcher's error pipe (a descriptor).
+constexpr const char* kErrorFdVariable = "ELASTICPIPE_ERROR_FD";
+
+// Argument checks, run by CLI11 before a value is converted: an empty value
+// is refused (an empty path is never meant as the default; `what` says what
+// is expected), and an integer must lie in [lo, hi] (`why` says why, when
+// the bound needs it).
+[[nodiscard]] CLI::Validator non_empty(const std::string& what);
+[[nodiscard]] CLI::Validator in_range(std::int64_t lo, std::int64_t hi, const std::string& why = "");
 
 // The whole command line, for the output folder's lock (who holds it).
 void set_command_line(int argc, char** argv);

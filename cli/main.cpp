@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -28,11 +27,28 @@ int run_in_executor(char** argv) {
   const std::filesystem::path self = std::filesystem::canonical("/proc/self/exe");
   const std::string program = (self.parent_path() / kExecProgram).string();
   ::execv(program.c_str(), argv);  // returns only on failure
-  std::cerr << "ERROR: " << argv[1] << " runs in " << program << ", which cannot be started (" << std::strerror(errno)
-            << "): build with -DELASTICPIPE_EXEC=ON (LibTorch)\n";
+  ep::cli::print_error(std::string(argv[1]) + " runs in " + program + ", which cannot be started (" +
+                      std::strerror(errno) + "): build with -DELASTICPIPE_EXEC=ON (LibTorch)");
   return ep::cli::kBadInput;
 }
 #endif
+
+// CLI11's refusal as one line; a missing command also names the commands.
+std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
+  const std::string what = e.what();
+  if (what.rfind("A subcommand is required", 0) != 0) return what;
+  const CLI::App* at = &app;  // the innermost command given (e.g. `trace`)
+  for (bool deeper = true; deeper;) {
+    deeper = false;
+    for (const CLI::App* sub : at->get_subcommands())
+      if (sub->parsed()) at = sub, deeper = true;
+  }
+  std::string names;
+  for (const CLI::App* sub : at->get_subcommands([](const CLI::App*) { return true; }))
+    names += (names.empty() ? "" : "|") + sub->get_name();
+  return (at == &app ? std::string() : at->get_name() + ": ") + "expected a command, one of " + names +
+         ", found none (--help lists them)";
+}
 
 }  // namespace
 
@@ -64,18 +80,19 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : kBadInput;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    print_error(parse_error_message(app, e));
+    return kBadInput;
   }
   try {
     for (const Command& c : commands)
       if (*c.app) return c.run(argc, argv);
   } catch (const ep::Error& e) {
-    std::cerr << "ERROR: " << e.what() << "\n";
+    print_error(e.what());
     return kBadInput;
   } catch (const std::exception& e) {  // a library's failure (c10d, I/O): not bad input, still one clear line
     const std::string what = e.what();
-    std::cerr << "ERROR: " << what.substr(0, what.find('\n')) << "\n";
+    print_error(what.substr(0, what.find('\n')));
     return 1;
   }
   return 0;

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
 #include "exec/blas.hpp"
 #include "exec/profiler.hpp"
 #include "planner/fitted_cost_model.hpp"
@@ -46,10 +47,11 @@ Command add_profile(CLI::App& app) {
   auto a = std::make_shared<ProfileArgs>();
   auto* cmd = app.add_subcommand("profile", "Measure this machine's executor (compute, hand-over, all-reduce, cache, "
                                             "optimizer, transitions) into a profile for a fitted cost model");
-  cmd->add_option("config", a->config, "TOML config file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("config", a->config, "TOML config file")->required();
   cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
-  cmd->add_option("--out", a->out, "Profile file (default out/profile/<config name>.json)");
-  cmd->add_option("--repeats", a->repeats, "Timed runs per figure (median)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--out", a->out, "Profile file (default out/profile/<config name>.json)")
+      ->check(non_empty("a profile file to write"));
+  cmd->add_option("--repeats", a->repeats, "Timed runs per figure (median)")->check(in_range(1, 1000));
   return {cmd, [a](int, char**) { return run_profile(*a); }};
 }
 

@@ -3,8 +3,10 @@
 #include <cstdint>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
 #include "planner/config.hpp"
 #include "planner/schedule.hpp"
 #include "planner/timeline.hpp"
@@ -12,12 +14,14 @@
 namespace ep::cli {
 
 namespace {
+// Optional arguments given, even empty, are read (an empty one is refused
+// there), not taken for absent.
 struct ScheduleArgs {
-  std::string config;
+  std::optional<std::string> config;
   std::vector<std::string> overrides;
   int K = 0;
   int M = 0;
-  std::string kind;
+  std::optional<std::string> kind;
   int v = 0;
   bool csv = false;
 };
@@ -25,7 +29,7 @@ struct ScheduleArgs {
 // The config's names, and "looping" for looping_bf.
 ScheduleKind parse_kind(const std::string& s) {
   if (const auto k = parse_schedule_kind(s == "looping" ? "looping_bf" : s)) return *k;
-  throw Error("--kind: expected gpipe|1f1b|looping|looping_bf|looping_df, found '" + s + "'");
+  throw Error("--kind: expected gpipe|1f1b|looping|looping_bf|looping_df, found '" + printable(s) + "'");
 }
 
 // Four actions or more per device, micro-batch and chunk, each a few dozen
@@ -37,18 +41,18 @@ int run_schedule(const ScheduleArgs& a) {
   ScheduleOptions o;
   o.kind = ScheduleKind::GPipe;
   o.v = 1;
-  if (!a.config.empty()) {  // defaults from the config's planner section
-    const Config config = load_config(a.config, a.overrides);
+  if (a.config) {  // defaults from the config's planner section
+    const Config config = load_config(*a.config, a.overrides);
     o.kind = config.planner.schedule;
     o.v = config.planner.virtual_stages;
   } else if (!a.overrides.empty()) {
     throw Error("--set needs a CONFIG");
   }
-  if (!a.kind.empty()) o.kind = parse_kind(a.kind);
+  if (a.kind) o.kind = parse_kind(*a.kind);
   const bool looping = o.kind == ScheduleKind::LoopingBreadthFirst || o.kind == ScheduleKind::LoopingDepthFirst;
   if (a.v > 0)
     o.v = a.v;
-  else if (looping && o.v == 1 && a.config.empty())
+  else if (looping && o.v == 1 && !a.config)
     o.v = 2;
   o.K = a.K;
   o.M = a.M;
@@ -77,13 +81,12 @@ int run_schedule(const ScheduleArgs& a) {
 Command add_schedule(CLI::App& app) {
   auto a = std::make_shared<ScheduleArgs>();
   auto* cmd = app.add_subcommand("schedule", "Print one pipeline schedule as a timeline under unit costs");
-  cmd->add_option("config", a->config, "TOML config (optional: schedule kind and v defaults)")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("config", a->config, "TOML config (optional: schedule kind and v defaults)");
   cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
-  cmd->add_option("--K", a->K, "Pipeline length (devices)")->required()->check(CLI::Range(1, 1024));
-  cmd->add_option("--M", a->M, "Micro-batches")->required()->check(CLI::Range(1, 100000));
+  cmd->add_option("--K", a->K, "Pipeline length (devices)")->required()->check(in_range(1, 1024));
+  cmd->add_option("--M", a->M, "Micro-batches")->required()->check(in_range(1, 100000));
   cmd->add_option("--kind", a->kind, "gpipe|1f1b|looping|looping_bf|looping_df");
-  cmd->add_option("--v", a->v, "Chunks per device (looping)")->check(CLI::Range(1, 64));
+  cmd->add_option("--v", a->v, "Chunks per device (looping)")->check(in_range(1, 64));
   cmd->add_flag("--csv", a->csv, "Print the lowered schedule as CSV instead");
   return {cmd, [a](int, char**) { return run_schedule(*a); }};
 }

@@ -46,14 +46,15 @@ int run_simulate(const SimulateArgs& a) {
 Command add_simulate(CLI::App& app) {
   auto a = std::make_shared<SimulateArgs>();
   auto* cmd = app.add_subcommand("simulate", "Simulate the whole training on a SimGrid model of the cluster");
-  cmd->add_option("config", a->config, "TOML config file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("config", a->config, "TOML config file")->required();
   cmd->add_option("--mode", a->mode, "all|baseline|freeze|autopipe|autodp|autocache (comma-separated)");
   cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
-  cmd->add_option("--out", a->out, "Output folder (default out/simulate/<config name>)");
+  cmd->add_option("--out", a->out, "Output folder (default out/simulate/<config name>)")
+      ->check(non_empty("an output folder"));
   cmd->add_flag("--exact", a->exact, "Simulate every iteration instead of scaling the steady state");
   cmd->add_option("--profile", a->profile,
                   "Cost model fitted to a profile (elasticpipe profile) instead of the analytic one")
-      ->check(CLI::ExistingFile);
+      ->check(non_empty("a profile file"));
   return {cmd, [a](int, char**) { return run_simulate(*a); }};
 }
 

@@ -100,11 +100,12 @@ int run_sweep(const SweepArgs& a) {
 Command add_sweep(CLI::App& app) {
   auto a = std::make_shared<SweepArgs>();
   auto* cmd = app.add_subcommand("sweep", "Simulate the cartesian product of --set lists, e.g. --set planner.alpha=0.2,0.33,0.5");
-  cmd->add_option("config", a->config, "TOML config file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("config", a->config, "TOML config file")->required();
   cmd->add_option("--set", a->overrides, "KEY=V1,V2,... (one list per key)")->take_all();
   cmd->add_option("--mode", a->mode, "Modes per point (default baseline,autocache)");
-  cmd->add_option("--out", a->out, "Output folder (default out/sweep/<config name>)");
-  cmd->add_option("--jobs", a->jobs, "Points simulated at once (default: cores)")->check(CLI::Range(1, 256));
+  cmd->add_option("--out", a->out, "Output folder (default out/sweep/<config name>)")
+      ->check(non_empty("an output folder"));
+  cmd->add_option("--jobs", a->jobs, "Points simulated at once (default: cores)")->check(in_range(1, 256));
   cmd->add_flag("--exact", a->exact, "Simulate every iteration");
   return {cmd, [a](int, char**) { return run_sweep(*a); }};
 }

@@ -1,13 +1,16 @@
 // elasticpipe train: real training with LibTorch, one process per
 // pipeline (--nproc N here, or under torchrun/mpirun).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
-
-#include <unistd.h>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -31,6 +34,39 @@ struct TrainArgs {
 // own threads and memory; a larger job spans machines (torchrun, mpirun).
 constexpr int kMaxLocalProcesses = 256;
 
+// The pipe the ranks of `train --nproc` send their error lines to (see
+// print_error): the write end is inherited and non-blocking (a rank never
+// waits on a full pipe; the first lines are the ones that matter).
+class ErrorPipe {
+ public:
+  ErrorPipe() {
+    if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0 || ::fcntl(fds_[1], F_SETFD, 0) != 0)
+      throw Error(std::string("train --nproc: cannot create the ranks' error pipe: ") + std::strerror(errno));
+  }
+  ~ErrorPipe() {
+    for (const int fd : fds_)
+      if (fd >= 0) ::close(fd);
+  }
+  ErrorPipe(const ErrorPipe&) = delete;
+  ErrorPipe& operator=(const ErrorPipe&) = delete;
+
+  [[nodiscard]] int write_end() const { return fds_[1]; }
+  // Once every rank has exited: the first line written, "" when none was.
+  [[nodiscard]] std::string first_line() {
+    ::close(fds_[1]);
+    fds_[1] = -1;
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; text.find('\n') == std::string::npos && (n = ::read(fds_[0], buf, sizeof buf)) > 0;)
+      text.append(buf, static_cast<std::size_t>(n));
+    const auto end = text.find('\n');  // print_error writes whole lines
+    return end == std::string::npos ? "" : text.substr(0, end + 1);
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
 // `train --nproc N`: this process becomes the launcher of N copies of
 // itself (same arguments minus --nproc), which find their rank in the
 // environment as under torchrun; the job's exit code is the first failure's.
@@ -51,9 +87,17 @@ int launch_train(const TrainArgs& a, const Config& config, const exec::ProcessEn
     if (arg.rfind("--nproc=", 0) == 0) continue;
     o.args.push_back(arg);
   }
+  ErrorPipe errors;
+  o.env.push_back({kErrorFdVariable, std::to_string(errors.write_end())});
   const exec::LaunchResult r = exec::launch_local(o);
   (void)exec::remove_cache_files(config, out);
-  if (r.exit_code != 0) std::cerr << "ERROR: training job failed: " << r.reason << "\n";
+  if (r.exit_code == 0) return 0;
+  // One failure, one line: the first error a rank met, else why a rank
+  // ended without one (a signal).
+  if (const std::string line = errors.first_line(); !line.empty())
+    std::fputs(line.c_str(), stderr);
+  else
+    print_error("training job failed: " + r.reason);
   return r.exit_code;
 }
 
@@ -83,10 +127,6 @@ int run_train(const TrainArgs& a, int argc, char** argv) {
     throw Error("--nproc " + std::to_string(a.nproc) + " inside a job already launched by " + env.launcher +
                     " (rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
                     "): drop --nproc");
-  if (a.nproc > kMaxLocalProcesses)
-    throw Error("--nproc " + std::to_string(a.nproc) + ": at most " + std::to_string(kMaxLocalProcesses) +
-                    " processes on one machine (each rank is a LibTorch process with its own threads and memory; "
-                    "a larger job spans machines: use torchrun or mpirun)");
   if (a.nproc > 1) {
     try {
       exec::check_process_count(config, a.nproc);  // before any process starts
@@ -130,12 +170,16 @@ Command add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   auto* cmd = app.add_subcommand(
       "train", "Train for real with LibTorch: one process per pipeline (--nproc N here; or torchrun/mpirun)");
-  cmd->add_option("config", a->config, "TOML config file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("config", a->config, "TOML config file")->required();
   cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
-  cmd->add_option("--out", a->out, "Output folder (default out/train/<config name>)");
+  cmd->add_option("--out", a->out, "Output folder (default out/train/<config name>)")
+      ->check(non_empty("an output folder"));
   cmd->add_option("--nproc", a->nproc, "Start this many local processes (one per device of the config's cluster)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--resume", a->resume, "Continue from a checkpoint directory (e.g. OUT/checkpoints)");
+      ->check(in_range(1, kMaxLocalProcesses,
+                       "each rank is a LibTorch process with its own threads and memory; a larger job spans "
+                       "machines: use torchrun or mpirun"));
+  cmd->add_option("--resume", a->resume, "Continue from a checkpoint directory (e.g. OUT/checkpoints)")
+      ->check(non_empty("a checkpoint directory"));
   return {cmd, [a](int argc, char** argv) { return run_train(*a, argc, argv); }};
 }
 

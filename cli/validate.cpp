@@ -80,13 +80,15 @@ Command add_validate(CLI::App& app) {
   auto a = std::make_shared<ValidateArgs>();
   auto* cmd = app.add_subcommand("validate", "Run plans for real and in simulation with a fitted cost model; "
                                              "print the error table (MAPE, max error, Kendall tau)");
-  cmd->add_option("config", a->config, "TOML config file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("config", a->config, "TOML config file")->required();
   cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
-  cmd->add_option("--profile", a->profile, "Profile file (elasticpipe profile)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--iterations", a->iterations, "Timed iterations per plan and pass")->check(CLI::Range(1, 1000));
+  cmd->add_option("--profile", a->profile, "Profile file (elasticpipe profile)")
+      ->required()
+      ->check(non_empty("a profile file"));
+  cmd->add_option("--iterations", a->iterations, "Timed iterations per plan and pass")->check(in_range(1, 1000));
   cmd->add_option("--rounds", a->rounds,
                   "Passes over all plans (alternately forward and backward); each plan's median pass is compared")
-      ->check(CLI::Range(1, 100));
+      ->check(in_range(1, 100));
   cmd->add_flag("--fit-factors", a->fit_factors,
                 "Also fit one measured/simulated factor per (K, replicas) on the M = 2K plans and report the "
                 "held-out error with it");

@@ -9,11 +9,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <utility>
 
 #include "planner/error.hpp"
+#include "planner/input_file.hpp"
 #include "traces/atomic_file.hpp"
 
 namespace ep::exec {
@@ -76,16 +76,15 @@ void prune(const fs::path& root, std::int64_t just_written, int keep) {
   for (const auto& path : stale) remove_or_throw(path);
 }
 
-std::vector<std::uint8_t> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": missing or unreadable");
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  in.seekg(0, std::ios::beg);
-  if (size < 0 || !in) throw Error(path.string() + ": unreadable");
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) throw Error(path.string() + ": read failed");
-  return bytes;
+// `latest` holds one step dir's name and a line break.
+constexpr InputFormat kLatestFile{"checkpoint pointer", 64, "it names one step-<n> directory"};
+
+// The step dir `latest` names, read as written: its first line.
+std::string latest_name(const fs::path& latest) {
+  std::string name = read_input_file(latest.string(), kLatestFile);
+  name.resize(std::min(name.find('\n'), name.size()));
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  return name;
 }
 
 }  // namespace
@@ -95,6 +94,7 @@ void write_checkpoint(const std::string& dir, std::int64_t step, std::span<const
   if (step < 0) throw Error("write_checkpoint: negative step " + std::to_string(step));
   const fs::path root(dir);
   std::error_code ec;
+  const bool new_root = !fs::exists(root, ec);
   fs::create_directories(root, ec);
   if (ec) throw Error(dir + ": cannot create checkpoint directory: " + ec.message());
 
@@ -103,26 +103,44 @@ void write_checkpoint(const std::string& dir, std::int64_t step, std::span<const
   const fs::path final_dir = root / name;
   const fs::path tmp = root / (".tmp-" + std::to_string(step) + "-" + pid);
   fs::remove_all(tmp, ec);  // our pid's own leftover from an earlier life
-  if (!fs::create_directory(tmp, ec) || ec) throw Error(tmp.string() + ": cannot create: " + ec.message());
-  write_file_durably((tmp / "state.bin").string(), state);
-  fsync_directory(tmp.string());
-  if (fs::exists(final_dir)) {
-    // A directory cannot be renamed over a non-empty one; replacing the file
-    // is just as atomic, and `latest` stays valid throughout.
-    rename_or_throw(tmp / "state.bin", final_dir / "state.bin");
-    fsync_directory(final_dir.string());
+  bool created = false;
+  try {
+    if (!fs::create_directory(tmp, ec) || ec) throw Error(tmp.string() + ": cannot create: " + ec.message());
+    write_file_durably((tmp / "state.bin").string(), state);
+    fsync_directory(tmp.string());
+    if (fs::exists(final_dir)) {
+      // A directory cannot be renamed over a non-empty one; replacing the
+      // file is just as atomic, and `latest` stays valid throughout.
+      rename_or_throw(tmp / "state.bin", final_dir / "state.bin");
+      fsync_directory(final_dir.string());
+      fs::remove_all(tmp, ec);
+    } else {
+      rename_or_throw(tmp, final_dir);
+      created = true;
+    }
+    fsync_directory(root.string());
+    write_file_atomically((root / "latest").string(), name + "\n");
+  } catch (const Error& e) {
+    // A failed write (a full disk) leaves the previous checkpoint as it was
+    // and nothing of this one: neither the temporary dir nor a step dir
+    // that `latest` does not name.
     fs::remove_all(tmp, ec);
-  } else {
-    rename_or_throw(tmp, final_dir);
+    std::string named;
+    try {
+      named = latest_name(root / "latest");
+    } catch (const Error&) {
+    }
+    if (created && named != name) fs::remove_all(final_dir, ec);
+    if (new_root) fs::remove(root, ec);  // only if empty: the first checkpoint failed
+    std::string what = e.what();  // named by the step it was to be, not the temporary dir that is gone
+    if (what.starts_with(tmp.string())) what.replace(0, tmp.string().size(), final_dir.string());
+    throw Error(what + " (nothing written; the previous checkpoint stays)");
   }
-  fsync_directory(root.string());
-
-  write_file_atomically((root / "latest").string(), name + "\n");
   // Only after `latest` moved on: it never names a removed dir.
   prune(root, step, keep);
 }
 
-LoadedCheckpoint read_checkpoint(const std::string& dir) {
+LoadedCheckpoint read_checkpoint(const std::string& dir, std::int64_t max_state_bytes) {
   // "ckpt/step-5/" names its dir by the part before the slash.
   fs::path root = fs::path(dir).lexically_normal();
   if (!root.has_filename() && root.has_parent_path()) root = root.parent_path();
@@ -135,18 +153,21 @@ LoadedCheckpoint read_checkpoint(const std::string& dir) {
     out.step = parse_number(root.filename().string(), "step-").value_or(-1);
   } else {
     const fs::path latest = root / "latest";
-    std::ifstream in(latest);
     std::string name;
-    if (!in || !std::getline(in, name))
-      throw Error(latest.string() + ": missing or unreadable (no complete checkpoint in " + dir + ")");
-    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    try {
+      name = latest_name(latest);
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + " (no complete checkpoint in " + dir + ")");
+    }
     const auto step = parse_number(name, "step-");
-    if (!step) throw Error(latest.string() + ": names '" + name + "', not a step-<n> directory");
+    if (!step) throw Error(latest.string() + ": names '" + printable(name) + "', not a step-<n> directory");
     out.step = *step;
     state_path = root / name / "state.bin";
   }
   out.path = state_path.string();
-  out.state = read_file(state_path);
+  InputFile file(out.path, {"checkpoint state", max_state_bytes, "this model's weights and optimizer state"});
+  out.state.resize(static_cast<std::size_t>(file.size()));
+  file.read_exactly(out.state.data(), out.state.size());
   return out;
 }
 

@@ -18,7 +18,7 @@ namespace ep::exec {
 // highest-numbered others (the newest `keep` when steps only grow), and
 // removes the rest and .tmp-* leftovers of earlier steps. Rewriting an
 // existing step replaces its state.bin atomically. Throws ep::Error naming
-// the path on any I/O failure.
+// the path on any I/O failure, leaving nothing of this checkpoint behind.
 void write_checkpoint(const std::string& dir, std::int64_t step, std::span<const std::uint8_t> state,
                       int keep = 2);
 
@@ -30,8 +30,10 @@ struct LoadedCheckpoint {
 
 // The bytes of DIR's newest checkpoint (per `latest`; DIR itself may also
 // be a step dir, i.e. hold state.bin). Throws ep::Error naming the path
-// when the directory, `latest` or state.bin is missing/unreadable. The
-// bytes are not validated here: unpack_state/peek_meta do that.
-[[nodiscard]] LoadedCheckpoint read_checkpoint(const std::string& dir);
+// when the directory, `latest` or state.bin is missing, unreadable, not a
+// regular file, or state.bin is over `max_state_bytes` (max_state_bytes()
+// of the model, state.hpp). The bytes are not validated here:
+// unpack_state/peek_meta do that.
+[[nodiscard]] LoadedCheckpoint read_checkpoint(const std::string& dir, std::int64_t max_state_bytes);
 
 }  // namespace ep::exec

@@ -2,10 +2,13 @@
 // resizing, and the splitmix64-driven synthetic images and token sequences.
 #include "exec/data.hpp"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <array>
+#include <climits>
+#include <cstdint>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,7 +17,9 @@
 #include <memory>
 #include <numeric>
 
+#include "planner/datasets.hpp"
 #include "planner/error.hpp"
+#include "planner/input_file.hpp"
 #include "planner/random.hpp"
 
 namespace ep::exec {
@@ -30,7 +35,7 @@ constexpr const char* kFashionHint =
     "install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) "
     "or set data.path";
 constexpr int kFashionSide = 28;
-constexpr int kFashionClasses = 10;
+constexpr int kFashionClasses = kFashionMnistClasses;
 constexpr float kFashionMean = 0.2860f;  // of the training pixels, scaled to [0, 1]
 constexpr float kFashionStd = 0.3530f;
 
@@ -98,12 +103,13 @@ std::string fashion_stem(bool train, bool images) {
 }
 
 // dir/STEM.gz, else dir/STEM uncompressed (torchvision's raw/ folder has
-// both), else "".
+// both), else "". Whatever is there under the name counts: read_idx refuses
+// what is not a regular file, naming it.
 std::string find_idx_file(const std::string& dir, const std::string& stem) {
   for (const std::string& name : {stem + ".gz", stem}) {
     std::error_code ec;
     const fs::path p = fs::path(dir) / name;
-    if (fs::is_regular_file(p, ec)) return p.string();
+    if (fs::exists(fs::symlink_status(p, ec))) return p.string();
   }
   return "";
 }
@@ -168,8 +174,16 @@ std::int64_t Dataset::sample_numel() const {
 IdxArray read_idx(const std::string& path, int expected_dims) {
   expect(expected_dims == 1 || expected_dims == 3, path, "read_idx with 1 or 3 dims",
          std::to_string(expected_dims));
-  const GzFile file(gzopen(path.c_str(), "rb"), &gzclose);
-  if (file == nullptr) throw Error(path + ": cannot open: " + std::strerror(errno));
+  // gzip never grows data by more than a few bytes per 16 kB block.
+  constexpr InputFormat kIdxFile{"IDX file", kMaxElements + (kMaxElements >> 10),
+                                 "at most 2^31 bytes of data (gzip'd or not) and a header"};
+  InputFile input(path, kIdxFile);
+  const int fd = input.release();
+  const GzFile file(gzdopen(fd, "rb"), &gzclose);
+  if (file == nullptr) {
+    ::close(fd);
+    throw Error(path + ": cannot read: " + std::strerror(errno));
+  }
 
   std::array<std::uint8_t, 16> head{};
   const std::int64_t header_bytes = 4 + 4 * std::int64_t{expected_dims};
@@ -185,9 +199,11 @@ IdxArray read_idx(const std::string& path, int expected_dims) {
   IdxArray a;
   std::array<std::int64_t, 3> dims{1, 1, 1};
   for (int i = 0; i < expected_dims; ++i) {
-    const auto d = static_cast<std::int32_t>(big_endian32(head.data() + 4 + 4 * i));
-    expect(d > 0, path, "dim " + std::to_string(i) + " > 0", std::to_string(d));
-    a.dims.push_back(d);
+    // A count, unsigned in the file.
+    const std::uint32_t d = big_endian32(head.data() + 4 + 4 * i);
+    expect(d >= 1 && d <= INT32_MAX, path, "dim " + std::to_string(i) + " in [1, " + std::to_string(INT32_MAX) + "]",
+           std::to_string(d));
+    a.dims.push_back(static_cast<int>(d));
     dims[static_cast<std::size_t>(i)] = d;
   }
   const auto numel = static_cast<std::int64_t>(checked_numel(path, {dims[0], dims[1], dims[2]}));

@@ -26,27 +26,12 @@ void check_process_count(const Config& c, int processes) {
 
 namespace {
 
-void check_dataset(const Config& c) {
-  const bool vit = c.model.family == ModelFamily::ViT;
+// What this executor can train; whether the config agrees with the data set
+// was checked at load (planner/datasets.hpp).
+void check_trainable_dataset(const Config& c) {
   const std::string& name = c.data.name;
   if (name != "fashion-mnist" && name != "synthetic-images" && name != "synthetic-tokens")
     throw c.error("data.name", "fashion-mnist|synthetic-images|synthetic-tokens to train", "\"" + name + "\"");
-  if (vit != (name != "synthetic-tokens"))
-    throw c.error("data.name", vit ? "an image dataset for model.family = \"vit\"" : "synthetic-tokens for model.family = \"bert\"",
-                  "\"" + name + "\"");
-  if (name == "fashion-mnist" && c.model.num_channels != 1)
-    throw c.error("model.num_channels", "1 for fashion-mnist (grey images)", std::to_string(c.model.num_channels));
-  const auto& classes = c.data.classes;
-  if (!classes.empty() && name != "fashion-mnist")
-    throw c.error("data.classes", "no class subset for " + name + " (only fashion-mnist has one)",
-                  std::to_string(classes.size()) + " classes");
-  for (const int k : classes)
-    if (k >= 10) throw c.error("data.classes", "fashion-mnist classes in [0, 10)", std::to_string(k));
-  const std::size_t labels = classes.empty() ? 10 : classes.size();
-  if (name == "fashion-mnist" && c.model.num_labels != static_cast<int>(labels))
-    throw c.error("model.num_labels",
-                  std::to_string(labels) + " for fashion-mnist" + (classes.empty() ? "" : " with these data.classes"),
-                  std::to_string(c.model.num_labels));
 }
 
 void check_memory(const Config& c) {
@@ -74,7 +59,7 @@ void check_memory(const Config& c) {
 }  // namespace
 
 void check_runnable(const Config& c, const ProcessEnv& env) {
-  check_dataset(c);
+  check_trainable_dataset(c);
   // Every K a plan can reach (the planner's list).
   int most = 1, most_K = c.planner.K;
   for (const int K : reachable_K(c)) {

@@ -5,12 +5,13 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "exec/cache.hpp"
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
+#include "planner/input_file.hpp"
+#include "planner/json_input.hpp"
 #include "planner/run_plan.hpp"
 #include "traces/atomic_file.hpp"
 #include "traces/output_dir.hpp"
@@ -62,6 +63,20 @@ std::string memo_path(const Config& c) {
   return std::string(home && *home ? home : "/tmp") + "/.cache/elasticpipe/chunk_memo.json";
 }
 
+// The memo as stored, or an empty one when there is none yet.
+json read_memo(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return {{"entries", json::array()}};
+  constexpr InputFormat kMemoFile{"chunk memo", 64 << 20, "an entry of a few numbers per timed plan"};
+  try {
+    json memo = parse_json(read_input_file(path, kMemoFile), path);
+    if (!memo.is_object()) throw Error(path + ": expected a JSON object");
+    return memo;
+  } catch (const Error& e) {
+    throw Error("chunk memo " + std::string(e.what()) + "; delete it or set exec.chunk_memo");
+  }
+}
+
 }  // namespace
 
 ChunkMemo::ChunkMemo(const Config& c, int cores) : c_(c), environment_(environment(c, cores)), path_(memo_path(c)) {}
@@ -73,14 +88,7 @@ json ChunkMemo::key(const std::vector<IterationSetup>& setups) const {
 }
 
 std::vector<double> ChunkMemo::find(const std::vector<IterationSetup>& setups) const {
-  std::ifstream in(path_);
-  if (!in) return {};
-  json memo;
-  try {
-    in >> memo;
-  } catch (const std::exception& e) {
-    throw Error("chunk memo " + path_ + ": not JSON (" + std::string(e.what()) + "); delete it or set exec.chunk_memo");
-  }
+  const json memo = read_memo(path_);
   const json wanted = key(setups);
   for (const auto& e : memo.value("entries", json::array()))
     if (e.at("key") == wanted) return e.at("iteration_s").get<std::vector<double>>();
@@ -89,12 +97,9 @@ std::vector<double> ChunkMemo::find(const std::vector<IterationSetup>& setups) c
 
 void ChunkMemo::add(const std::vector<IterationSetup>& setups, const std::vector<double>& times) const {
   json memo = {{"entries", json::array()}};
-  if (std::ifstream in(path_); in) {
-    try {
-      in >> memo;
-    } catch (const std::exception&) {
-      memo = {{"entries", json::array()}};
-    }
+  try {
+    memo = read_memo(path_);
+  } catch (const Error&) {  // a damaged memo is rewritten afresh
   }
   memo["entries"].push_back({{"key", key(setups)}, {"iteration_s", times}});
   create_output_dir(std::filesystem::path(path_).parent_path().string());

@@ -14,6 +14,7 @@
 
 #include "exec/torch_compat.hpp"
 #include "planner/error.hpp"
+#include "planner/input_file.hpp"
 #include "planner/random.hpp"
 
 namespace ep::exec {
@@ -290,14 +291,18 @@ void Model::load(const std::string& path, const std::vector<std::string>& keep) 
   for (const auto& p : named_params())
     if (!kept(p.name)) by_name.emplace(p.name, p.tensor);
   check_keep(keep);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  std::error_code ec;
-  const std::uint64_t file_size = std::filesystem::file_size(path, ec);
-  if (ec) throw Error(path + ": " + ec.message());
+  // This model's weights, and as many bytes again for the parameters kept
+  // from the model (a head for other labels may have another shape).
+  std::int64_t model_bytes = 16;
+  for (const auto& p : named_params())
+    model_bytes += 4 + static_cast<std::int64_t>(p.name.size()) + 4 + 8 * p.tensor.dim() + 4 * p.tensor.numel();
+  InputFile in(path, {"weights file", 2 * model_bytes, "this model's parameters, some kept ones of other shapes"});
+  const auto file_size = static_cast<std::uint64_t>(in.size());
+  std::uint64_t position = 0;
   const auto get = [&](void* p, std::size_t n, const std::string& what) {
-    if (!in.read(static_cast<char*>(p), static_cast<std::streamsize>(n)))
-      throw Error(path + ": truncated while reading " + what);
+    if (n > file_size - position) throw Error(path + ": truncated while reading " + what);
+    in.read_exactly(p, n);
+    position += n;
   };
   char magic[sizeof kWeightsMagic];
   get(magic, sizeof magic, "the header");
@@ -322,7 +327,7 @@ void Model::load(const std::string& path, const std::vector<std::string>& keep) 
     // Within what is left of the file before anything is allocated: a
     // damaged header must not ask for terabytes.
     std::uint64_t numel = 1;
-    const auto left = static_cast<std::uint64_t>(file_size - static_cast<std::uint64_t>(in.tellg()));
+    const std::uint64_t left = file_size - position;
     for (const std::int64_t d : dims) {
       if (d < 0) throw Error(path + ": parameter '" + name + "': dimension " + std::to_string(d));
       numel = d == 0 ? 0 : numel > left / static_cast<std::uint64_t>(d) ? left + 1 : numel * static_cast<std::uint64_t>(d);

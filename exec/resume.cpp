@@ -74,7 +74,7 @@ void Trainer::checkpoint(double running_s) {
 }
 
 void Trainer::resume() {
-  const LoadedCheckpoint ck = read_checkpoint(opt_.resume);
+  const LoadedCheckpoint ck = read_checkpoint(opt_.resume, max_state_bytes(model_));
   const json meta = peek_meta(ck.state, ck.path);
   if (!meta.contains("fingerprint") || !meta.contains("progress"))
     throw Error("checkpoint " + ck.path + " has no training progress: not an elasticpipe train checkpoint");

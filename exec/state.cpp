@@ -10,6 +10,7 @@
 #include <map>
 
 #include "planner/error.hpp"
+#include "planner/json_input.hpp"
 
 namespace ep::exec {
 namespace {
@@ -179,11 +180,7 @@ Reader open(std::span<const std::uint8_t> bytes, const std::string& what) {
 }
 
 nlohmann::json parse_meta(std::string_view text, const std::string& what) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(what + ": meta is not valid JSON: " + e.what());
-  }
+  return parse_json(text, what + ": meta");
 }
 
 std::string shape_str(at::IntArrayRef dims) { return c10::str(dims); }
@@ -328,6 +325,18 @@ nlohmann::json unpack_state(std::span<const std::uint8_t> bytes, Model& model, O
     optimizer.set_state(p.name, std::move(st));
   }
   return meta;
+}
+
+std::int64_t max_state_bytes(const Model& model) {
+  // The run state grows with the iterations (a loss each): a gigabyte holds
+  // tens of millions of them.
+  constexpr std::int64_t kMaxMetaBytes = std::int64_t{1} << 30;
+  std::int64_t bytes = kMinSize + kMaxMetaBytes;
+  for (const auto& p : model.named_params()) {
+    const std::int64_t record = 4 + static_cast<std::int64_t>(p.name.size()) + 1 + 8 + 1 + 4 + 8 * p.tensor.dim() + 8;
+    bytes += 3 * (record + p.tensor.numel() * static_cast<std::int64_t>(sizeof(float)));  // weight and two moments
+  }
+  return bytes;
 }
 
 nlohmann::json peek_meta(std::span<const std::uint8_t> bytes, const std::string& what) {

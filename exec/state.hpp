@@ -52,6 +52,11 @@ namespace ep::exec {
 nlohmann::json unpack_state(std::span<const std::uint8_t> bytes, Model& model, Optimizer& optimizer,
                             const std::string& what);
 
+// The most bytes pack_state can give for `model` (its weights and two
+// optimizer moments per parameter, and the run state in meta): the bound on
+// a checkpoint read back for it.
+[[nodiscard]] std::int64_t max_state_bytes(const Model& model);
+
 // Meta only, without touching a model (cheap validation of a checkpoint:
 // magic, version and CRC are checked).
 [[nodiscard]] nlohmann::json peek_meta(std::span<const std::uint8_t> bytes, const std::string& what);

@@ -10,9 +10,12 @@
 #include <cmath>
 #include <optional>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
+
+#include "planner/config_overrides.hpp"
+#include "planner/datasets.hpp"
+#include "planner/input_file.hpp"
 
 namespace ep {
 namespace {
@@ -309,44 +312,6 @@ class Reader {
 
 bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
-// Applies "a.b.c=value" to the document. The value is parsed as TOML; if it
-// is not valid TOML it is taken as a bare string (so `--set
-// planner.partitioner=optimal` needs no quotes).
-std::string apply_override(toml::table& root, const std::string& assignment) {
-  const auto eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw Error("--set '" + assignment + "': expected KEY=VALUE (e.g. planner.alpha=0.2)");
-  const std::string key = assignment.substr(0, eq);
-  const std::string text = assignment.substr(eq + 1);
-  // One --set is one value: text after a line break would be a second
-  // assignment, parsed (or dropped) where nobody sees it.
-  if (text.find_first_of("\r\n") != std::string::npos)
-    throw Error("--set " + key + ": the value holds a line break; give one KEY=VALUE per --set");
-  toml::table parsed;
-  try {
-    parsed = toml::parse("v = " + text);
-  } catch (const toml::parse_error&) {
-    parsed = toml::table{{"v", text}};
-  }
-  if (parsed.size() != 1 || !parsed.get("v"))
-    throw Error("--set " + key + ": expected one value, found '" + text + "'");
-  std::vector<std::string> parts;
-  std::stringstream ss(key);
-  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
-  if (parts.size() < 2 || std::any_of(parts.begin(), parts.end(), [](auto& p) { return p.empty(); }))
-    throw Error("--set '" + assignment + "': expected KEY of the form section.key (e.g. planner.alpha)");
-  toml::table* t = &root;
-  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-    toml::node* next = t->get(parts[i]);
-    if (!next) next = &t->insert_or_assign(parts[i], toml::table{}).first->second;
-    if (!next->is_table())
-      throw Error("--set " + key + ": '" + parts[i] + "' is not a table in the config");
-    t = next->as_table();
-  }
-  t->insert_or_assign(parts.back(), std::move(*parsed.get("v")));
-  return key;
-}
-
 // Physical ranges, checked once here so that the planner, SimGrid and the
 // executor only ever see values they can compute with. Wide enough for any
 // real machine; the reason is part of the message.
@@ -370,9 +335,8 @@ void read_cluster(Reader& r, ClusterSpec& c) {
   r.string("cluster.device.name", d.name, false);
   r.quantity("cluster.device.peak_flops_per_s", d.peak_flops_per_s, true, 1e6, 1e18,
              "FLOP/s of one device, 1 MFLOP/s to 1 EFLOP/s");
-  r.number("cluster.device.efficiency", d.efficiency, false);
-  if (!(d.efficiency > 0 && d.efficiency <= 1))
-    r.fail("cluster.device.efficiency", "a fraction of peak in (0, 1]", fmt(d.efficiency));
+  r.quantity("cluster.device.efficiency", d.efficiency, false, 1e-3, 1,
+             "the fraction of peak sustained; below 0.1% it is the peak that is wrong");
   r.quantity("cluster.device.sublayer_overhead_s", d.sublayer_overhead_s, false, 0, 10,
              "seconds per sublayer launch");
   r.quantity("cluster.device.memory_bytes", d.memory_bytes, true, 1e6, 1e15, "bytes, 1 MB to 1 PB");
@@ -383,6 +347,10 @@ void read_cluster(Reader& r, ClusterSpec& c) {
     r.quantity(p + ".bandwidth_bytes_per_s", link->bandwidth_bytes_per_s, true, kMinBandwidth, kMaxBandwidth,
                kBandwidthWhy);
     r.quantity(p + ".latency_s", link->latency_s, true, 0, 10, "seconds per message; a slow WAN has 0.3");
+    // SimGrid counts time in nanoseconds: a shorter latency is lost (and warned of).
+    if (link->latency_s > 0 && link->latency_s < 1e-8)
+      r.fail(p + ".latency_s", "0 or a number in [1e-08, 10] (seconds per message: a message crosses 2 m of cable "
+                               "in 10 ns)", fmt(link->latency_s));
   }
   r.quantity("cluster.host.memory_bytes", c.host.memory_bytes, true, 0, 1e16, "bytes, up to 10 PB");
   r.quantity("cluster.host.memory_bandwidth_bytes_per_s", c.host.memory_bandwidth_bytes_per_s, true, kMinBandwidth,
@@ -602,13 +570,8 @@ void read_sim(Reader& r, SimConfig& s) {
   r.boolean("sim.trace", s.trace);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open config file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// A config is a few kB of TOML; a megabyte is far beyond any.
+constexpr InputFormat kConfigFile{"config", 1 << 20, "a config is a few kB of TOML"};
 
 }  // namespace
 
@@ -621,8 +584,7 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
                 std::to_string(e.source().begin.column) + ": TOML syntax error: " +
                 std::string(e.description()));
   }
-  std::set<std::string> overridden;
-  for (const auto& o : overrides) overridden.insert(apply_override(root, o));
+  const std::set<std::string> overridden = apply_overrides(root, overrides);
 
   Config c;
   c.source = origin;
@@ -638,6 +600,7 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
   read_exec(r, c.exec);
   r.reject_unknown({"cluster", "data", "exec", "model", "planner", "sim", "training"});
   c.positions = r.positions();
+  check_dataset(c);
   return c;
 }
 
@@ -672,7 +635,7 @@ Error Config::error(const std::string& key, const std::string& expected, const s
 }
 
 Config load_config(const std::string& path, const Overrides& overrides) {
-  return parse_config(read_file(path), path, overrides);
+  return parse_config(read_input_file(path, kConfigFile), path, overrides);
 }
 
 std::string to_string(ModelFamily v) { return enum_name(kFamilies, v); }

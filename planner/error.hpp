@@ -3,8 +3,11 @@
 // once, at the top, as a single `ERROR:` line (exit code 2).
 #pragma once
 
+#include <cstddef>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace ep {
 
@@ -17,6 +20,32 @@ class Error : public std::runtime_error {
     return Error(context + ": " + what());
   }
 };
+
+// `text` (a file's bytes, an argument) as a message may show it: control
+// characters and bytes that are not UTF-8 as \xNN, cut to about `max`
+// characters with "...", so that an error stays one readable line.
+[[nodiscard]] inline std::string printable(std::string_view text, std::size_t max = 80) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size() && out.size() < max) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    // The length of the UTF-8 sequence starting here; 0 when it is not one.
+    std::size_t n = c >= 0x20 && c < 0x7f ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                    : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    for (std::size_t k = 1; k < n; ++k)
+      if (i + k >= text.size() || (static_cast<unsigned char>(text[i + k]) & 0xc0) != 0x80) n = 0;
+    if (n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+      continue;
+    }
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "\\x%02x", c);
+    out += hex;
+    ++i;
+  }
+  return i < text.size() ? out + "..." : out;
+}
 
 // Where a config value came from: "file:line:col" or "--set key".
 struct SourcePos {

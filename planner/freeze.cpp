@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
+
+#include "planner/input_file.hpp"
 
 namespace ep {
 
@@ -123,18 +126,24 @@ void write_grad_norm_trace(const GradNormTrace& trace, const std::string& path) 
   if (!out) throw Error(path + ": write failed");
 }
 
+// Freeze steps a recording may hold: far more than any training has.
+constexpr long kMaxSteps = 1'000'000;
+
 GradNormTrace load_grad_norm_trace(const std::string& path, int L) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open gradient-norm trace");
-  auto bad = [&](int line, const std::string& what) {
+  // A line per step and layer, of a few dozen bytes each (the shortest,
+  // "1,0,0", takes 6).
+  const InputFormat format{"gradient-norm trace", 64 + kMaxSteps * L * 64, "a line per step and layer, up to 1e6 steps"};
+  InputFile file(path, format);
+  std::istream& in = file.stream();
+  auto bad = [&](std::int64_t line, const std::string& what) {
     return Error(path + ":" + std::to_string(line) + ": " + what);
   };
   std::string row;
-  int line = 0;
+  std::int64_t line = 0;
   if (!std::getline(in, row)) throw bad(1, "expected header 'step,layer,grad_norm', found an empty file");
   ++line;
   if (!row.empty() && row.back() == '\r') row.pop_back();
-  if (row != "step,layer,grad_norm") throw bad(1, "expected header 'step,layer,grad_norm', found '" + row + "'");
+  if (row != "step,layer,grad_norm") throw bad(1, "expected header 'step,layer,grad_norm', found '" + printable(row) + "'");
   GradNormTrace trace;
   std::vector<std::vector<bool>> seen;
   while (std::getline(in, row)) {
@@ -145,7 +154,7 @@ GradNormTrace load_grad_norm_trace(const std::string& path, int L) {
     std::string a, b, c, extra;
     if (!std::getline(ss, a, ',') || !std::getline(ss, b, ',') || !std::getline(ss, c, ',') ||
         std::getline(ss, extra, ','))
-      throw bad(line, "expected 3 fields step,layer,grad_norm, found '" + row + "'");
+      throw bad(line, "expected 3 fields step,layer,grad_norm, found '" + printable(row) + "'");
     long step = 0, layer = 0;
     double norm = 0;
     try {
@@ -155,17 +164,22 @@ GradNormTrace load_grad_norm_trace(const std::string& path, int L) {
       norm = std::stod(c, &pc);
       if (pa != a.size() || pb != b.size() || pc != c.size()) throw std::invalid_argument("trailing");
     } catch (const std::exception&) {
-      throw bad(line, "expected integer step, integer layer, number grad_norm, found '" + row + "'");
+      throw bad(line, "expected integer step, integer layer, number grad_norm, found '" + printable(row) + "'");
     }
-    if (step < 1 || step > 1000000) throw bad(line, "expected step >= 1, found " + a);
+    if (step < 1 || step > kMaxSteps) throw bad(line, "expected step in [1, 1000000], found " + printable(a));
     if (layer < 0 || layer >= L)
-      throw bad(line, "expected layer in [0, " + std::to_string(L) + "), found " + b);
-    if (!(norm >= 0) || !std::isfinite(norm)) throw bad(line, "expected a finite grad_norm >= 0, found " + c);
+      throw bad(line, "expected layer in [0, " + std::to_string(L) + "), found " + printable(b));
+    if (!(norm >= 0) || !std::isfinite(norm)) throw bad(line, "expected a finite grad_norm >= 0, found " + printable(c));
     if (static_cast<long>(trace.steps.size()) < step) {
+      // Every step up to this one needs all L lines: a step the file is too
+      // short to complete is refused before its rows are allocated.
+      if (step * L * 6 > file.size())
+        throw bad(line, "step " + std::to_string(step) + " needs " + std::to_string(step * L) +
+                            " lines before the end, more than the file's " + std::to_string(file.size()) + " bytes hold");
       trace.steps.resize(step, std::vector<double>(L, 0.0));
       seen.resize(step, std::vector<bool>(L, false));
     }
-    if (seen[step - 1][layer]) throw bad(line, "duplicate entry for step " + a + ", layer " + b);
+    if (seen[step - 1][layer]) throw bad(line, "duplicate entry for step " + std::to_string(step) + ", layer " + std::to_string(layer));
     seen[step - 1][layer] = true;
     trace.steps[step - 1][layer] = norm;
   }

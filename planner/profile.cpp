@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/error.hpp"
+#include "planner/input_file.hpp"
+#include "planner/json_input.hpp"
 
 namespace ep {
 
@@ -231,18 +233,9 @@ void write_profile(const Profile& p, const std::string& path) {
 }
 
 Profile read_profile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the profile");
-  std::stringstream text;
-  text << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    throw Error(path + ": expected a JSON profile, found invalid JSON at byte " +
-                std::to_string(e.byte) + " (" + e.what() + ")");
-  }
-  return parse_profile(j, path);
+  // A profile holds timings of a few dozen shapes: tens of kB.
+  constexpr InputFormat kProfileFile{"profile", 16 << 20, "a profile is tens of kB of JSON"};
+  return parse_profile(parse_json(read_input_file(path, kProfileFile), path), path);
 }
 
 }  // namespace ep

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 SCHEMA = "elasticpipe.trace/1"
@@ -23,6 +24,25 @@ SPAN_ARGS = ("stage", "microbatch", "bucket", "replica", "plan_id", "iteration",
 
 class TraceError(Exception):
     """A trace file that does not follow the schema."""
+
+
+# The largest file of a run (a row or a span per iteration), as the C++
+# readers bound it (planner/input_file.hpp, traces/io.hpp).
+MAX_FILE_BYTES = 16 << 30
+
+
+def _open(path):
+    """path opened for reading: a regular file within the bound, never a
+    device, FIFO or directory (read until memory runs out, or waited on)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot open: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceError(f"{path}: not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise TraceError(f"{path}: {st.st_size} bytes, expected at most {MAX_FILE_BYTES}")
+    return open(path, encoding="utf-8")
 
 
 # ---- CSV -------------------------------------------------------------------
@@ -74,7 +94,7 @@ CHUNK_COLUMNS = (
 
 
 def _read_csv(path, columns):
-    with open(path, encoding="utf-8") as f:
+    with _open(path) as f:
         lines = f.read().split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -121,11 +141,13 @@ def _reject_constant(name):
 
 
 def _load_json(path):
-    with open(path, encoding="utf-8") as f:
+    with _open(path) as f:
         try:
             doc = json.load(f, parse_constant=_reject_constant)
         except ValueError as e:  # JSONDecodeError carries line and column
             raise TraceError(f"{path}: not valid JSON: {e}") from None
+        except RecursionError:
+            raise TraceError(f"{path}: JSON nested too deep") from None
     if not isinstance(doc, dict):
         raise TraceError(f"{path}: expected a JSON object at the top level")
     return doc

@@ -142,6 +142,26 @@ trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, int e
   return e;
 }
 
+// --exact simulates every iteration, one after the other: SimGrid takes
+// about a millisecond per iteration of a small config, so a million take a
+// quarter of an hour; beyond, the steady state, scaled, is the answer.
+constexpr std::int64_t kMaxExactIterations = 1'000'000;
+
+// Counts in 64 bits (a trillion samples make billions of iterations per
+// epoch), refused before any is simulated.
+void check_exact(const std::vector<Plan>& plans) {
+  std::int64_t total = 0;
+  for (const Plan& p : plans) total += p.iterations_per_epoch * p.epochs();
+  if (total <= kMaxExactIterations) return;
+  const auto most = std::max_element(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
+    return a.iterations_per_epoch < b.iterations_per_epoch;
+  });
+  throw Error("--exact: simulates every iteration, at most " + std::to_string(kMaxExactIterations) +
+              " in a training (about a millisecond each on a small config), and this training has " +
+              std::to_string(total) + " (" + std::to_string(most->iterations_per_epoch) + " per epoch in plan " +
+              std::to_string(most->id) + "): drop --exact to scale each plan's steady state");
+}
+
 }  // namespace
 
 namespace {
@@ -152,7 +172,22 @@ struct ModeOutput {
   ModeRun run;
   std::vector<ChunkRow> chunks;
   trace::Trace trace;
+  int untraced = 0;  // traced iterations and transitions beyond what a trace holds, left out
 };
+
+// The traced iterations at their starts on the run's timeline (the epoch
+// each falls in), those beyond what a trace holds left out and counted.
+void append_traced(ModeOutput& out, const std::vector<trace::Trace>& iterations,
+                   const std::vector<std::pair<double, int>>& traced_at) {
+  for (std::size_t i = 0; i < iterations.size(); ++i) {
+    if (!trace::fits_trace(iterations[i], traced_at[i].first)) {
+      ++out.untraced;
+      continue;
+    }
+    const std::size_t begin = trace::append(out.trace, iterations[i], traced_at[i].first);
+    for (std::size_t k = begin; k < out.trace.events.size(); ++k) out.trace.events[k].epoch = traced_at[i].second;
+  }
+}
 
 ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostModel& cost, bool exact,
                          Runner& runner, Simulator& sim, const std::function<void(double)>& progress) {
@@ -178,6 +213,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   ModeRun& run = out.run;
   run.mode = mode;
   run.plan = plan_run(mc, cost, predict);
+  if (exact) check_exact(run.plan.plans);
   const bool traced = last && mc.sim.trace;
   const std::vector<Plan>& plans = run.plan.plans;
   // Traced: the iteration each plan starts with (it fills the cache when it
@@ -224,14 +260,16 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     if (is_traced[pi]) {
       // After the transition's parts.
       traced_at.push_back({clock + ps.transition_s, p.first_epoch});
-      if (tr.total_s() > 0) add_transition_events(out.trace, mc, p, pi ? &plans[pi - 1] : nullptr, tr, clock);
+      const bool fits = clock + tr.total_s() <= trace::kMaxTraceTimeS && tr.total_s() <= trace::kMaxTraceSpanS;
+      if (tr.total_s() > 0 && fits) add_transition_events(out.trace, mc, p, pi ? &plans[pi - 1] : nullptr, tr, clock);
+      out.untraced += !fits;
     }
     for (int e = p.first_epoch; e < p.end_epoch; ++e) {
       const CacheRole role = p.cache_role(e);
       const bool fill = role == CacheRole::Fill || role == CacheRole::Advance;
       double epoch_s = p.iterations_per_epoch * (fill ? p.fill_iteration_s : p.iteration_s);
       if (exact) {
-        const auto n = static_cast<int>(p.iterations_per_epoch);
+        const auto n = static_cast<int>(p.iterations_per_epoch);  // check_exact bounds it
         epoch_s = runner.run(ctx, {iteration_setup(mc, p, fill)}, n).front().sim.iteration_end_s.back();
       }
       const double transition = e == p.first_epoch ? ps.transition_s : 0.0;
@@ -241,11 +279,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     run.plans.push_back(ps);
     if (progress) progress((pi + 1.0) / plans.size());
   }
-  const std::vector<trace::Trace> iterations = traces.get();
-  for (std::size_t i = 0; i < iterations.size(); ++i) {
-    const std::size_t begin = trace::append(out.trace, iterations[i], traced_at[i].first);
-    for (std::size_t k = begin; k < out.trace.events.size(); ++k) out.trace.events[k].epoch = traced_at[i].second;
-  }
+  append_traced(out, traces.get(), traced_at);
   for (const Plan& p : run.plan.plans)
     for (const ChunkCandidate& c : p.chunk_table)
       out.chunks.push_back({to_string(mode), p.K, c.M, p.layout.replicas, c.iteration_s,
@@ -272,6 +306,9 @@ RunResult assemble(const Config& config, const std::vector<Mode>& modes, const C
   out.trace.metadata = describe(config);
   out.trace.metadata["network_model"] = "SimGrid CM02, crosstraffic off";
   out.trace.metadata["cost_model"] = cost.name();
+  if (const int n = outputs.back().untraced; n > 0)
+    out.trace.metadata["untraced"] = std::to_string(n) + " traced iterations or transitions later than 1e9 s or longer "
+                                     "than 8e6 s, beyond a trace's times, are left out";
   out.summary.source = "sim";
   out.summary.config = config.source;
   out.summary.metadata = out.trace.metadata;
@@ -399,6 +436,8 @@ std::string format_result(const RunResult& r) {
     os << line;
   }
   if (K) os << "\n";
+  if (const auto it = r.trace.metadata.find("untraced"); it != r.trace.metadata.end())
+    os << "\nnote: in trace.json, " << it->second << "\n";
   return os.str();
 }
 

@@ -28,9 +28,9 @@ using namespace detail;
 // exactly (at 1e9 s, within 64 ns), a round trip moves a time by at most
 // 128 ns, and the order of times, so how spans nest, is kept. Durations up
 // to 8e6 s travel exactly.
-constexpr double kMaxAbsTimeS = 1e9;
+constexpr double kMaxAbsTimeS = kMaxTraceTimeS;
 constexpr double kMaxAbsTimeUs = kMaxAbsTimeS * 1e6;
-constexpr double kMaxSpanS = 8e6;
+constexpr double kMaxSpanS = kMaxTraceSpanS;
 constexpr double kMaxSpanUs = kMaxSpanS * 1e6;
 
 // Whole microseconds exactly, plus the fraction: one rounding only.
@@ -349,7 +349,8 @@ class ChromeTraceReader {
     // dropped: a large trace never sits in memory as JSON.
     bool in_events = false, in_other = false;
     std::size_t n_events = 0;
-    const json doc = read_json_file(path_, [&](int depth, json::parse_event_t e, json& parsed) {
+    constexpr InputFormat kTraceFile{"trace", kPerIterationBytes, kPerIterationWhy};
+    const json doc = read_json_file(path_, kTraceFile, [&](int depth, json::parse_event_t e, json& parsed) {
       using E = json::parse_event_t;
       if (depth == 1 && e == E::key) {
         in_events = parsed == "traceEvents";

@@ -54,8 +54,8 @@ std::vector<ChunkCsvRow> read_chunks_csv(std::istream& in, const std::string& pa
 }
 
 std::vector<ChunkCsvRow> read_chunks_csv(const std::string& path) {
-  std::ifstream in = detail::open_for_reading(path);
-  return read_chunks_csv(in, path);
+  InputFile file(path, {"chunks.csv", detail::kPerRunBytes, detail::kPerRunWhy});
+  return read_chunks_csv(file.stream(), path);
 }
 
 }  // namespace ep::trace

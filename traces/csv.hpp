@@ -1,6 +1,7 @@
 // Inside traces/: what the CSV readers share (cells of a line, whole-cell
-// numbers). Files are written without quoting, so a cell never holds a
-// comma, quote or line break, and a reader splits at every comma.
+// numbers). Cells are written as they are, except free text (sweep.csv's
+// values, e.g. a list `[1,2]`) which is quoted as RFC 4180 says when it
+// holds a comma or a quote; a reader splits at the commas outside quotes.
 #pragma once
 
 #include <cerrno>
@@ -14,21 +15,42 @@
 
 namespace ep::trace::csv {
 
+// The cells of a line: split at commas outside double quotes; a quoted cell
+// loses its quotes, and "" inside one is a quote.
 inline std::vector<std::string> cells(const std::string& line) {
-  std::vector<std::string> out;
-  std::size_t begin = 0;
-  for (;;) {
-    const std::size_t comma = line.find(',', begin);
-    out.push_back(line.substr(begin, comma - begin));
-    if (comma == std::string::npos) return out;
-    begin = comma + 1;
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (c == '"' && quoted && i + 1 < line.size() && line[i + 1] == '"') {
+      out.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
   }
+  return out;
+}
+
+// Free text as a cell: quoted when it holds a comma or a quote. A line
+// break is refused (one row is one line).
+inline std::string quoted_cell(const std::string& text, const std::string& where) {
+  if (text.find_first_of("\r\n") != std::string::npos)
+    throw Error(where + ": '" + printable(text) + "' holds a line break");
+  if (text.find_first_of(",\"") == std::string::npos) return text;
+  std::string out = "\"";
+  for (const char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
 }
 
 // Refuses text a cell cannot hold.
 inline void check_cell(const std::string& text, const std::string& where) {
   if (text.find_first_of(",\"\r\n") != std::string::npos)
-    throw Error(where + ": '" + text + "' holds a comma, quote or line break");
+    throw Error(where + ": '" + printable(text) + "' holds a comma, quote or line break");
 }
 
 // The whole cell as a finite double.

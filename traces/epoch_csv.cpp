@@ -90,7 +90,8 @@ void write_epoch_csv(const std::vector<EpochMetrics>& rows, const std::string& p
 }
 
 std::vector<EpochMetrics> read_epoch_csv(const std::string& path) {
-  std::ifstream in = open_for_reading(path);
+  InputFile file(path, {"epochs.csv", kPerRunBytes, kPerRunWhy});
+  std::istream& in = file.stream();
   const std::vector<std::string> names = column_names();
   std::string line;
   if (!std::getline(in, line)) throw Error(path + ":1: empty file, expected the header " + join(names));

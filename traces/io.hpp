@@ -1,11 +1,11 @@
-// Internal to traces/: file access (writing goes through atomic_file.hpp) and typed JSON field access whose errors
+// Internal to traces/: file access (reading through planner/input_file.hpp,
+// writing through atomic_file.hpp) and typed JSON field access whose errors
 // name the file, the place in it, the field, what was expected and what was
 // found. Not for use outside traces/.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "planner/error.hpp"
+#include "planner/input_file.hpp"
+#include "planner/json_input.hpp"
 #include "traces/atomic_file.hpp"
 #include "traces/trace.hpp"
 
@@ -20,21 +22,20 @@ namespace ep::trace::detail {
 
 using json = nlohmann::ordered_json;
 
-inline std::ifstream open_for_reading(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  return in;
-}
+// What the files of a run can hold (read through planner/input_file.hpp):
+// a row or an object per epoch, plan, sweep point or candidate M is far
+// below a million rows of a few hundred bytes; a row or a span per
+// iteration (iterations.csv, trace.json) grows with the training.
+inline constexpr std::int64_t kPerRunBytes = std::int64_t{256} << 20;
+inline constexpr std::int64_t kPerIterationBytes = std::int64_t{16} << 30;
+inline constexpr const char* kPerRunWhy = "a row per epoch, plan, sweep point or candidate M";
+inline constexpr const char* kPerIterationWhy = "a row or a span per iteration of a training";
 
 // A JSON file whose top level is an object; callback as in json::parse.
-inline json read_json_file(const std::string& path, const json::parser_callback_t& callback = nullptr) {
-  std::ifstream in = open_for_reading(path);
-  json doc;
-  try {
-    doc = json::parse(in, callback);
-  } catch (const json::parse_error& e) {
-    throw Error(path + ": not valid JSON: " + e.what());
-  }
+inline json read_json_file(const std::string& path, const InputFormat& format,
+                           const json::parser_callback_t& callback = nullptr) {
+  InputFile in(path, format);
+  json doc = parse_json<json>(in.stream(), path, callback);
   if (!doc.is_object()) throw Error(path + ": expected a JSON object at the top level");
   return doc;
 }

@@ -22,7 +22,8 @@ void write_iterations_csv(const std::vector<double>& losses, std::ostream& out, 
 }
 
 std::vector<double> read_iterations_csv(const std::string& path) {
-  std::ifstream in = detail::open_for_reading(path);
+  InputFile file(path, {"iterations.csv", detail::kPerIterationBytes, detail::kPerIterationWhy});
+  std::istream& in = file.stream();
   std::string line;
   if (!std::getline(in, line)) throw Error(path + ":1: empty file, expected the header " + kHeader);
   if (line != kHeader) throw Error(path + ":1: header: expected '" + kHeader + "', found '" + line + "'");

@@ -30,8 +30,17 @@ void create_output_dir(const std::string& dir, const std::string& flag) {
 }
 
 OutputDirLock::OutputDirLock(const std::string& dir, const std::string& command, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::string> missing;  // innermost first
+  for (fs::path p = fs::path(dir).lexically_normal(); !p.empty() && !fs::exists(fs::symlink_status(p, ec));
+       p = p.parent_path()) {
+    missing.push_back(p.string());
+    if (p == p.parent_path()) break;
+  }
   create_output_dir(dir, flag);
-  const std::string path = (std::filesystem::path(dir) / ".elasticpipe.lock").string();
+  const std::string path = (fs::path(dir) / ".elasticpipe.lock").string();
+  const bool new_lock = !fs::exists(fs::symlink_status(path, ec));
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error(path + ": cannot open the output folder's lock: " + std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -46,6 +55,10 @@ OutputDirLock::OutputDirLock(const std::string& dir, const std::string& command,
     throw Error(named(dir, flag) + ": the output folder is in use by another job (" + holder +
                 "); wait for it to finish or choose another folder");
   }
+  if (new_lock) {
+    lock_path_ = path;
+    created_ = std::move(missing);
+  }
   const std::string text = "pid " + std::to_string(::getpid()) + ": " + command + "\n";
   // Who holds it is for the message above only: a failure to record it
   // does not stop the job.
@@ -55,7 +68,22 @@ OutputDirLock::OutputDirLock(const std::string& dir, const std::string& command,
 }
 
 OutputDirLock::~OutputDirLock() {
-  if (fd_ >= 0) ::close(fd_);  // drops the lock
+  if (fd_ < 0) return;
+  // Nothing written beside a lock file this job created: it and the folders
+  // created for it go, removed while the lock is held (a job started on the
+  // same folder meanwhile was refused, not queued).
+  if (!lock_path_.empty()) {
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::path(lock_path_).parent_path();
+    std::vector<std::filesystem::path> entries;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) entries.push_back(e.path());
+    if (!ec && entries.size() == 1 && entries[0].filename() == ".elasticpipe.lock") {
+      ::unlink(lock_path_.c_str());
+      for (const std::string& d : created_)
+        if (::rmdir(d.c_str()) != 0) break;
+    }
+  }
+  ::close(fd_);  // drops the lock
 }
 
 }  // namespace ep

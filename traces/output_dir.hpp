@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace ep {
 
@@ -16,7 +17,8 @@ void create_output_dir(const std::string& dir, const std::string& flag = "");
 // when the process exits, however it exits (the kernel drops the lock), so
 // a killed job never leaves a folder locked. Creates `dir` first. A second
 // job on the same folder gets ep::Error naming the folder, `flag` and the
-// holder.
+// holder. A job that ends with nothing written (refused after taking the
+// lock) leaves no trace: the lock file and the folders it created go.
 class OutputDirLock {
  public:
   OutputDirLock(const std::string& dir, const std::string& command, const std::string& flag = "");
@@ -26,6 +28,8 @@ class OutputDirLock {
 
  private:
   int fd_ = -1;
+  std::string lock_path_;
+  std::vector<std::string> created_;  // the folders it created, innermost first; empty if not the lock file
 };
 
 }  // namespace ep

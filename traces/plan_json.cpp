@@ -42,7 +42,7 @@ PlanRecord read_plan(const json& p, const std::string& where) {
 }  // namespace
 
 PlanFile read_plan_json(const std::string& path) {
-  const json doc = read_json_file(path);
+  const json doc = read_json_file(path, {"plan.json", kPerRunBytes, kPerRunWhy});
   const json& schema = field(doc, "schema", path);
   if (schema != kPlanSchema) bad_field(path, "schema", std::string("\"") + kPlanSchema + "\"", schema);
   PlanFile f;

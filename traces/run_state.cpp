@@ -100,12 +100,7 @@ std::string run_state_json(const RunState& s) {
 }
 
 RunState parse_run_state(const std::string& text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(where + ": not valid JSON: " + e.what());
-  }
+  const json j = parse_json<json>(text, where);
   if (!j.is_object()) throw Error(where + ": expected a JSON object, found " + j.dump().substr(0, 60));
   check_keys(j,
              {"epoch", "consumed", "iteration", "interval_norm_sum", "interval_iterations", "frozen_history",

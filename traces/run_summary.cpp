@@ -85,7 +85,7 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
 }
 
 RunSummary read_summary_json(const std::string& path) {
-  const json doc = read_json_file(path);
+  const json doc = read_json_file(path, {"summary.json", kPerRunBytes, kPerRunWhy});
   check_schema(doc, path);
   check_keys(doc, {"schema", "source", "config", "modes", "metadata"}, path);
   RunSummary s;

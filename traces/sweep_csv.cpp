@@ -45,10 +45,8 @@ void write_sweep_csv(const SweepTable& t, std::ostream& out, const std::string& 
       throw Error(where + ": " + std::to_string(row.values.size()) + " values and " +
                   std::to_string(row.total_s.size()) + " modes, expected " + std::to_string(t.keys.size()) +
                   " and " + std::to_string(t.modes.size()));
-    for (std::size_t k = 0; k < row.values.size(); ++k) {
-      check_cell(row.values[k], where + ", column " + std::to_string(k + 1));
-      csv << row.values[k] << ",";
-    }
+    for (std::size_t k = 0; k < row.values.size(); ++k)
+      csv << csv::quoted_cell(row.values[k], where + ", column " + std::to_string(k + 1)) << ",";
     for (std::size_t m = 0; m < t.modes.size(); ++m)
       csv << row.total_s[m] << "," << row.speedup[m] << (m + 1 < t.modes.size() ? "," : "\n");
   }
@@ -97,8 +95,8 @@ SweepTable read_sweep_csv(std::istream& in, const std::string& path) {
 }
 
 SweepTable read_sweep_csv(const std::string& path) {
-  std::ifstream in = detail::open_for_reading(path);
-  return read_sweep_csv(in, path);
+  InputFile file(path, {"sweep.csv", detail::kPerRunBytes, detail::kPerRunWhy});
+  return read_sweep_csv(file.stream(), path);
 }
 
 }  // namespace ep::trace

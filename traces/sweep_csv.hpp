@@ -1,7 +1,8 @@
 // sweep.csv: one row per point of `elasticpipe sweep`, the swept keys'
 // values, then per mode its total simulated time and speedup:
 //   KEY1,...,KEYn,MODE1_total_s,MODE1_speedup,...
-// Numbers as C++ streams print them by default (6 significant digits).
+// Numbers as C++ streams print them by default (6 significant digits); a
+// value holding a comma or a quote (a list, `[1,2]`) is quoted (RFC 4180).
 #pragma once
 
 #include <iosfwd>
@@ -23,8 +24,8 @@ struct SweepTable {
 };
 
 // Throws ep::Error (naming `path`, the row and the cell) for a row whose
-// sizes do not match the keys and modes, or a key or value holding a
-// comma, quote or line break.
+// sizes do not match the keys and modes, a key holding a comma, quote or
+// line break, or a value holding a line break.
 void write_sweep_csv(const SweepTable&, std::ostream&, const std::string& path);
 
 // Strict: the header must be keys then MODE_total_s,MODE_speedup pairs

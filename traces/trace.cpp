@@ -1,6 +1,7 @@
 #include "traces/trace.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace ep::trace {
@@ -65,6 +66,13 @@ void separate_overlaps(Trace& t, std::size_t first) {
       e.track = t.track(moved);
     }
   }
+}
+
+bool fits_trace(const Trace& t, double offset_s) {
+  return std::all_of(t.events.begin(), t.events.end(), [&](const Event& e) {
+    return std::abs(e.start_s + offset_s) <= kMaxTraceTimeS && std::abs(e.end_s + offset_s) <= kMaxTraceTimeS &&
+           e.end_s - e.start_s <= kMaxTraceSpanS;
+  });
 }
 
 std::size_t append(Trace& into, const Trace& from, double offset_s) {

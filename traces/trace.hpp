@@ -84,6 +84,14 @@ struct Trace {
 // their start, in order of start time. Deterministic.
 void separate_overlaps(Trace& trace, std::size_t first = 0);
 
+// What a Chrome trace can hold (write_chrome_trace refuses the rest): times
+// within 1e9 s (31.7 years) of the run's start, spans of at most 8e6 s (92
+// days). A simulated training may last longer than that; its trace then
+// leaves out what lies beyond.
+constexpr double kMaxTraceTimeS = 1e9, kMaxTraceSpanS = 8e6;
+// Whether every event of `t`, `offset_s` later, lies within those bounds.
+[[nodiscard]] bool fits_trace(const Trace& t, double offset_s);
+
 // Appends `from`'s events to `into`, `offset_s` later, on `into`'s tracks
 // (added when new) and with flow ids renumbered above `into`'s: how runs
 // traced separately go on one timeline. Returns the index of the first

@@ -64,13 +64,8 @@ void write_transitions_json(const std::vector<TransitionCost>& transitions, std:
 }
 
 std::vector<TransitionCost> read_transitions_json(const std::string& path) {
-  std::ifstream in = detail::open_for_reading(path);
-  detail::json doc;
-  try {
-    doc = detail::json::parse(in);
-  } catch (const detail::json::parse_error& e) {
-    throw Error(path + ": not valid JSON: " + e.what());
-  }
+  InputFile file(path, {"transitions.json", detail::kPerRunBytes, detail::kPerRunWhy});
+  const auto doc = parse_json<detail::json>(file.stream(), path);
   if (!doc.is_array()) throw Error(path + ": expected a JSON array of transitions at the top level");
   std::vector<TransitionCost> out;
   for (std::size_t i = 0; i < doc.size(); ++i)

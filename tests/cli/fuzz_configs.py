@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Config fuzzing: seeded mutations of the shipped small configs, run on
-`elasticpipe plan` and a short `elasticpipe simulate`.
+`elasticpipe plan` and a short `elasticpipe simulate`; then the fixed
+hostile inputs of hostile_inputs.py (special files, nesting, a full disk,
+parser errors, 64-bit counts, ...).
 
 Every run must exit 0, or exit 2 with one `ERROR:` line that names the
 mutant file (file:line:col and the key, where the input has a line) or the
@@ -21,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from hostile_inputs import run_hostile
 
 # Values a hostile or careless user writes. Strings are TOML text.
 HUGE = ["4294967298", "2147483648", "9223372036854775807", "-9223372036854775808", "1e18", "1e300", "1e-300",
@@ -220,7 +224,18 @@ def main():
           + (f"; mutants kept in {workdir}" if failures else ""))
     if not failures and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failures else 0
+
+    t0 = time.monotonic()
+    hostile_dir = os.path.join(args.keep, "hostile") if args.keep else None
+    # The sanitizer build's --limit is raised with its slowdown; the hostile
+    # cases' time and memory bounds follow.
+    hostile, ran, notes = run_hostile(os.path.abspath(args.bin), args.root, hostile_dir, max(1.0, args.limit / 5))
+    for n in notes:
+        print("note:", n)
+    for f in hostile:
+        print("FAIL:", f)
+    print(f"hostile inputs: {ran} cases in {time.monotonic() - t0:.1f} s, {len(hostile)} failed")
+    return 1 if failures or hostile else 0
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/state.hpp"
+#include "tests/traces/damage.hpp"
 
 namespace {
 
@@ -105,6 +107,9 @@ std::string temp_dir(const std::string& name) {
   fs::remove_all(p);
   return p.string();
 }
+
+// A bound no test state reaches.
+constexpr std::int64_t kAnySize = 1 << 20;
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p);
@@ -222,7 +227,7 @@ TEST_CASE("a state for another model, a foreign file or another version is refus
 TEST_CASE("checkpoints rotate, read the newest, ignore a crashed writer's leftovers", "[checkpoint]") {
   const std::string dir = temp_dir("ep_ckpt_");
   const fs::path root(dir);
-  CHECK_THROWS_WITH(exec::read_checkpoint(dir), Catch::Contains(dir));
+  CHECK_THROWS_WITH(exec::read_checkpoint(dir, kAnySize), Catch::Contains(dir));
 
   const auto a = bytes_of("state A"), b = bytes_of("state B"), c = bytes_of("state C");
   exec::write_checkpoint(dir, 100, a);
@@ -230,7 +235,7 @@ TEST_CASE("checkpoints rotate, read the newest, ignore a crashed writer's leftov
   CHECK(fs::exists(root / "step-0000000100" / "state.bin"));
   CHECK(fs::exists(root / "step-0000000200" / "state.bin"));
   CHECK(read_text(root / "latest") == "step-0000000200");
-  exec::LoadedCheckpoint got = exec::read_checkpoint(dir);
+  exec::LoadedCheckpoint got = exec::read_checkpoint(dir, kAnySize);
   CHECK(got.step == 200);
   CHECK(got.state == b);
   CHECK(got.path == (root / "step-0000000200" / "state.bin").string());
@@ -238,11 +243,11 @@ TEST_CASE("checkpoints rotate, read the newest, ignore a crashed writer's leftov
   exec::write_checkpoint(dir, 300, c, 2);
   CHECK_FALSE(fs::exists(root / "step-0000000100"));
   CHECK(fs::exists(root / "step-0000000200"));
-  got = exec::read_checkpoint(dir);
+  got = exec::read_checkpoint(dir, kAnySize);
   CHECK(got.step == 300);
   CHECK(got.state == c);
   // A step dir itself, with or without a trailing slash.
-  got = exec::read_checkpoint((root / "step-0000000200").string() + "/");
+  got = exec::read_checkpoint((root / "step-0000000200").string() + "/", kAnySize);
   CHECK(got.step == 200);
   CHECK(got.state == b);
 
@@ -250,7 +255,7 @@ TEST_CASE("checkpoints rotate, read the newest, ignore a crashed writer's leftov
   // `latest` moved, change nothing for readers.
   fs::create_directories(root / ".tmp-400-999999");
   std::ofstream(root / ".tmp-400-999999" / "state.bin") << "half a st";
-  got = exec::read_checkpoint(dir);
+  got = exec::read_checkpoint(dir, kAnySize);
   CHECK(got.step == 300);
   CHECK(got.state == c);
   // The next write clears the leftover of an earlier step.
@@ -259,7 +264,7 @@ TEST_CASE("checkpoints rotate, read the newest, ignore a crashed writer's leftov
   CHECK_FALSE(fs::exists(root / "step-0000000200"));
   // Rewriting a step replaces its state.
   exec::write_checkpoint(dir, 500, b);
-  got = exec::read_checkpoint(dir);
+  got = exec::read_checkpoint(dir, kAnySize);
   CHECK(got.step == 500);
   CHECK(got.state == b);
   CHECK(fs::exists(root / "step-0000000300"));
@@ -272,9 +277,9 @@ TEST_CASE("checkpoints rotate, read the newest, ignore a crashed writer's leftov
 
   CHECK_THROWS_WITH(exec::write_checkpoint(dir, 700, c, 0), Catch::Contains("keep"));
   fs::remove(root / "latest");
-  CHECK_THROWS_WITH(exec::read_checkpoint(dir), Catch::Contains((root / "latest").string()));
+  CHECK_THROWS_WITH(exec::read_checkpoint(dir, kAnySize), Catch::Contains((root / "latest").string()));
   std::ofstream(root / "latest") << "step-0000000042\n";
-  CHECK_THROWS_WITH(exec::read_checkpoint(dir),
+  CHECK_THROWS_WITH(exec::read_checkpoint(dir, kAnySize),
                     Catch::Contains((root / "step-0000000042" / "state.bin").string()));
   fs::remove_all(root);
 }
@@ -283,11 +288,53 @@ TEST_CASE("a packed state survives a checkpoint on disk", "[checkpoint]") {
   const std::string dir = temp_dir("ep_ckpt_state_");
   Trained a(ep::Optimizer::AdamW, 1);
   exec::write_checkpoint(dir, 7, exec::pack_state(a.model, a.opt, kMeta));
-  const exec::LoadedCheckpoint got = exec::read_checkpoint(dir);
+  const exec::LoadedCheckpoint got = exec::read_checkpoint(dir, exec::max_state_bytes(a.model));
   CHECK(exec::peek_meta(got.state, got.path) == kMeta);
   exec::Model b(small_vit(), 3);
   exec::Optimizer ob(training(ep::Optimizer::AdamW));
   CHECK(exec::unpack_state(got.state, b, ob, got.path) == kMeta);
   require_same(a.model, a.opt, b, ob);
   fs::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint of special files is refused naming the file; a full disk leaves nothing", "[checkpoint]") {
+  const std::string dir = temp_dir("ep_ckpt_hostile_");
+  const fs::path root(dir);
+  const auto a = bytes_of("state A");
+  exec::write_checkpoint(dir, 1, a);
+  // `latest` a link to /dev/zero: refused, not read until memory runs out.
+  fs::remove(root / "latest");
+  fs::create_symlink("/dev/zero", root / "latest");
+  CHECK_THROWS_WITH(exec::read_checkpoint(dir, kAnySize),
+                    Catch::StartsWith((root / "latest").string() + ": a symbolic link to a character device"));
+  // A step dir whose state.bin is a directory, a device, or beyond the bound.
+  const fs::path step = root / "step-0000000001";
+  fs::remove(step / "state.bin");
+  fs::create_directory(step / "state.bin");
+  CHECK_THROWS_WITH(exec::read_checkpoint(step.string(), kAnySize),
+                    Catch::StartsWith((step / "state.bin").string() + ": a directory"));
+  fs::remove(step / "state.bin");
+  fs::create_symlink("/dev/zero", step / "state.bin");
+  CHECK_THROWS_WITH(exec::read_checkpoint(step.string(), kAnySize), Catch::Contains("a character device"));
+  fs::remove(step / "state.bin");
+  std::ofstream(step / "state.bin") << "too long a state";
+  CHECK_THROWS_WITH(exec::read_checkpoint(step.string(), 8),
+                    Catch::Contains("16 bytes, expected the checkpoint state of at most 8"));
+  fs::remove_all(root);
+
+  // A disk that fills while writing: the error names the file, and neither
+  // the temporary dir nor the new step is left; the previous one stays.
+  exec::write_checkpoint(dir, 1, a);
+  {
+    const ep::test::FileSizeLimit full(4096);
+    CHECK_THROWS_WITH(exec::write_checkpoint(dir, 2, std::vector<std::uint8_t>(100000, 7)),
+                      Catch::Contains("step-0000000002/state.bin: write failed") &&
+                          Catch::Contains("(nothing written; the previous checkpoint stays)"));
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"latest", "step-0000000001"});
+  CHECK(exec::read_checkpoint(dir, kAnySize).state == a);
+  fs::remove_all(root);
 }

@@ -234,9 +234,12 @@ TEST_CASE("read_idx rejects absurd dims, extra bytes, corrupt gzip and missing f
   TempDir dir;
   const std::string path = dir.file("x");
   write_file(path, idx_bytes(0x803, {0, 28, 28}, {}), false);
-  CHECK_THROWS_WITH(read_idx(path, 3), Contains(path) && Contains("expected dim 0 > 0, found 0"));
+  CHECK_THROWS_WITH(read_idx(path, 3), Contains(path) && Contains("expected dim 0 in [1, 2147483647], found 0"));
+  // Counts are unsigned in the file: 0xFFFFFFFF is four billion, not -1.
+  write_file(path, idx_bytes(0x803, {0xFFFFFFFF, 28, 28}, {}), false);
+  CHECK_THROWS_WITH(read_idx(path, 3), Contains("expected dim 0 in [1, 2147483647], found 4294967295"));
   write_file(path, idx_bytes(0x803, {2, 0xFFFFFFFF, 28}, {}), false);
-  CHECK_THROWS_WITH(read_idx(path, 3), Contains("expected dim 1 > 0, found -1"));
+  CHECK_THROWS_WITH(read_idx(path, 3), Contains("expected dim 1 in [1, 2147483647], found 4294967295"));
   write_file(path, idx_bytes(0x803, {65536, 65536, 2}, {}), false);  // 2^33 bytes: not allocated
   CHECK_THROWS_WITH(read_idx(path, 3), Contains("at most 2^31 elements"));
   write_file(path, idx_bytes(0x801, {3}, iota_bytes(4)), false);
@@ -246,6 +249,9 @@ TEST_CASE("read_idx rejects absurd dims, extra bytes, corrupt gzip and missing f
   CHECK_THROWS_WITH(read_idx(path, 1), Contains(path) && Contains("gzip"));
   CHECK_THROWS_WITH(read_idx(dir.file("absent.gz"), 1),
                     Contains(dir.file("absent.gz")) && Contains("cannot open"));
+  // Only regular files: a device or a directory is refused, not read.
+  CHECK_THROWS_WITH(read_idx("/dev/zero", 1), Contains("/dev/zero: a character device"));
+  CHECK_THROWS_WITH(read_idx(dir.path.string(), 1), Contains(dir.path.string() + ": a directory"));
 }
 
 // ---- Fashion-MNIST ----------------------------------------------------------------

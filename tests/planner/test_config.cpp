@@ -432,13 +432,41 @@ TEST_CASE("initial weights: a path relative to the config file; kept prefixes ne
   CHECK_THAT(msg, Catch::Contains("an array of strings"));
 }
 
-TEST_CASE("a class subset is distinct non-negative ids, named in errors") {
-  CHECK(ep::parse_config(kBase, "c.toml", {}).data.classes.empty());
-  CHECK(ep::parse_config(kBase, "c.toml", {"data.classes=[5, 7, 6]"}).data.classes == std::vector<int>{5, 7, 6});
-  std::string msg = error_of(kBase, {"data.classes=[1, 2, 1]"});
+TEST_CASE("a class subset is distinct fashion-mnist ids, one label each, whatever the command", "[dataset]") {
+  // Checked at load: plan and simulate refuse what train would.
+  const std::string fmnist = ep::test::repo_path("configs/small/tiny_vit_fmnist.toml");
+  const auto load = [&](ep::Overrides o) { return ep::load_config(fmnist, o); };
+  const auto refused = [&](ep::Overrides o) { return ep::test::error_of([&] { (void)load(o); }); };
+  CHECK(load({"data.classes=[5, 7, 6]", "model.num_labels=3", "data.num_train_samples=18000",
+              "data.num_test_samples=3000"})
+            .data.classes == std::vector<int>{5, 7, 6});
+  std::string msg = refused({"data.classes=[1, 2, 1]", "model.num_labels=3"});
   CHECK_THAT(msg, Catch::Contains("key 'data.classes'") && Catch::Contains("distinct") && Catch::Contains("1 twice"));
-  msg = error_of(kBase, {"data.classes=[-1]"});
+  msg = refused({"data.classes=[-1]"});
   CHECK_THAT(msg, Catch::Contains("key 'data.classes'") && Catch::Contains(">= 0"));
-  msg = error_of(kBase, {"data.classes=\"0-4\""});
+  msg = refused({"data.classes=\"0-4\""});
   CHECK_THAT(msg, Catch::Contains("an array of integers"));
+  msg = refused({"data.classes=[10]", "model.num_labels=1"});
+  CHECK_THAT(msg,
+             Catch::StartsWith("--set data.classes: key 'data.classes': expected fashion-mnist classes in [0, 10)"));
+  msg = refused({"data.classes=[1, 2]"});
+  CHECK_THAT(msg, Catch::Contains("key 'model.num_labels': expected 2 for fashion-mnist with these data.classes, "
+                                  "found 10"));
+  msg = refused({"data.num_train_samples=60001"});
+  CHECK_THAT(msg, Catch::Contains("key 'data.num_train_samples': expected at most 60000"));
+  msg = refused(
+      {"data.classes=[3]", "model.num_labels=1", "data.num_train_samples=6000", "data.num_test_samples=1001"});
+  CHECK_THAT(msg, Catch::Contains("key 'data.num_test_samples': expected at most 1000"));
+  msg = refused({"model.num_channels=3"});
+  CHECK_THAT(msg, Catch::Contains("key 'model.num_channels'"));
+  // Other data sets have no class subset; token data need BERT.
+  CHECK_THAT(error_of(kBase, {"data.classes=[5]"}), Catch::Contains("only fashion-mnist has one"));
+  CHECK_THAT(error_of(kBase, {"data.name=\"synthetic-images\""}), Catch::Contains("key 'data.name'"));
+}
+
+TEST_CASE("a key given twice by --set is refused, naming it") {
+  CHECK_THAT(error_of(kBase, {"planner.alpha=0.2", "planner.alpha=0.3"}),
+             Catch::StartsWith("--set planner.alpha: given twice"));
+  CHECK_THAT(error_of(kBase, {"cluster.device.efficiency=0.3", "cluster.device={peak_flops_per_s=1e12}"}),
+             Catch::StartsWith("--set cluster.device: overlaps --set cluster.device.efficiency"));
 }

@@ -58,33 +58,6 @@ int converged_count(const std::vector<double>& g, int frozen_before) {
   return best + 1;
 }
 
-// A scratch folder unique to this test binary run and test case.
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag)
-      : path_(std::filesystem::temp_directory_path() /
-              ("ep_test_freeze_" + tag + "_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string write(const std::string& name, const std::string& text) const {
-    const auto p = path_ / name;
-    std::ofstream out(p, std::ios::binary);
-    out << text;
-    return p.string();
-  }
-
- private:
-  std::filesystem::path path_;
-};
-
 // The Error message of load_grad_norm_trace, or "" when it did not throw.
 std::string trace_error(const std::string& path, int L) {
   try {
@@ -330,7 +303,7 @@ TEST_CASE("freeze timeline: none, alpha, gradient_norm without trace, replay lis
 // Gradient-norm traces
 
 TEST_CASE("grad-norm trace: a valid CSV round-trips into steps[T-1][layer]", "[freeze]") {
-  TempDir dir("roundtrip");
+  TempDir dir("freeze_roundtrip");
   // Rows in any order, CRLF line ends and blank lines accepted.
   const std::string hand = dir.write("hand.csv",
                                      "step,layer,grad_norm\r\n"
@@ -368,7 +341,7 @@ TEST_CASE("grad-norm trace: a valid CSV round-trips into steps[T-1][layer]", "[f
 }
 
 TEST_CASE("grad-norm trace: malformed files name file:line", "[freeze]") {
-  TempDir dir("malformed");
+  TempDir dir("freeze_malformed");
   struct Case {
     const char* name;
     std::string text;
@@ -391,6 +364,8 @@ TEST_CASE("grad-norm trace: malformed files name file:line", "[freeze]") {
       {"negative_norm", "step,layer,grad_norm\n1,0,-0.1\n", 2},
       {"nan_norm", "step,layer,grad_norm\n1,0,0.5\n1,1,nan\n", 3},
       {"inf_norm", "step,layer,grad_norm\n1,0,inf\n", 2},
+      // Refused before a million steps of rows are allocated.
+      {"step_beyond_the_file", "step,layer,grad_norm\n1000000,0,0.5\n", 2},
   };
   for (const Case& c : cases) {
     const std::string path = dir.write(std::string(c.name) + ".csv", c.text);
@@ -413,12 +388,16 @@ TEST_CASE("grad-norm trace: malformed files name file:line", "[freeze]") {
   INFO(gap_msg);
   CHECK(gap_msg.find(gap) == 0);
   CHECK(gap_msg.find("step 2") != std::string::npos);
+  // Garbage is shown escaped, on one line.
+  const std::string garbage = dir.write("garbage.csv", "step,layer,grad_norm\n\x01\xff\r\x1b[2J,0,1\n");
+  const std::string garbage_msg = trace_error(garbage, 3);
+  CHECK(garbage_msg.find("found '\\x01\\xff\\x0d\\x1b[2J,0,1'") != std::string::npos);
   // And a file that is not there.
   CHECK_THROWS_AS(load_grad_norm_trace(dir.write("x", "") + ".absent", 3), Error);
 }
 
 TEST_CASE("replay of a gradient-norm trace runs the gradient-norm policy on it", "[freeze]") {
-  TempDir dir("replay");
+  TempDir dir("freeze_replay");
   // L = 4, alpha = 1/2, floor, min_active 1 (cap 3).
   // T=1: bound 0 + 2 = 2; argmin {0.2, 0.9, 0.5, 0.7} = layer 0 -> 1 frozen.
   // T=2: bound 1 + 1.5 = 2.5 -> 2; argmin over layers 1..3 of {-, 0.6, 0.4, 0.1} = 3 -> 4; min = 2.

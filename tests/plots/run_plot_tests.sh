@@ -111,6 +111,10 @@ d=$(broken chunks) && sed -i '1s/chosen/picked/' "$d/chunks.csv"
 expect_error chunks_header "chunks/chunks.csv:1: header" optimal_chunks "$d"
 d=$(broken schema) && sed -i 's|elasticpipe.trace/1|elasticpipe.trace/2|' "$d/summary.json"
 expect_error schema_version "schema/summary.json: schema 'elasticpipe.trace/2'" freeze_curve "$d"
+d=$(broken zero) && rm "$d/trace.json" && ln -s /dev/zero "$d/trace.json"
+expect_error zero_trace "zero/trace.json: not a regular file" timeline "$d"
+d=$(broken deep) && $PY -c "print('[' * 200000 + ']' * 200000)" >"$d/summary.json"
+expect_error deep_summary "deep/summary.json: JSON nested too deep" freeze_curve "$d"
 expect_error unknown_mode "no rows for mode 'nosuch'" optimal_chunks "$RUN" --mode nosuch
 expect_error unknown_plan "no plan 99" timeline "$RUN" --plan 99
 expect_error bad_option "--plan: invalid int value" timeline "$RUN" --plan x

@@ -1,8 +1,13 @@
-// Shared by the trace test files: what a reader must do with a bad file
-// (an ep::Error naming what is wrong, never another exception or a crash).
+// Shared by the trace test files (and the checkpoint tests): what a reader
+// must do with a bad file (an ep::Error naming what is wrong, never another
+// exception or a crash), and a full disk for writers.
 #pragma once
 
 #include <catch2/catch.hpp>
+
+#include <sys/resource.h>
+
+#include <csignal>
 
 #include <fstream>
 #include <functional>
@@ -16,6 +21,27 @@
 #include "tests/traces/support.hpp"
 
 namespace ep::test {
+
+// A disk that holds only `bytes` more for this process: writes beyond give
+// EFBIG, as a full disk gives ENOSPC (RLIMIT_FSIZE, SIGXFSZ ignored).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int) = nullptr;
+};
 
 inline void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 

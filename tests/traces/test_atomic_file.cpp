@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "planner/error.hpp"
+#include "tests/traces/damage.hpp"
 #include "tests/traces/support.hpp"
 #include "traces/atomic_file.hpp"
 #include "traces/output_dir.hpp"
@@ -31,27 +32,6 @@ std::vector<std::string> listing(const std::string& dir) {
   std::sort(names.begin(), names.end());
   return names;
 }
-
-// A disk that holds only `bytes` more for this process: writes beyond give
-// EFBIG, as a full disk gives ENOSPC (RLIMIT_FSIZE, SIGXFSZ ignored).
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit lim = old_;
-    lim.rlim_cur = bytes;
-    REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit old_{};
-  void (*old_handler_)(int) = nullptr;
-};
 
 const std::string kBig(200000, 'x');
 
@@ -88,7 +68,7 @@ TEST_CASE("atomic file: a full disk is an error naming the file, and the old fil
   const std::string path = dir.file("chunks.csv");
   ep::write_file_atomically(path, "previous run\n");
   {
-    FileSizeLimit full(8192);  // 8 KiB left: the issue's 0, 4096 or 8192 bytes of 17 KB
+    ep::test::FileSizeLimit full(8192);  // 8 KiB left: the issue's 0, 4096 or 8192 bytes of 17 KB
     CHECK_THROWS_WITH(ep::write_file_atomically(path, kBig),
                       Contains(path + ": write failed: File too large") && Contains("nothing written"));
   }
@@ -101,7 +81,7 @@ TEST_CASE("atomic file: files committed together are all replaced or none", "[at
   ep::write_file_atomically(dir.file("summary.json"), "old summary\n");
   ep::write_file_atomically(dir.file("weights.bin"), "old weights\n");
   {
-    FileSizeLimit full(8192);
+    ep::test::FileSizeLimit full(8192);
     ep::AtomicFile summary(dir.file("summary.json")), weights(dir.file("weights.bin"));
     summary.stream() << "new summary\n";
     weights.stream() << kBig;  // does not fit
@@ -198,4 +178,20 @@ TEST_CASE("output folder: one job at a time, the second told who holds it", "[at
                                std::to_string(::getpid()) + ": elasticpipe train a.toml --out run)"));
   }
   CHECK_NOTHROW(ep::OutputDirLock(out, "elasticpipe simulate b.toml --out run"));  // released
+}
+
+TEST_CASE("output folder: a job that wrote nothing leaves nothing, one that wrote keeps it all", "[atomic]") {
+  TempDir dir;
+  const std::string out = dir.file("a/b/run");
+  { const ep::OutputDirLock refused_later(out, "elasticpipe train a.toml --out a/b/run"); }
+  CHECK_FALSE(std::filesystem::exists(dir.file("a")));  // the folders it created went with the lock
+  {
+    const ep::OutputDirLock wrote(out, "elasticpipe simulate a.toml --out a/b/run");
+    ep::write_file_atomically(out + "/summary.json", "{}\n");
+  }
+  CHECK(listing(out) == std::vector<std::string>{".elasticpipe.lock", "summary.json"});
+  // A folder that was there before, with its lock, stays as it was.
+  std::filesystem::remove(out + "/summary.json");
+  { const ep::OutputDirLock again(out, "elasticpipe simulate a.toml --out a/b/run"); }
+  CHECK(listing(out) == std::vector<std::string>{".elasticpipe.lock"});
 }

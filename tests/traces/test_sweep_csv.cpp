@@ -59,10 +59,27 @@ TEST_CASE("sweep.csv: what is written reads back", "[sweep_csv]") {
   CHECK(read(text(no_keys)).rows.size() == 1);
 }
 
+TEST_CASE("sweep.csv: a value with a comma or a quote is quoted and reads back", "[sweep_csv]") {
+  trace::SweepTable t = table();
+  t.keys[0] = "data.classes";
+  t.rows[0].values[0] = "[1,2]";
+  t.rows[1].values[0] = "say \"hi\"";
+  const std::string written = text(t);
+  CHECK(written.find("\n\"[1,2]\",1e9,") != std::string::npos);
+  CHECK(written.find("\n\"say \"\"hi\"\"\",12.5e9,") != std::string::npos);
+  const trace::SweepTable back = read(written);
+  CHECK(back.rows[0].values == t.rows[0].values);
+  CHECK(back.rows[1].values == t.rows[1].values);
+  CHECK(text(back) == written);
+}
+
 TEST_CASE("sweep.csv: the writer refuses cells that would break the file", "[sweep_csv]") {
   trace::SweepTable t = table();
-  t.rows[1].values[0] = "[1,2]";
-  CHECK_THROWS_WITH(text(t), Contains("sweep.csv: row 2, column 1") && Contains("comma"));
+  t.rows[1].values[0] = "two\nlines";
+  CHECK_THROWS_WITH(text(t), Contains("sweep.csv: row 2, column 1") && Contains("line break"));
+  t = table();
+  t.keys[0] = "a,b";
+  CHECK_THROWS_WITH(text(t), Contains("sweep.csv: key") && Contains("comma"));
   t = table();
   t.rows[0].total_s.pop_back();
   CHECK_THROWS_WITH(text(t), Contains("row 1"));

@@ -1,0 +1,291 @@
+"""Hostile inputs beyond config mutations, for fuzz_configs.py: special files,
+links and directories in place of every file the tool reads, nesting without
+end, a full disk, parser errors, empty and repeated arguments, 64-bit counts,
+values every command must treat alike.
+
+Each case must end with exit 0, or exit 2 and one `ERROR:` line holding what
+it expects (the path, key or argument), printable on one line; within a few
+seconds and a memory bound (a special file read to the end grows until it is
+killed); leaving no new file in the working folder (the case runs there, so a
+default output folder is seen too) beyond the outputs it expects.
+"""
+import os
+import resource
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+# The most a refusal may take: the commands without LibTorch start in a few
+# MB; those with it (train, validate) map and touch ~200 MB of libraries.
+MAX_RSS_MB = 100
+MAX_RSS_EXEC_MB = 400
+# SimGrid's log lines ("[0.000000] [surf_network/WARNING] ..."): never ours.
+RAW_LOG = re.compile(r"\[[\w.]+/(WARNING|CRITICAL|ERROR|INFO|VERBOSE|DEBUG)\]")
+
+
+class Case:
+    def __init__(self, name, argv, expect=None, exec_=False, outputs=(), check=None, limit_s=None, fsize_kb=None):
+        self.name, self.argv, self.expect = name, argv, expect  # expect None: exit 0
+        self.exec_, self.outputs, self.check = exec_, outputs, check
+        # A refusal takes well under a second on a quiet machine; the limits
+        # leave room for a loaded CI runner (LibTorch alone takes 1-2 s to load).
+        self.limit_s = limit_s or (30.0 if exec_ else 10.0)
+        self.fsize_kb = fsize_kb
+
+
+def files_under(root):
+    out = set()
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            out.add(os.path.relpath(os.path.join(d, n), root))
+    return out
+
+
+def run_measured(argv, cwd, limit_s, fsize_kb=None):
+    """(exit code or -signal or None on timeout, output, max RSS in MB) of one run."""
+    def limits():
+        os.setsid()
+        if fsize_kb is not None:  # a disk that fills: writes beyond fail (EFBIG), as ENOSPC would
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_kb * 1024, resource.RLIM_INFINITY))
+    with tempfile.TemporaryFile() as out:
+        t0 = time.monotonic()
+        p = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                             preexec_fn=limits)
+        rc, usage = None, None
+        while time.monotonic() - t0 < limit_s:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            time.sleep(0.005)
+        if rc is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            _, _, usage = os.wait4(p.pid, 0)
+        p.returncode = rc if rc is not None else -9  # reaped: keep Popen from waiting again
+        out.seek(0)
+        text = out.read().decode("utf-8", errors="replace")
+    return rc, text, usage.ru_maxrss / 1024
+
+
+def judge(case, rc, output, rss_mb, new_files, slowdown):
+    """None when the case behaved, else why not."""
+    if rc is None:
+        return f"still running after {case.limit_s * slowdown} s"
+    if rc < 0:
+        return f"killed by signal {-rc}"
+    bound = (MAX_RSS_EXEC_MB if case.exec_ else MAX_RSS_MB) * slowdown
+    if rss_mb > bound:
+        return f"{rss_mb:.0f} MB of memory, expected at most {bound}"
+    errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
+    if case.expect is None:
+        if rc != 0:
+            return f"exit {rc}, expected 0"
+    else:
+        if rc != 2:
+            return f"exit {rc}, expected 2"
+        if len(errors) != 1:
+            return f"{len(errors)} ERROR lines, expected 1"
+        if case.expect not in errors[0]:
+            return f"the ERROR line does not hold {case.expect!r}"
+    if any(not ch.isprintable() for line in errors for ch in line) or "\ufffd" in "".join(errors):
+        return "the ERROR line holds unprintable bytes"
+    if RAW_LOG.search(output):
+        return "a library's own log line reached the output"
+    left = sorted(f for f in new_files if not any(f == o or f.startswith(o + "/") for o in case.outputs))
+    if left:
+        return f"left behind: {', '.join(left[:5])}"
+    if case.check:
+        return case.check()
+    return None
+
+
+def build_files(w):
+    """The hostile files the cases read, in folder w."""
+    def write(name, data, mode="w"):
+        with open(os.path.join(w, name), mode) as f:
+            f.write(data)
+        return os.path.join(w, name)
+    write("deep.json", "[" * 200000 + "]" * 200000)
+    write("deep.toml", "a = " + "[" * 100000 + "]" * 100000 + "\n")
+    os.mkfifo(os.path.join(w, "fifo"))
+    os.symlink("/dev/zero", os.path.join(w, "zero-link"))
+    os.mkdir(os.path.join(w, "dir"))
+    with open(os.path.join(w, "big.toml"), "wb") as f:  # sparse: 2 MB of nothing
+        f.truncate(2 << 20)
+    write("garbage.csv", b"step,layer,grad_norm\n\x01\xff\r\x1b[2J,0,1\n", "wb")
+    os.makedirs(os.path.join(w, "ckpt-zero"))
+    os.symlink("/dev/zero", os.path.join(w, "ckpt-zero", "latest"))
+    os.makedirs(os.path.join(w, "ckpt-dir", "step-0000000001", "state.bin"))
+    write(os.path.join("ckpt-dir", "latest"), "step-0000000001\n")
+    # Fashion-MNIST whose training images claim 0xFFFFFFFF images.
+    fm = os.path.join(w, "fmnist")
+    os.mkdir(fm)
+    for split, n in (("train", 0xFFFFFFFF), ("t10k", 10)):
+        write(os.path.join("fmnist", f"{split}-images-idx3-ubyte"),
+              bytes([0, 0, 8, 3]) + n.to_bytes(4, "big") + bytes([0, 0, 0, 28, 0, 0, 0, 28]), "wb")
+        write(os.path.join("fmnist", f"{split}-labels-idx1-ubyte"), bytes([0, 0, 8, 1, 0, 0, 0, 10]) + bytes(10), "wb")
+
+
+def cases(bin_, root, w):
+    bert = os.path.join(root, "configs", "small", "tiny_bert_synthetic.toml")
+    vit = os.path.join(root, "configs", "small", "tiny_vit_fmnist.toml")
+    dp = os.path.join(root, "tests", "cli", "configs", "dp_tiny.toml")
+    p = lambda name: os.path.join(w, name)  # noqa: E731
+    # One process trains one pipeline: no data-parallel replicas.
+    small = ["--set", "data.num_train_samples=64", "--set", "data.num_test_samples=16", "--set", "training.epochs=1",
+             "--set", "planner.autodp=false"]
+    replay = ["--set", "planner.freeze_policy=replay", "--set"]
+    c = [
+        # Special files, links and directories where a file is read.
+        Case("plan /dev/zero", [bin_, "plan", "/dev/zero"], "/dev/zero: a character device"),
+        Case("plan a FIFO", [bin_, "plan", p("fifo")], p("fifo") + ": a FIFO"),
+        Case("plan a directory", [bin_, "plan", p("dir")], p("dir") + ": a directory"),
+        Case("plan a link to /dev/zero", [bin_, "plan", p("zero-link")], "a symbolic link to a character device"),
+        Case("plan a config over 1 MB", [bin_, "plan", p("big.toml")], "2097152 bytes, expected the config of at most"),
+        Case("plan a config nested 100,000 deep", [bin_, "plan", p("deep.toml")], p("deep.toml") + ":"),
+        Case("simulate /dev/urandom", [bin_, "simulate", "/dev/urandom"], "/dev/urandom: a character device"),
+        Case("schedule /dev/zero", [bin_, "schedule", "/dev/zero", "--K", "2", "--M", "2"], "/dev/zero"),
+        Case("simulate --profile /dev/zero", [bin_, "simulate", bert, "--profile", "/dev/zero"], "/dev/zero"),
+        Case("simulate --profile nested 200,000 deep", [bin_, "simulate", bert, "--profile", p("deep.json")],
+             p("deep.json") + ": JSON nested deeper"),
+        Case("validate --profile nested 200,000 deep", [bin_, "validate", bert, "--profile", p("deep.json")],
+             p("deep.json") + ": JSON nested deeper", exec_=True),
+        Case("trace diff nested 200,000 deep", [bin_, "trace", "diff", p("deep.json"), p("deep.json")],
+             "nested deeper"),
+        Case("trace diff /dev/zero", [bin_, "trace", "diff", "/dev/zero", "/dev/zero"], "/dev/zero"),
+        Case("replay file /dev/zero", [bin_, "plan", bert] + replay + ["planner.replay_grad_norms_file=/dev/zero"],
+             "/dev/zero: a character device"),
+        Case("a garbage replay file, shown escaped", [bin_, "plan", bert] + replay + [
+            "planner.replay_grad_norms_file=" + p("garbage.csv")], p("garbage.csv") + ":2: "),
+        Case("train --resume: latest a link to /dev/zero", [bin_, "train", bert, "--out", p("t1"), "--resume",
+             p("ckpt-zero")] + small, p("ckpt-zero") + "/latest: a symbolic link to a character device", exec_=True),
+        Case("train --resume: state.bin a directory", [bin_, "train", bert, "--out", p("t2"), "--resume",
+             p("ckpt-dir")] + small, "state.bin: a directory", exec_=True),
+        Case("train on an IDX file of 0xFFFFFFFF images", [bin_, "train", vit, "--out", p("t3"), "--set",
+             f'data.path="{p("fmnist")}"'] + small, "found 4294967295", exec_=True),
+        # A full disk while checkpointing: the error names the file, and no
+        # temporary file stays (the epoch's CSV, written before, does).
+        Case("train with a disk full at the checkpoint", [bin_, "train", bert, "--out", p("t4")] + small,
+             "step-0000000002/state.bin: write failed", exec_=True, fsize_kb=64, outputs=("t4",),
+             check=lambda: no_temporary(p("t4")) or (
+                 "a checkpoints folder left" if os.path.exists(p("t4/checkpoints")) else None)),
+        # Parser errors, empty and repeated arguments: one line each.
+        Case("no command", [bin_], "expected a command, one of plan|schedule|simulate"),
+        Case("trace without diff", [bin_, "trace"], "trace: expected a command, one of diff"),
+        Case("an unknown flag", [bin_, "plan", bert, "--nosuch"], "--nosuch"),
+        Case("a missing config", [bin_, "plan", p("none.toml")], p("none.toml") + ": cannot open the config"),
+        Case("--K abc", [bin_, "schedule", "--K", "abc", "--M", "2"],
+             "--K: expected an integer in [1, 1024], found 'abc'"),
+        Case("--jobs 0", [bin_, "sweep", bert, "--jobs", "0"], "--jobs: expected an integer in [1, 256], found '0'"),
+        Case("--nproc 0", [bin_, "train", bert, "--nproc", "0"], "--nproc: expected an integer in [1, 256]",
+             exec_=True),
+        Case("--out ''", [bin_, "simulate", bert, "--out", ""], "--out: expected an output folder, found ''"),
+        Case("--out twice", [bin_, "simulate", bert, "--out", p("o1"), "--out", p("o2")], "--out"),
+        Case("--profile ''", [bin_, "simulate", bert, "--profile", ""], "--profile: expected a profile file"),
+        Case("--kind ''", [bin_, "schedule", "--K", "2", "--M", "2", "--kind", ""], "--kind: expected gpipe"),
+        Case("schedule ''", [bin_, "schedule", "", "--K", "2", "--M", "2"], "an empty path given for the config"),
+        Case("--resume ''", [bin_, "train", bert, "--resume", ""], "--resume: expected a checkpoint directory",
+             exec_=True),
+        Case("a key set twice", [bin_, "plan", bert, "--set", "planner.alpha=0.2", "--set", "planner.alpha=0.3"],
+             "--set planner.alpha: given twice"),
+        Case("a key swept twice", [bin_, "sweep", bert, "--set", "planner.alpha=0.2", "--set", "planner.alpha=0.3"],
+             "--set planner.alpha: given twice"),
+        # Counts beyond 32 bits, --exact included.
+        Case("--exact with 2^38 samples", [bin_, "simulate", bert, "--mode", "baseline", "--exact", "--out", p("e1"),
+             "--set", "data.num_train_samples=274877907264", "--set", "training.epochs=1"], "--exact: "),
+        Case("--exact with 2e11 samples", [bin_, "simulate", bert, "--mode", "baseline", "--exact", "--out", p("e2"),
+             "--set", "data.num_train_samples=200000000000", "--set", "training.epochs=1"], "--exact: "),
+        Case("--exact within its bound", [bin_, "simulate", bert, "--mode", "baseline", "--exact", "--out", p("e3"),
+             "--set", "data.num_train_samples=2048", "--set", "training.epochs=1"], outputs=("e3",)),
+        Case("a trillion samples, simulated and traced", [bin_, "simulate", bert, "--out", p("e4"), "--set",
+             "data.num_train_samples=1000000000000", "--set", "training.epochs=6"], outputs=("e4",),
+             check=lambda: None if "untraced" in open(p("e4/summary.json")).read() else "no untraced note"),
+        # What train refuses, plan and simulate refuse too.
+        Case("plan: a class the labels cannot hold", [bin_, "plan", vit, "--set", "data.classes=[10]", "--set",
+             "model.num_labels=1"], "key 'data.classes'"),
+        Case("simulate: two classes, ten labels", [bin_, "simulate", vit, "--set", "data.classes=[1,2]"],
+             "key 'model.num_labels'"),
+        Case("a sweep of lists", [bin_, "sweep", vit, "--set", "data.classes=[1,2],[3,4]", "--set",
+                                  "model.num_labels=2", "--set", "data.num_train_samples=256", "--set",
+                                  "data.num_test_samples=64", "--mode", "baseline", "--out", p("s1")], outputs=("s1",),
+             check=lambda: None if '"[1,2]"' in open(p("s1/sweep.csv")).read() else "sweep.csv lacks the quoted list"),
+        Case("a latency of 1e-300 s", [bin_, "simulate", bert, "--mode", "baseline", "--out", p("l1"), "--set",
+             "cluster.intra_node.latency_s=1e-300"], "key 'cluster.intra_node.latency_s'"),
+        Case("an efficiency of 1e-300", [bin_, "plan", bert, "--set", "cluster.device.efficiency=1e-300"],
+             "key 'cluster.device.efficiency'"),
+    ]
+    # One error, one line, whichever process meets it.
+    c.append(Case("train --nproc 4 resuming a link to /dev/zero", [bin_, "train", dp, "--nproc", "4", "--out", p("t5"),
+                  "--resume", p("ckpt-zero")] + small, "latest: a symbolic link", exec_=True, limit_s=60))
+    return c
+
+
+def no_temporary(out):
+    left = [f for f in files_under(out) if ".tmp" in f]
+    return f"temporary files left: {left}" if left else None
+
+
+def mount_tmpfs(mnt):
+    """A 64 kB tmpfs at mnt, where this user may mount one; False otherwise."""
+    os.mkdir(mnt)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt], capture_output=True).returncode == 0:
+        return True
+    os.rmdir(mnt)
+    return False
+
+
+def full_disk_cases(bin_, root, w):
+    """A real full disk under simulate's outputs and train's checkpoints."""
+    bert = os.path.join(root, "configs", "small", "tiny_bert_synthetic.toml")
+    sim, ckpt = os.path.join(w, "tiny"), os.path.join(w, "tiny-train")
+    return [
+        Case("simulate onto a full tmpfs", [bin_, "simulate", bert, "--mode", "baseline", "--out",
+             os.path.join(sim, "run"), "--set", "data.num_train_samples=1024"], "No space left on device",
+             check=lambda: no_temporary(sim)),
+        Case("train onto a full tmpfs", [bin_, "train", bert, "--out", ckpt, "--set", "data.num_train_samples=64",
+             "--set", "data.num_test_samples=16", "--set", "training.epochs=1", "--set", "planner.autodp=false"],
+             "No space left on device",
+             exec_=True, outputs=("tiny-train",), check=lambda: no_temporary(ckpt)),
+    ], (sim, ckpt)
+
+
+def run_hostile(bin_, root, keep=None, slowdown=1.0):
+    """Runs every case; returns (failures, number run, notes). `slowdown`
+    scales the time and memory bounds (the sanitizer build's shadow memory
+    and checks)."""
+    root = os.path.abspath(root)
+    w = keep or tempfile.mkdtemp(prefix="ep_hostile_")
+    os.makedirs(w, exist_ok=True)
+    build_files(w)
+    has_exec = os.access(os.path.join(os.path.dirname(bin_), "elasticpipe-exec"), os.X_OK)
+    notes = [] if has_exec else ["skipped train and validate: no elasticpipe-exec beside " + bin_]
+    todo = cases(bin_, root, w)
+    tmpfs, mounts = full_disk_cases(bin_, root, w)
+    mounted = [m for m in mounts if mount_tmpfs(m)]
+    if len(mounted) == len(mounts):
+        todo += tmpfs
+    else:
+        notes.append("skipped the full tmpfs cases: cannot mount a tmpfs here (not root); a file size limit stands in")
+    todo = [c for c in todo if has_exec or not c.exec_]
+    failures = []
+    try:
+        for case in todo:
+            before = files_under(w)
+            rc, output, rss = run_measured(case.argv, w, case.limit_s * slowdown, case.fsize_kb)
+            new = files_under(w) - before
+            why = judge(case, rc, output, rss, new, slowdown)
+            if why:
+                failures.append(f"{case.name}: {why}\n    command: {' '.join(case.argv[1:])}\n"
+                                f"    output: {output.strip()[-600:]}")
+    finally:
+        for m in mounted:
+            subprocess.run(["umount", m], capture_output=True)
+        if not keep and not failures:
+            shutil.rmtree(w, ignore_errors=True)
+    if failures:
+        notes.append(f"the hostile cases' folder is kept in {w}")
+    return failures, len(todo), notes

@@ -57,8 +57,7 @@ double executor(const ep::Config& c, const ep::PlanContext& ctx, const ep::Plan&
                 int threads) {
   ep::exec::Model model(c.model, 1);
   ep::exec::Optimizer opt(c.training);
-  ep::exec::Pipeline pipe(model, opt, {std::vector<at::Device>(plan.K, at::Device(at::kCPU)), threads, false,
-                                       c.training.checkpointing});
+  ep::exec::Pipeline pipe(model, opt, {std::vector<at::Device>(plan.K, at::Device(at::kCPU)), false});
   pipe.configure(plan.partition, plan.K, plan.v);
   const auto mbs = batches(c.model, c.training.batch_size, plan.M);
   at::Tensor probe;  // one sample's stem output: the cache entry's shape
@@ -70,16 +69,20 @@ double executor(const ep::Config& c, const ep::PlanContext& ctx, const ep::Plan&
                                    ("elasticpipe-bench-" + std::to_string(getpid()) + ".cache")).string(),
                                   c.training.batch_size, probe.sizes().slice(1).vec(), true);
   pipe.set_cache(&cache);
-  ep::IterationSetup setup = ep::iteration_setup(c, plan, false);
+  ep::IterationProgram steady = plan.program;
+  // The benchmark's setting; 0: the planner's rule for one pipeline on this machine.
+  steady.threads = threads > 0 ? ep::WorkerThreads{threads, threads}
+                               : ep::worker_threads(c, plan.K, 1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   if (plan.cache.on) {
-    setup.cache_valid_layers = 0;
-    (void)pipe.run(ep::build_schedule(ep::schedule_options(ctx, setup)), mbs, c.training.batch_size, 1e-4, 0);
-    setup.cache_valid_layers = -1;
+    ep::IterationSetup fill = steady.setup;
+    fill.cache_valid_layers = 0;
+    ep::IterationProgram p = ep::lower_iteration(ctx, fill);
+    p.threads = steady.threads;
+    (void)pipe.run(p, mbs, c.training.batch_size, 1e-4);
   }
-  const ep::Schedule s = ep::build_schedule(ep::schedule_options(ctx, setup));
-  for (int i = 0; i < 3; ++i) (void)pipe.run(s, mbs, c.training.batch_size, 1e-4);
+  for (int i = 0; i < 3; ++i) (void)pipe.run(steady, mbs, c.training.batch_size, 1e-4);
   const auto t0 = Clock::now();
-  for (int i = 0; i < iterations; ++i) (void)pipe.run(s, mbs, c.training.batch_size, 1e-4);
+  for (int i = 0; i < iterations; ++i) (void)pipe.run(steady, mbs, c.training.batch_size, 1e-4);
   const double rate = iterations * c.training.batch_size / std::chrono::duration<double>(Clock::now() - t0).count();
   cache.remove();
   return rate;

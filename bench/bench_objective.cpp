@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "exec/profiler.hpp"
@@ -55,10 +56,22 @@ int main(int argc, char** argv) {
     const ep::AnalyticCostModel cost_t(ct.cluster, ct.training), cost_p(cp.cluster, cp.training);
     const ep::RunPlan rt = ep::plan_run(ct, cost_t), rp = ep::plan_run(cp, cost_p);
     std::vector<std::vector<double>> t_time(rt.plans.size()), t_paper(rp.plans.size());
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const ep::PlanContext ctx_t(ct, cost_t, cores), ctx_p(cp, cost_p, cores);
+    // A plan's steady state (after one fill with the cache on), lowered for this machine's cores.
+    const auto measured = [&](const ep::PlanContext& ctx, const ep::Plan& plan) {
+      ep::ValidationPlan v;
+      v.setup = ep::iteration_setup(ctx.config, plan, false);
+      v.program = ep::lower_iteration(ctx, v.setup);
+      ep::IterationSetup fill = v.setup;
+      fill.cache_valid_layers = 0;
+      if (v.setup.cache_on) v.fill = ep::lower_iteration(ctx, fill);
+      return ep::exec::measure_iterations(ctx.config, {v}, iterations)[0];
+    };
     for (int r = 0; r < repeats; ++r)
       for (std::size_t i = 0; i < rt.plans.size(); ++i) {
-        t_time[i].push_back(ep::exec::measure_iterations(ct, {ep::iteration_setup(ct, rt.plans[i], false)}, iterations)[0]);
-        t_paper[i].push_back(ep::exec::measure_iterations(cp, {ep::iteration_setup(cp, rp.plans[i], false)}, iterations)[0]);
+        t_time[i].push_back(measured(ctx_t, rt.plans[i]));
+        t_paper[i].push_back(measured(ctx_p, rp.plans[i]));
       }
     std::printf("%s: %d iterations x %d repeats per plan, interleaved (medians)\n", path.c_str(), iterations, repeats);
     std::printf("%3s %7s  %-32s %10s  %-32s %10s  %7s\n", "T", "frozen", "objective time", "samples/s", "objective paper",

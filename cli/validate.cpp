@@ -35,18 +35,19 @@ int run_validate(const ValidateArgs& a) {
     std::cout << "simulating the CPU executor: cluster.shared_cores = " << config.cluster.shared_cores << "\n";
   const AnalyticCostModel analytic(config.cluster, config.training);
   const FittedCostModel fitted = *fitted_model(a.profile, config, analytic);
-  const PlanContext ctx(config, fitted);
+  // Lowered for this machine's cores: the thread counts the executor runs them with.
+  const PlanContext ctx(config, fitted, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const std::vector<ValidationPlan> plans = validation_plans(ctx);
-  std::vector<IterationSetup> setups;
-  for (const ValidationPlan& p : plans) setups.push_back(p.setup);
+  std::vector<IterationProgram> programs;
+  for (const ValidationPlan& p : plans) programs.push_back(p.program);
   // Passes over all plans, alternately forward and backward, so that each
   // plan's measurements are spread over the run and drift in the machine's
   // speed hits every plan alike; per plan the median pass.
   std::vector<std::vector<double>> passes;
   for (int r = 0; r < a.rounds; ++r) {
-    std::cout << "measuring " << setups.size() << " plans (" << a.iterations << " iterations each), pass " << r + 1
+    std::cout << "measuring " << plans.size() << " plans (" << a.iterations << " iterations each), pass " << r + 1
               << " of " << a.rounds << "..." << std::endl;
-    std::vector<IterationSetup> order = setups;
+    std::vector<ValidationPlan> order = plans;
     if (r % 2) std::reverse(order.begin(), order.end());
     passes.push_back(exec::measure_iterations(config, order, a.iterations));
     if (r % 2) std::reverse(passes.back().begin(), passes.back().end());
@@ -55,7 +56,7 @@ int run_validate(const ValidateArgs& a) {
   const std::vector<double>& measured = combined.median_s;
   std::cout << "simulating them..." << std::endl;
   sim::Simulator sim(config.cluster);
-  const std::vector<double> simulated = sim::simulate_steady_iterations(config, fitted, setups, sim);
+  const std::vector<double> simulated = sim::simulate_steady_iterations(config, fitted, programs, sim);
   std::cout << "\npredicted from the profile alone (no fitted factor: every plan is held out):\n"
             << format_validation(profile_rows(plans, measured, simulated));
   if (a.rounds > 1) {

@@ -76,22 +76,14 @@ void Trainer::onboard() {
   }
 }
 
-// This process's pipeline for the plan: devices, cores, sublayers,
-// schedules; the node's first process creates the cache file before the
+// This process's pipeline for the plan: devices, threads, sublayers (the
+// plan's programs carry the schedules); the node's first process creates the cache file before the
 // group rebuild (a barrier), the others open it after.
 void Trainer::repartition() {
   ever_active_ = true;
-  const int cores = std::max(1, cores_ / std::max(1, plan_->layout.pipelines_per_node));
   pipeline_->set_devices(plan_devices());
-  pipeline_->set_cores(cores);
-  compat::set_thread_count(cores);
+  compat::set_thread_count(plan_->program.threads.process);  // the workers take theirs from the program
   pipeline_->configure(plan_->partition, plan_->K, plan_->v);
-  schedule_ = build_schedule(schedule_options(ctx_, iteration_setup(c_, *plan_, false)));
-  check_schedule(schedule_);
-  if (plan_->cache_fill_from >= 0) {
-    fill_schedule_ = build_schedule(schedule_options(ctx_, iteration_setup(c_, *plan_, true)));
-    check_schedule(fill_schedule_);
-  }
   if (plan_->cache.on && !cache_ && leader_) {
     cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),
                                                data_.train.size, entry_shape(), true);
@@ -153,13 +145,26 @@ void Trainer::rebuild_cache() {
   log(buf);
 }
 
-// At a plan's end epoch: the next freeze step, planned and entered; a move
+// The run loop enters a plan: a process active in the plan before moves
+// (transition), any other just takes its place in the new one.
+void Trainer::enter(const Plan& plan, const Plan* previous) {
+  planning_s_ = seconds(step_start_, Clock::now());
+  pending_chunk_times_.clear();
+  const bool was_active = previous && plan_ && active();
+  if (previous) prev_storage_ = *previous;
+  previous_plan_ = previous ? &prev_storage_ : nullptr;
+  plan_storage_ = plan;
+  plan_ = &plan_storage_;
+  if (was_active) transition(*previous);
+  else enter_plan(nullptr);
+}
+
+// At a plan's end epoch, the next freeze step's plan entered; a move
 // (frozen count or K changed) is recorded, traced and logged, and its
 // warm-up measured over the next iterations.
-void Trainer::transition() {
-  const Clock::time_point t0 = Clock::now();
-  const int frozen_before = plan_->frozen_layers, K_before = plan_->K, replicas_before = plan_->layout.replicas;
-  plan_step(false);
+void Trainer::transition(const Plan& previous) {
+  const Clock::time_point t0 = step_start_;  // planning included
+  const int frozen_before = previous.frozen_layers, K_before = previous.K, replicas_before = previous.layout.replicas;
   TransitionCost cost;
   cost.epoch = p_.epoch;
   cost.planning_s = planning_s_;

@@ -20,25 +20,17 @@ namespace ep::exec {
 
 using nlohmann::json;
 
-double time_chunk_candidate(Pipeline& pipeline, const PlanContext& ctx, const Dataset& train, IterationSetup s,
-                            int cores, int runs) {
-  s.replicas = 1;
-  s.cache_on = false;
-  s.cache_valid_layers = -1;
-  pipeline.set_cores(cores / std::max(1, replica_layout(ctx.config, s.K).pipelines_per_node));
+double time_chunk_candidate(Pipeline& pipeline, const Dataset& train, const IterationProgram& program, int runs) {
+  const IterationSetup& s = program.setup;
   pipeline.configure(s.partition, s.K, s.v);
-  ScheduleOptions o = schedule_options(ctx, s);
-  o.optimizer_step = false;
-  const Schedule sched = build_schedule(o);
-  const int batch = s.batch;
-  const std::vector<std::int64_t> idx = first_samples(train, batch);
+  const std::vector<std::int64_t> idx = first_samples(train, s.batch);
   std::vector<MicroBatch> mbs;
   std::size_t at = 0;
-  for (const int n : micro_batch_sizes(batch, s.M)) {
+  for (const int n : program.micro_batches) {
     mbs.push_back(make_batch(train, {idx.begin() + at, idx.begin() + at + n}));
     at += n;
   }
-  return median_seconds(runs, [&] { (void)pipeline.run(sched, mbs, batch, 0); });
+  return median_seconds(runs, [&] { (void)pipeline.run(program, mbs, s.batch, 0); });
 }
 
 namespace {
@@ -81,27 +73,28 @@ json read_memo(const std::string& path) {
 
 ChunkMemo::ChunkMemo(const Config& c, int cores) : c_(c), environment_(environment(c, cores)), path_(memo_path(c)) {}
 
-json ChunkMemo::key(const std::vector<IterationSetup>& setups) const {
+json ChunkMemo::key(const std::vector<IterationProgram>& programs) const {
   std::vector<int> Ms;
-  for (const auto& s : setups) Ms.push_back(s.M);
-  return json{{"environment", environment_}, {"K", setups.front().K}, {"batch", setups.front().batch}, {"M", Ms}};
+  for (const IterationProgram& p : programs) Ms.push_back(p.setup.M);
+  const IterationSetup& s = programs.front().setup;
+  return json{{"environment", environment_}, {"K", s.K}, {"batch", s.batch}, {"M", Ms}};
 }
 
-std::vector<double> ChunkMemo::find(const std::vector<IterationSetup>& setups) const {
+std::vector<double> ChunkMemo::find(const std::vector<IterationProgram>& programs) const {
   const json memo = read_memo(path_);
-  const json wanted = key(setups);
+  const json wanted = key(programs);
   for (const auto& e : memo.value("entries", json::array()))
     if (e.at("key") == wanted) return e.at("iteration_s").get<std::vector<double>>();
   return {};
 }
 
-void ChunkMemo::add(const std::vector<IterationSetup>& setups, const std::vector<double>& times) const {
+void ChunkMemo::add(const std::vector<IterationProgram>& programs, const std::vector<double>& times) const {
   json memo = {{"entries", json::array()}};
   try {
     memo = read_memo(path_);
   } catch (const Error&) {  // a damaged memo is rewritten afresh
   }
-  memo["entries"].push_back({{"key", key(setups)}, {"iteration_s", times}});
+  memo["entries"].push_back({{"key", key(programs)}, {"iteration_s", times}});
   create_output_dir(std::filesystem::path(path_).parent_path().string());
   write_file_atomically(path_, memo.dump(1) + "\n");
 }

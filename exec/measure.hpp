@@ -17,12 +17,9 @@
 
 namespace ep::exec {
 
-// Median seconds of `runs` iterations of one replica of `setup` on
-// `pipeline` (reconfigured for it), updating nothing: no OptimizerStep, no
-// all-reduce (its buckets do not depend on M), the frozen prefix
-// recomputed (cache entries may not exist yet).
-double time_chunk_candidate(Pipeline& pipeline, const PlanContext& ctx, const Dataset& train, IterationSetup setup,
-                            int cores, int runs);
+// Median seconds of `runs` iterations of `program` (a timing_program of
+// the planner's) on `pipeline`, reconfigured for it.
+double time_chunk_candidate(Pipeline& pipeline, const Dataset& train, const IterationProgram& program, int runs);
 
 // Measured chunk timings kept across runs (exec.chunk_memo, or
 // ~/.cache/elasticpipe/chunk_memo.json), keyed by this machine's
@@ -31,11 +28,11 @@ class ChunkMemo {
  public:
   ChunkMemo(const Config& config, int cores);
   // Empty when not recorded.
-  [[nodiscard]] std::vector<double> find(const std::vector<IterationSetup>& setups) const;
-  void add(const std::vector<IterationSetup>& setups, const std::vector<double>& times) const;
+  [[nodiscard]] std::vector<double> find(const std::vector<IterationProgram>& programs) const;
+  void add(const std::vector<IterationProgram>& programs, const std::vector<double>& times) const;
 
  private:
-  [[nodiscard]] nlohmann::json key(const std::vector<IterationSetup>& setups) const;
+  [[nodiscard]] nlohmann::json key(const std::vector<IterationProgram>& programs) const;
   const Config& c_;
   std::string environment_, path_;
 };

@@ -10,7 +10,6 @@
 #include "exec/cache.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/error.hpp"
-#include "planner/memory.hpp"
 
 namespace ep::exec {
 namespace {
@@ -72,7 +71,8 @@ double seconds_since(std::chrono::steady_clock::time_point origin) {
 }  // namespace
 
 struct Pipeline::Job {
-  const Schedule* schedule = nullptr;
+  const IterationProgram* program = nullptr;
+  const Schedule* schedule = nullptr;  // the program's
   std::span<const MicroBatch> batches;
   double real_samples = 1;
   double lr = 0;
@@ -153,9 +153,10 @@ at::Device Pipeline::device_of_sublayer(int sublayer) const {
   throw Error("pipeline: sublayer " + std::to_string(sublayer) + " is in no stage");
 }
 
-IterationResult Pipeline::run(const Schedule& schedule, std::span<const MicroBatch> batches, double real_samples,
-                              double lr, int cache_valid_layers,
+IterationResult Pipeline::run(const IterationProgram& program, std::span<const MicroBatch> batches,
+                              double real_samples, double lr,
                               std::optional<std::chrono::steady_clock::time_point> origin) {
+  const Schedule& schedule = program.schedule;
   if (schedule.K != K_ || schedule.v != v_)
     throw Error("pipeline: schedule for K=" + std::to_string(schedule.K) + ", v=" + std::to_string(schedule.v) +
                 ", configured for K=" + std::to_string(K_) + ", v=" + std::to_string(v_));
@@ -164,11 +165,12 @@ IterationResult Pipeline::run(const Schedule& schedule, std::span<const MicroBat
   for (const auto& p : model_.named_params()) p.tensor.mutable_grad().reset();
 
   Job job;
+  job.program = &program;
   job.schedule = &schedule;
   job.batches = batches;
   job.real_samples = real_samples;
   job.lr = lr;
-  job.cache_valid_layers = cache_valid_layers;
+  job.cache_valid_layers = program.setup.cache_valid_layers;
   job.origin = origin;
   job.saved.resize(schedule.num_stages());
   job.loss.resize(schedule.M);
@@ -230,11 +232,9 @@ void Pipeline::worker_main(int device) {
       if (device >= job_->schedule->K) continue;
       job = job_;
     }
-    // With fewer devices in the plan, each worker may use more cores.
-    const int cores = options_.cores > 0 ? options_.cores
-                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int want = options_.threads_per_worker > 0 ? options_.threads_per_worker : std::max(1, cores / job->schedule->K);
-    if (want != threads) compat::set_thread_count(threads = want);
+    // The program's thread count (with fewer devices, each worker may use more cores).
+    const int want = job->program->threads.worker;
+    if (want > 0 && want != threads) compat::set_thread_count(threads = want);
     try {
       run_device(device, *job);
     } catch (...) {
@@ -262,8 +262,8 @@ void Pipeline::run_device(int device, Job& job) {
   const int frozen_layers = part.frozen_layers;
   std::map<int, at::Tensor> frozen_in, frozen_out;  // device 0: FZ's input (advance) and output, per micro-batch
 
-  // The planner's rule (memory.hpp), per micro-batch.
-  const auto recompute = [&](int m) { return recomputes(options_.checkpointing, m, schedule.M); };
+  // The program's recomputation, per micro-batch.
+  const auto recompute = [&](int m) { return job.program->recomputes(m); };
   // Stage s's own frozen sublayers (no AutoPipe: the prefix stays in place).
   const auto inner_frozen = [&](int s) {
     return s == 0 && has_frozen_model ? SublayerRange{0, 0} : part.hosted_frozen(s);

@@ -30,6 +30,7 @@
 
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
+#include "planner/iteration.hpp"
 #include "planner/partition.hpp"
 #include "planner/schedule.hpp"
 
@@ -82,16 +83,14 @@ struct IterationResult {
   std::vector<double> layer_grad_sq;
   std::vector<ActionRecord> records;  // when traced
   // recomputed[stage][m]: micro-batch m reran the stage's forward in its
-  // backward (the planner's recomputes(), memory.hpp).
+  // backward (IterationProgram::recomputes).
   std::vector<std::vector<bool>> recomputed;
 };
 
+// Threads and recomputation come with each program (IterationProgram).
 struct PipelineOptions {
   std::vector<at::Device> devices;  // K workers' devices
-  int threads_per_worker = 0;  // intra-op threads per worker; 0: cores / K of the current plan, at least 1
   bool bf16_autocast = false;
-  Checkpointing checkpointing = Checkpointing::Never;
-  int cores = 0;  // cores this pipeline may use (0: the machine's); processes sharing a node share them
 };
 
 class Pipeline {
@@ -119,17 +118,14 @@ class Pipeline {
   // The devices stage workers 0..K-1 use from the next configure() on
   // (AutoDP moves a process's pipeline to its replica's block of GPUs).
   void set_devices(std::vector<at::Device> devices);
-  // Cores for the workers from now on (threads_per_worker = 0).
-  void set_cores(int cores) { options_.cores = cores; }
-
-  // Runs `schedule` (lowered, checked) on `batches` (schedule.M of them).
-  // `real_samples` is the whole batch's count of real samples (the loss
-  // denominator). `cache_valid_layers` as in IterationSetup (-1 steady).
-  // Gradients are zeroed first; an OptimizerStep in the schedule applies
-  // `lr`. Times are recorded when `origin` is given.
-  IterationResult run(const Schedule& schedule, std::span<const MicroBatch> batches, double real_samples,
-                      double lr, int cache_valid_layers = -1,
-                      std::optional<std::chrono::steady_clock::time_point> origin = {});
+  // Runs `program` (lowered by the planner) on `batches` (schedule.M of
+  // them): its schedule's actions, its recomputation, its worker threads,
+  // its cache depth (setup.cache_valid_layers). `real_samples` is the whole
+  // batch's count of real samples (the loss denominator). Gradients are
+  // zeroed first; an OptimizerStep in the schedule applies `lr`. Times are
+  // recorded when `origin` is given.
+  IterationResult run(const IterationProgram& program, std::span<const MicroBatch> batches, double real_samples,
+                      double lr, std::optional<std::chrono::steady_clock::time_point> origin = {});
 
   // Forward only, no autograd, all sublayers in order on their devices: the
   // logits of `input` (evaluation).

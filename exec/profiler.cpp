@@ -279,14 +279,13 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
 
 namespace {
 
-// One replica's median iteration of setup `s`; with `dist`, its gradients
-// are all-reduced with the other replicas (rank `rank`).
-double measure_replica(const Config& c, const PlanContext& ctx, const IterationSetup& s, int iterations, Dist* dist,
-                       int rank, int cores) {
+// One replica's median iteration of the plan's program; with `dist`, its
+// gradients are all-reduced with the other replicas (rank `rank`).
+double measure_replica(const Config& c, const ValidationPlan& plan, int iterations, Dist* dist, int rank) {
+  const IterationSetup& s = plan.program.setup;
   Model model(c.model, c.training.seed);
   exec::Optimizer opt(c.training);
-  Pipeline pipe(model, opt, {std::vector<at::Device>(s.K, at::Device(at::kCPU)), c.exec.threads_per_worker,
-                             c.training.precision == Precision::BF16, c.training.checkpointing, cores});
+  Pipeline pipe(model, opt, {std::vector<at::Device>(s.K, at::Device(at::kCPU)), c.training.precision == Precision::BF16});
   pipe.configure(s.partition, s.K, s.v);
   pipe.set_reducer(dist);
   const int B = s.batch;
@@ -295,7 +294,7 @@ double measure_replica(const Config& c, const PlanContext& ctx, const IterationS
   const at::Tensor x = stem_input(c.model, B);
   const at::Tensor y = at::randint(0, c.model.num_labels, {B}, at::kLong);
   std::int64_t at = 0;
-  for (const int n : micro_batch_sizes(B, s.M)) {
+  for (const int n : plan.program.micro_batches) {
     MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
     for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
     mbs.push_back(mb);
@@ -316,38 +315,33 @@ double measure_replica(const Config& c, const PlanContext& ctx, const IterationS
             .string(),
         B, row.sizes().slice(1).vec(), true);
     pipe.set_cache(cache.get());
-    IterationSetup fill = s;
-    fill.cache_valid_layers = 0;
-    (void)pipe.run(build_schedule(schedule_options(ctx, fill)), mbs, B, 1e-6, 0);
+    (void)pipe.run(plan.fill, mbs, B, 1e-6);
   }
-  const Schedule sched = build_schedule(schedule_options(ctx, s));
-  const double t = median_seconds(iterations, [&] { (void)pipe.run(sched, mbs, B, 1e-6, -1); });
+  const double t = median_seconds(iterations, [&] { (void)pipe.run(plan.program, mbs, B, 1e-6); });
   if (cache) cache->remove();
   return t;
 }
 
 }  // namespace
 
-std::vector<double> measure_iterations(const Config& c, const std::vector<IterationSetup>& setups, int iterations) {
+std::vector<double> measure_iterations(const Config& c, const std::vector<ValidationPlan>& plans, int iterations) {
   require_cpu(c);
-  const AnalyticCostModel cost(c.cluster, c.training);
-  const PlanContext ctx(c, cost);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::chrono::milliseconds timeout(static_cast<std::int64_t>(c.exec.collective_timeout_s * 1000));
   std::vector<double> out;
-  for (const IterationSetup& s : setups) {
-    if (s.replicas == 1) {
-      out.push_back(measure_replica(c, ctx, s, iterations, nullptr, 0, cores));
+  for (const ValidationPlan& plan : plans) {
+    const int replicas = plan.program.setup.replicas;
+    if (replicas == 1) {
+      out.push_back(measure_replica(c, plan, iterations, nullptr, 0));
       continue;
     }
     // Replicas as threads of this process, each with its own Gloo ranks on
     // loopback: the same code paths and core sharing as processes.
-    std::vector<double> t(s.replicas);
-    with_ranks(s.replicas, timeout, [&](Dist& d, int r) {
-      std::vector<int> ranks(s.replicas);
-      for (int i = 0; i < s.replicas; ++i) ranks[i] = i;
-      d.rebuild_active(0, ranks, s.K);
-      t[r] = measure_replica(c, ctx, s, iterations, &d, r, std::max(1, cores / s.replicas));
+    std::vector<double> t(replicas);
+    with_ranks(replicas, timeout, [&](Dist& d, int r) {
+      std::vector<int> ranks(replicas);
+      for (int i = 0; i < replicas; ++i) ranks[i] = i;
+      d.rebuild_active(0, ranks, plan.program.setup.K);
+      t[r] = measure_replica(c, plan, iterations, &d, r);
     });
     out.push_back(*std::max_element(t.begin(), t.end()));
   }

@@ -24,6 +24,7 @@
 #include "planner/autopipe.hpp"
 #include "planner/config.hpp"
 #include "planner/profile.hpp"
+#include "planner/validation.hpp"
 
 namespace ep::exec {
 
@@ -35,12 +36,13 @@ struct ProfileOptions {
 
 [[nodiscard]] Profile profile_executor(const Config& config, const ProfileOptions& options);
 
-// The measured side of `elasticpipe validate`: each setup run for real,
-// its replicas as threads of this process with Gloo ranks on loopback (the
-// same all-reduce code and core sharing as one process per replica),
-// `iterations` timed after one warm-up (and a cache fill when the setup
-// reads the cache): the slowest replica's median seconds per iteration.
-[[nodiscard]] std::vector<double> measure_iterations(const Config& config, const std::vector<IterationSetup>& setups,
+// The measured side of `elasticpipe validate`: each plan's program run for
+// real, its replicas as threads of this process with Gloo ranks on
+// loopback (the same all-reduce code and core sharing as one process per
+// replica), `iterations` timed after one warm-up (and its fill program
+// first when it reads the cache): the slowest replica's median seconds per
+// iteration.
+[[nodiscard]] std::vector<double> measure_iterations(const Config& config, const std::vector<ValidationPlan>& plans,
                                                      int iterations);
 
 }  // namespace ep::exec

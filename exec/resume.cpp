@@ -88,13 +88,12 @@ void Trainer::resume() {
       planner_.measured_cache(frozen, it->second);
     planner_.next(frozen);
   }
-  plan_storage_ = planner_.run().plans.back();
-  plan_ = &plan_storage_;
+  const Plan& plan = planner_.run().plans.back();  // the run loop enters it afresh
   resumed_ = true;
   char buf[200];
   std::snprintf(buf, sizeof buf, "resumed from %s: epoch %d, iteration %lld, frozen %d, %d replicas (saved with %d)",
-                ck.path.c_str(), p_.epoch + 1, static_cast<long long>(p_.iteration), plan_->frozen_layers,
-                plan_->layout.replicas, meta.value("replicas", 0));
+                ck.path.c_str(), p_.epoch + 1, static_cast<long long>(p_.iteration), plan.frozen_layers,
+                plan.layout.replicas, meta.value("replicas", 0));
   log(buf);
 }
 

@@ -1,7 +1,7 @@
-// The freeze step: rank 0 decides the frozen count (the planner's freeze
-// policy on the measured gradient norms) and takes the measurements the
-// plan needs; it publishes them, and every process plans the same step
-// from the same inputs.
+// The executor's side of a freeze step in the run loop (planner/run_loop):
+// rank 0 hands the measured gradient norms to the planner's freeze policy
+// and takes the measurements the plan needs; it publishes them, and every
+// process plans the same step from the same inputs.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -30,86 +30,82 @@ std::vector<IterationPrediction> to_predictions(const std::vector<double>& times
 // Chunk-search candidates are timed for real (rank 0, memoised per
 // environment, K and batch); the others receive rank 0's table. A plan's
 // predicted throughput stays the cost model's.
-std::vector<IterationPrediction> Trainer::predict(const std::vector<IterationSetup>& setups, PredictionUse use) {
-  if (use == PredictionUse::Plan || setups.size() < 2 || c_.exec.chunk_search_iterations == 0)
-    return analytic_(setups, use);
-  const int K = setups.front().K;
+std::vector<IterationPrediction> Trainer::predict(const std::vector<IterationProgram>& programs, PredictionUse use) {
+  if (use == PredictionUse::Plan || programs.size() < 2 || c_.exec.chunk_search_iterations == 0)
+    return analytic_(programs, use);
+  const int K = programs.front().setup.K;
   auto known = p_.chunk_times.find(K);
   if (known == p_.chunk_times.end()) {
     if (!rank0() && pending_chunk_times_.empty())
       throw Error("rank " + std::to_string(env_.rank) + ": chunk search for K = " + std::to_string(K) +
                   ": no timing from rank 0");
-    known = p_.chunk_times.emplace(K, rank0() ? chunk_times(setups) : pending_chunk_times_).first;
+    known = p_.chunk_times.emplace(K, rank0() ? chunk_times(programs) : pending_chunk_times_).first;
   }
-  return to_predictions(known->second, setups.size(), K);
+  return to_predictions(known->second, programs.size(), K);
 }
 
 // Rank 0's timings of the candidates, from the memo or measured (and memoised).
-std::vector<double> Trainer::chunk_times(const std::vector<IterationSetup>& setups) {
+std::vector<double> Trainer::chunk_times(const std::vector<IterationProgram>& programs) {
   const ChunkMemo memo(c_, cores_);
-  std::vector<double> times = memo.find(setups);
+  std::vector<double> times = memo.find(programs);
   if (!times.empty()) return times;
-  for (const auto& s : setups)
-    times.push_back(time_chunk_candidate(*pipeline_, ctx_, data_.train, s, cores_, c_.exec.chunk_search_iterations));
-  memo.add(setups, times);
+  for (const IterationProgram& p : programs)
+    times.push_back(time_chunk_candidate(*pipeline_, data_.train, timing_program(ctx_, p), c_.exec.chunk_search_iterations));
+  memo.add(programs, times);
   return times;
 }
 
-// Rank 0: the mean gradient norms of the interval, recorded, go to the
-// planner's freeze policy; the cache probe runs at a new frozen depth.
-int Trainer::decide_frozen(bool initial) {
-  int frozen = 0;
-  if (!initial) {
-    std::vector<double> norms(L_, 0.0);
-    for (int l = 0; l < L_; ++l)
-      norms[l] = p_.interval_iterations ? p_.interval_norm_sum[l] / static_cast<double>(p_.interval_iterations) : 0;
-    p_.grad_norms.push_back(norms);
-    frozen = planner_.frozen_after(norms);  // the planner's freeze policy decides
-  }
-  if (frozen > 0 && c_.planner.autopipe && c_.planner.cache == CachePolicyKind::Auto &&
-      !p_.cache_measurements.count(frozen)) {
-    const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
-    p_.cache_measurements[frozen] =
-        probe_cache(model_, data_.train, c_.training.batch_size, frozen, pipeline_->device_of_sublayer(0),
-                    cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)), entry_shape());
-  }
-  return frozen;
+// Rank 0: the interval's mean gradient norms, recorded (the planner's
+// freeze policy decides on them).
+std::vector<double> Trainer::grad_norms() {
+  std::vector<double> norms(L_, 0.0);
+  for (int l = 0; l < L_; ++l)
+    norms[l] = p_.interval_iterations ? p_.interval_norm_sum[l] / static_cast<double>(p_.interval_iterations) : 0;
+  p_.grad_norms.push_back(norms);
+  return norms;
 }
 
-// Plans the next freeze step. Returns false at the end of training.
-bool Trainer::plan_step(bool initial) {
-  const std::string key = "step/" + std::to_string(planner_.run().plans.size());
-  const Clock::time_point t0 = Clock::now();
-  if (rank0()) {
-    const int frozen = decide_frozen(initial);
-    if (p_.cache_measurements.count(frozen)) planner_.measured_cache(frozen, p_.cache_measurements.at(frozen));
-    const Plan& next = planner_.next(frozen);
-    json msg = {{"frozen", frozen}};
-    if (const auto it = p_.chunk_times.find(next.K); it != p_.chunk_times.end()) msg["chunk_times"] = it->second;
-    if (const auto it = p_.cache_measurements.find(frozen); it != p_.cache_measurements.end())
-      msg["cache"] = {it->second.read_s, it->second.frozen_forward_s};
-    if (dist_) dist_->control(key, msg);
-    p_.frozen_history.push_back(frozen);
-  } else {
-    const json msg = dist_->control(key);
-    if (msg.contains("end")) return false;
-    const int frozen = msg.at("frozen");
-    if (msg.contains("cache")) {
-      p_.cache_measurements[frozen] = {msg["cache"][0], msg["cache"][1]};
-      planner_.measured_cache(frozen, p_.cache_measurements.at(frozen));
-    }
-    if (msg.contains("chunk_times")) pending_chunk_times_ = msg.at("chunk_times").get<std::vector<double>>();
-    planner_.next(frozen);
-    p_.frozen_history.push_back(frozen);
+// Rank 0: the cache probe at a frozen depth, once per depth (kept in the
+// run state, so a resumed run plans with the same measurement).
+std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
+  if (!p_.cache_measurements.count(frozen)) {
+    const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
+    p_.cache_measurements[frozen] =
+        exec::probe_cache(model_, data_.train, c_.training.batch_size, frozen, pipeline_->device_of_sublayer(0),
+                          cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)), entry_shape());
   }
-  // Copies: the planner's vector of plans grows (and moves) at every step.
-  if (plan_) prev_storage_ = plan_storage_;
-  previous_plan_ = plan_ ? &prev_storage_ : nullptr;
-  plan_storage_ = planner_.run().plans.back();
-  plan_ = &plan_storage_;
-  pending_chunk_times_.clear();
-  planning_s_ = seconds(t0, Clock::now());
-  return true;
+  return p_.cache_measurements.at(frozen);
+}
+
+void Trainer::begin_step(int) { step_start_ = Clock::now(); }
+
+namespace {
+std::string step_key(int step) { return "step/" + std::to_string(step); }
+}  // namespace
+
+// Rank 0: the step's inputs, and the chunk timings its plan's K was chosen
+// with, to every other process.
+void Trainer::publish(int step, const StepInputs& in, const Plan& plan) {
+  json msg = {{"frozen", in.frozen_layers}};
+  if (const auto it = p_.chunk_times.find(plan.K); it != p_.chunk_times.end()) msg["chunk_times"] = it->second;
+  if (in.cache) msg["cache"] = {in.cache->read_s, in.cache->frozen_forward_s};
+  if (dist_) dist_->control(step_key(step), msg);
+  p_.frozen_history.push_back(in.frozen_layers);
+}
+
+// The others: rank 0's inputs; its chunk timings answer this process's
+// chunk search (predict) while it plans the same step.
+StepInputs Trainer::follow(int step) {
+  const json msg = dist_->control(step_key(step));
+  StepInputs in;
+  in.frozen_layers = msg.at("frozen");
+  if (msg.contains("cache")) {
+    in.cache = MeasuredCache{msg["cache"][0], msg["cache"][1]};
+    p_.cache_measurements[in.frozen_layers] = *in.cache;
+  }
+  if (msg.contains("chunk_times")) pending_chunk_times_ = msg.at("chunk_times").get<std::vector<double>>();
+  p_.frozen_history.push_back(in.frozen_layers);
+  return in;
 }
 
 std::string Trainer::cache_file(CacheTier tier, const std::string& name) const {

@@ -1,5 +1,5 @@
-// The training loop: plans and transitions at their epochs, epochs of
-// iterations, evaluation, and what stops a diverged run.
+// Epochs of iterations (the run loop, planner/run_loop.hpp, decides which
+// and when), evaluation, and what stops a diverged run.
 #include "exec/trainer.hpp"
 
 #include <ATen/ATen.h>
@@ -25,25 +25,27 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
       data_(load_data(c)),
       L_(c.model.num_hidden_layers),
       eval_batch_(c.exec.eval_batch_size > 0 ? c.exec.eval_batch_size : c.training.batch_size),
+      cores_(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
       cost_(c.cluster, c.training),
-      ctx_(c, cost_),
+      ctx_(c, cost_, cores_),
       analytic_(analytic_predictor(ctx_)),
-      planner_(c, cost_, [this](const std::vector<IterationSetup>& s, PredictionUse use) { return predict(s, use); }),
+      planner_(
+          c, cost_, [this](const std::vector<IterationProgram>& p, PredictionUse use) { return predict(p, use); },
+          cores_),
       model_(c.model, c.training.seed),
       optimizer_(c.training),
       sampler_{data_.train.size, c.cluster.nodes, c.training.seed},
       node_(env_.rank / c.cluster.gpus_per_node),
       leader_(env_.rank % c.cluster.gpus_per_node == 0),
-      cores_(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
       timeline_(c, env_, cores_) {
   if (env_.world_size > 1)
     dist_ = std::make_unique<Dist>(env_, std::chrono::milliseconds(static_cast<std::int64_t>(
                                              c.exec.collective_timeout_s * 1000)));
-  PipelineOptions po{devices(c), c.exec.threads_per_worker, c.training.precision == Precision::BF16,
-                     c.training.checkpointing};
+  PipelineOptions po{devices(c), c.training.precision == Precision::BF16};
   pipeline_ = std::make_unique<Pipeline>(model_, optimizer_, po);
   pipeline_->set_reducer(dist_.get());
-  compat::set_thread_count(std::max(1, cores_ / std::max(1, c.cluster.gpus_per_node)));
+  // Until the first plan is entered: one process per device of the node.
+  compat::set_thread_count(worker_threads(c, c.planner.K, c.cluster.gpus_per_node, cores_).process);
   p_.interval_norm_sum.assign(L_, 0.0);
   if (!opt.out_dir.empty() && rank0()) create_output_dir(opt.out_dir);
 }
@@ -65,30 +67,10 @@ void Trainer::load_initial_weights() {
 }
 
 TrainResult Trainer::run() {
-  if (!opt_.resume.empty()) {
-    resume();  // the checkpoint's weights, not the initial ones
-  } else {
-    load_initial_weights();
-    plan_step(true);
-  }
-  enter_plan(nullptr);
-  while (true) {
-    if (!active()) {
-      if (!plan_step(false)) break;  // waits for the next transition (or the end)
-      enter_plan(nullptr);
-      continue;
-    }
-    if (p_.epoch >= c_.training.epochs) break;
-    if (p_.epoch == plan_->end_epoch && p_.consumed == 0) {
-      transition();
-      continue;
-    }
-    run_epoch();
-  }
-  if (dist_) {
-    if (rank0()) dist_->control("step/" + std::to_string(planner_.run().plans.size()), nlohmann::json{{"end", true}});
-    dist_->barrier("end of training");
-  }
+  if (!opt_.resume.empty()) resume();  // the checkpoint's weights and plans, not the initial ones
+  else load_initial_weights();
+  run_training(planner_, *this, p_.epoch);  // the planner's run loop calls back here
+  if (dist_) dist_->barrier("end of training");
   TrainResult result;
   result.epochs = p_.epochs;
   result.iteration_losses = p_.iteration_losses;
@@ -136,10 +118,14 @@ bool Trainer::filling() const {
   return role == CacheRole::Fill || role == CacheRole::Advance;
 }
 
-std::vector<MicroBatch> Trainer::split(const std::vector<std::int64_t>& idx, int M) const {
+// The replica's batch in the program's micro-batches.
+std::vector<MicroBatch> Trainer::split(const std::vector<std::int64_t>& idx, const IterationProgram& program) const {
   std::vector<MicroBatch> mbs;
   std::size_t at = 0;
-  for (const int n : micro_batch_sizes(static_cast<int>(idx.size()), M)) {
+  for (const int n : program.micro_batches) {
+    if (at + n > idx.size())
+      throw Error("rank " + std::to_string(env_.rank) + ": a batch of " + std::to_string(idx.size()) +
+                  " samples for the plan's micro-batches of " + std::to_string(program.setup.batch));
     mbs.push_back(make_batch(data_.train, {idx.begin() + at, idx.begin() + at + n}));
     at += n;
   }
@@ -175,11 +161,20 @@ class SampleAudit {
 
 }  // namespace
 
-void Trainer::run_epoch() {
+// The run loop's epoch: trained by the processes the plan makes active.
+void Trainer::run_epoch(const Plan&, int epoch) {
+  if (!active()) return;
+  if (epoch != p_.epoch)
+    throw Error("rank " + std::to_string(env_.rank) + ": the run loop asks for epoch " + std::to_string(epoch + 1) +
+                ", this process is at epoch " + std::to_string(p_.epoch + 1));
+  train_epoch();
+}
+
+void Trainer::train_epoch() {
   const int ppn = plan_->layout.pipelines_per_node;
   const int local = replica().local_rank;
   const bool fill = filling();
-  const Schedule& sched = fill ? fill_schedule_ : schedule_;
+  const IterationProgram& program = plan_->program_for(p_.epoch);
   const std::vector<std::int64_t> order = node_order(sampler_, node_, p_.epoch);
   const auto slots = static_cast<std::int64_t>(order.size());
   const std::int64_t total0 = per_epoch0() * c_.training.epochs;
@@ -201,8 +196,8 @@ void Trainer::run_epoch() {
     const double lr = learning_rate(c_.training, lr_position(), total0) * plan_->lr_scale;
     const bool trace_it = rank0() && p_.iteration < c_.exec.trace_iterations;
     const IterationResult r =
-        pipeline_->run(sched, split(idx, plan_->M), static_cast<double>(global_real), lr,
-                       fill ? plan_->cache_fill_from : -1, trace_it ? std::optional<Clock::time_point>(origin_) : std::nullopt);
+        pipeline_->run(program, split(idx, program), static_cast<double>(global_real), lr,
+                       trace_it ? std::optional<Clock::time_point>(origin_) : std::nullopt);
     if (trace_it) {
       timeline_.add(r, *plan_, p_.epoch, static_cast<int>(p_.iteration));
       traced.add(r, plan_->K);

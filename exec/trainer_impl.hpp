@@ -1,7 +1,8 @@
-// Internal to exec/: the Trainer behind train(). One object per process;
-// its member functions live by job: the loop and epochs (trainer.cpp), the
-// freeze step and its broadcast (plan_step.cpp), a plan's entry and the
-// transition (transition.cpp), checkpoints and resume (resume.cpp).
+// Internal to exec/: the Trainer behind train(), the executor's side of the
+// planner's run loop (planner/run_loop.hpp). One object per process; its
+// member functions live by job: epochs (trainer.cpp), the measurements a
+// freeze step needs and their broadcast (run_backend.cpp), a plan's entry
+// and the transition (enter_plan.cpp), checkpoints and resume (resume.cpp).
 #pragma once
 
 #include <memory>
@@ -21,50 +22,59 @@
 #include "exec/timing.hpp"
 #include "exec/trainer.hpp"
 #include "planner/autodp.hpp"
+#include "planner/run_loop.hpp"
 #include "planner/run_plan.hpp"
 #include "traces/run_outputs.hpp"
 
 namespace ep::exec {
 
-class Trainer {
+class Trainer final : RunBackend {
  public:
   Trainer(const Config& c, const TrainOptions& opt);
   TrainResult run();
 
  private:
+  // The run loop's calls (run_backend.cpp, enter_plan.cpp, trainer.cpp).
+  [[nodiscard]] bool decides() const override { return rank0(); }
+  std::vector<double> grad_norms() override;
+  std::optional<MeasuredCache> probe_cache(int frozen_layers) override;
+  void publish(int step, const StepInputs& in, const Plan& plan) override;
+  StepInputs follow(int step) override;
+  void begin_step(int step) override;
+  void enter(const Plan& plan, const Plan* previous) override;
+  void run_epoch(const Plan& plan, int epoch) override;
+
   [[nodiscard]] bool rank0() const { return env_.rank == 0; }
   [[nodiscard]] bool active() const;
   [[nodiscard]] const ReplicaLayout::Replica& replica() const;
   void log(const std::string& line) const;
 
-  // plan_step.cpp: the freeze step, its measurements and their broadcast.
-  std::vector<IterationPrediction> predict(const std::vector<IterationSetup>& setups, PredictionUse use);
-  std::vector<double> chunk_times(const std::vector<IterationSetup>& setups);
-  bool plan_step(bool initial);
-  int decide_frozen(bool initial);
+  // run_backend.cpp: the chunk search's timings.
+  std::vector<IterationPrediction> predict(const std::vector<IterationProgram>& programs, PredictionUse use);
+  std::vector<double> chunk_times(const std::vector<IterationProgram>& programs);
   [[nodiscard]] std::string cache_file(CacheTier tier, const std::string& name) const;
   std::vector<std::int64_t> entry_shape();
 
-  // transition.cpp: carrying out a plan and the move between two.
+  // enter_plan.cpp: carrying out a plan and the move between two.
   [[nodiscard]] std::vector<at::Device> plan_devices() const;
   void enter_plan(TransitionCost* cost);
   void onboard();
   void repartition();
   void check_replicas();
   void rebuild_cache();
-  void transition();
+  void transition(const Plan& previous);
 
   // trainer.cpp: epochs.
   [[nodiscard]] std::int64_t per_epoch0() const;
   [[nodiscard]] std::int64_t lr_position() const;
   [[nodiscard]] bool filling() const;
-  void run_epoch();
+  void train_epoch();
   void finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill);
   void check_finite(double loss, const std::vector<double>& layer_grad_sq, double lr) const;
   void check_finite_weights() const;
   [[noreturn]] void diverged(std::int64_t iteration, const std::string& what) const;
   double evaluate();
-  std::vector<MicroBatch> split(const std::vector<std::int64_t>& idx, int M) const;
+  std::vector<MicroBatch> split(const std::vector<std::int64_t>& idx, const IterationProgram& program) const;
 
   // resume.cpp: checkpoints.
   void checkpoint(double running_s = 0);
@@ -79,6 +89,7 @@ class Trainer {
   Data data_;
   int L_;
   int eval_batch_;  // samples per evaluation or cache-fill chunk (exec.eval_batch_size, else training.batch_size)
+  int cores_;       // this machine's: the planner's thread counts divide them
   AnalyticCostModel cost_;
   PlanContext ctx_;
   IterationPredictor analytic_;
@@ -88,7 +99,6 @@ class Trainer {
   SamplerSpec sampler_;
   int node_;
   bool leader_;
-  int cores_;
   std::unique_ptr<Dist> dist_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<ActivationCache> cache_;
@@ -96,9 +106,9 @@ class Trainer {
   Plan plan_storage_, prev_storage_;
   const Plan* plan_ = nullptr;
   const Plan* previous_plan_ = nullptr;
-  Schedule schedule_, fill_schedule_;
   trace::RunState p_;
   std::vector<double> pending_chunk_times_;
+  Clock::time_point step_start_ = Clock::now();  // the freeze step being planned began
   double planning_s_ = 0, pending_transition_s_ = 0;
   bool resumed_ = false, ever_active_ = false;
   WarmupMeter warmup_;

@@ -144,7 +144,7 @@ const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup, const std::v
                       "\" with " + std::to_string(setup.replicas) + " replicas)",
                   std::to_string(setup.batch) + " samples per pipeline");
   ChunkChoice choice;
-  std::vector<IterationSetup> setups;
+  std::vector<IterationProgram> programs;
   for (int M = lo; M <= hi; ++M) {
     if (!only.empty() && std::find(only.begin(), only.end(), M) == only.end()) continue;
     IterationSetup s = setup;
@@ -154,9 +154,9 @@ const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup, const std::v
     cand.memory_bytes = max_device_memory(ctx_.spec, c.training, s.partition, s.K, M, s.batch);
     cand.feasible = cand.memory_bytes <= c.cluster.device.memory_bytes;
     choice.table.push_back(cand);
-    setups.push_back(std::move(s));
+    programs.push_back(lower_iteration(ctx_, s));
   }
-  const std::vector<IterationPrediction> times = predict_(setups, PredictionUse::ChunkCandidate);
+  const std::vector<IterationPrediction> times = predict_(programs, PredictionUse::ChunkCandidate);
   for (std::size_t i = 0; i < times.size(); ++i) {
     choice.table[i].iteration_s = times[i].iteration_s;
     choice.table[i].bubble_fraction = times[i].bubble_fraction;

@@ -156,10 +156,10 @@ Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
 }
 
 IterationPredictor analytic_predictor(const PlanContext& ctx) {
-  return [&ctx](const std::vector<IterationSetup>& setups, PredictionUse) {
+  return [&ctx](const std::vector<IterationProgram>& programs, PredictionUse) {
     std::vector<IterationPrediction> out;
-    for (const IterationSetup& s : setups) {
-      const Timeline t = predict_iteration(ctx, s);
+    for (const IterationProgram& p : programs) {
+      const Timeline t = predict_iteration(ctx, p.setup);
       out.push_back({t.makespan, t.bubble_fraction()});
     }
     return out;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "planner/autodp.hpp"
 #include "planner/cost_model.hpp"
 #include "planner/memory.hpp"
 #include "planner/model_spec.hpp"
@@ -24,9 +25,13 @@ struct PlanContext {
   const Config& config;
   ModelSpec spec;
   const CostModel& cost;
+  // Cores of the machine that runs one node's pipelines (the executor's);
+  // 0 where nothing runs them (planning, simulation): programs then carry
+  // no thread counts.
+  int host_cores = 0;
 
-  PlanContext(const Config& c, const CostModel& m)
-      : config(c), spec(build_model_spec(c.model, c.training.precision)), cost(m) {}
+  PlanContext(const Config& c, const CostModel& m, int cores = 0)
+      : config(c), spec(build_model_spec(c.model, c.training.precision)), cost(m), host_cores(cores) {}
 };
 
 // torch.chunk would give ceil-sized micro-batches and possibly fewer than M
@@ -53,8 +58,47 @@ struct IterationSetup {
   // Samples per pipeline and iteration (pipeline_batch(): training.batch_size
   // unless batch_policy = "global" splits a fixed global batch).
   int batch = 0;
+  friend bool operator==(const IterationSetup&, const IterationSetup&) = default;
 };
 [[nodiscard]] ScheduleOptions schedule_options(const PlanContext&, const IterationSetup&);
+
+// Intra-op threads where the node's pipelines share the host's cores: each
+// process (one pipeline) takes cores / pipelines, each of its K stage
+// workers that divided by K (or exec.threads_per_worker); at least 1. 0
+// where no host is given.
+struct WorkerThreads {
+  int process = 0;
+  int worker = 0;
+  friend bool operator==(const WorkerThreads&, const WorkerThreads&) = default;
+};
+[[nodiscard]] WorkerThreads worker_threads(const Config&, int K, int pipelines_per_node, int host_cores);
+
+// An iteration lowered for a back end: everything it carries out, decided
+// here. Back ends run the schedule's actions on these micro-batches, with
+// this recomputation, these threads and this replica placement; none
+// rebuilds or re-derives any of it.
+struct IterationProgram {
+  IterationSetup setup;             // what it is: costs, cache depth (setup.cache_valid_layers)
+  Schedule schedule;                // lowered: sends and receives placed (schedule.hpp)
+  std::vector<int> micro_batches;   // samples per micro-batch (micro_batch_sizes)
+  // Micro-batches 0 .. recomputed_microbatches-1 rerun their forward in
+  // the backward (training.checkpointing; recomputes(), memory.hpp).
+  int recomputed_microbatches = 0;
+  ReplicaLayout layout;             // the replicas running it (rank and GPUs per stage)
+  WorkerThreads threads;            // with PlanContext::host_cores
+  [[nodiscard]] bool empty() const { return schedule.devices.empty(); }
+  [[nodiscard]] bool recomputes(int microbatch) const { return microbatch < recomputed_microbatches; }
+  friend bool operator==(const IterationProgram&, const IterationProgram&) = default;
+};
+// Lowers `setup`: its schedule, micro-batch split, recomputation, replica
+// layout (replica_layout(config, K, replicas)) and thread counts.
+[[nodiscard]] IterationProgram lower_iteration(const PlanContext&, const IterationSetup&);
+// What a back end that times a chunk-search candidate on one replica alone
+// runs (the executor, before the replicas exist): the candidate's
+// micro-batches, recomputation and threads, updating nothing: no
+// all-reduce (its buckets do not depend on M), no OptimizerStep, the frozen
+// prefix recomputed (cache entries may not exist yet).
+[[nodiscard]] IterationProgram timing_program(const PlanContext&, const IterationProgram& candidate);
 
 // What each action of the iteration's schedule costs under the cost model:
 // its duration (every kind) and the bytes it moves (transfers, all-reduce
@@ -84,7 +128,7 @@ struct IterationPrediction {
 // times a few iterations of each), or a plan's throughput (steady state).
 enum class PredictionUse { ChunkCandidate, Plan };
 using IterationPredictor = std::function<std::vector<IterationPrediction>(
-    const std::vector<IterationSetup>&, PredictionUse)>;
+    const std::vector<IterationProgram>&, PredictionUse)>;
 [[nodiscard]] IterationPredictor analytic_predictor(const PlanContext&);
 
 }  // namespace ep

@@ -36,6 +36,11 @@ CacheRole Plan::cache_role(int epoch) const {
   return CacheRole::Read;
 }
 
+const IterationProgram& Plan::program_for(int epoch) const {
+  const CacheRole role = cache_role(epoch);
+  return role == CacheRole::Fill || role == CacheRole::Advance ? fill_program : program;
+}
+
 ReplicaLayout replica_layout(const Config& c, int K) {
   return c.planner.autodp ? autodp_layout(c.cluster, K) : fixed_replicas_layout(c.cluster, K, c.planner.K);
 }
@@ -86,8 +91,8 @@ IterationSetup iteration_setup(const Config& c, const Plan& p, bool fill) {
   return s;
 }
 
-RunPlanner::RunPlanner(const Config& c, const CostModel& cost, const IterationPredictor& predictor)
-    : ctx_(c, cost),
+RunPlanner::RunPlanner(const Config& c, const CostModel& cost, const IterationPredictor& predictor, int host_cores)
+    : ctx_(c, cost, host_cores),
       freeze_(c),
       predict_(predictor ? predictor : analytic_predictor(ctx_)),
       search_(ctx_, predict_),
@@ -133,6 +138,9 @@ const Plan& RunPlanner::next(int frozen_layers) {
   base.frozen_layers = frozen_layers;
   base.v = pc.virtual_stages;
   Plan plan = pc.objective == Objective::Paper ? choose_paper(std::move(base)) : choose_time(std::move(base));
+  // Lowered and checked once here; the back ends run these as they are.
+  check_schedule(plan.program.schedule);
+  if (!plan.fill_program.empty()) check_schedule(plan.fill_program.schedule);
   K_ = plan.K;
   if (plan.cache.on) cached_layers_ = plan.frozen_layers;
   run_.plans.push_back(std::move(plan));
@@ -179,12 +187,15 @@ void RunPlanner::choose_M(Plan& plan, const std::vector<int>& only_M) {
 
 void RunPlanner::time_with_backend(const std::vector<Plan*>& plans) {
   const Config& c = ctx_.config;
-  std::vector<IterationSetup> setups;
-  for (const Plan* plan : plans) {
-    setups.push_back(iteration_setup(c, *plan, false));
-    if (plan->cache_fill_from >= 0) setups.push_back(iteration_setup(c, *plan, true));
+  std::vector<IterationProgram> programs;
+  for (Plan* plan : plans) {
+    plan->program = lower_iteration(ctx_, iteration_setup(c, *plan, false));
+    plan->fill_program = plan->cache_fill_from >= 0 ? lower_iteration(ctx_, iteration_setup(c, *plan, true))
+                                                    : IterationProgram{};
+    programs.push_back(plan->program);
+    if (!plan->fill_program.empty()) programs.push_back(plan->fill_program);
   }
-  const std::vector<IterationPrediction> t = predict_(setups, PredictionUse::Plan);
+  const std::vector<IterationPrediction> t = predict_(programs, PredictionUse::Plan);
   std::size_t i = 0;
   for (Plan* plan : plans) {
     plan->iteration_s = t[i].iteration_s;
@@ -455,11 +466,6 @@ Plan RunPlanner::choose_time(Plan base) {
   return plan;
 }
 
-RunPlan plan_run(const Config& c, const CostModel& cost, const IterationPredictor& predictor) {
-  RunPlanner planner(c, cost, predictor);
-  for (int T = 0; T <= planner.freeze_steps(); ++T) planner.next(planner.frozen_after({}));
-  return planner.run();
-}
 
 namespace {
 

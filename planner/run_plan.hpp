@@ -88,9 +88,16 @@ struct Plan {
   int recomputed_microbatches = 0;
   double predicted_transition_s = 0;  // entering this plan (planner/transition.hpp)
   std::vector<Alternative> alternatives;  // objective "time": what was weighed, best first
+  // What the back ends carry out, lowered by RunPlanner::next: the steady
+  // state, and the first epoch's iteration when it (re)fills the cache
+  // (empty otherwise). Not in plan.json: it follows from the fields above.
+  IterationProgram program;
+  IterationProgram fill_program;
   [[nodiscard]] int epochs() const { return end_epoch - first_epoch; }
   // Fill in the plan's first epoch when it (re)fills the cache, read after.
   [[nodiscard]] CacheRole cache_role(int epoch) const;
+  // The program epoch `epoch` runs (fill_program when it fills or advances).
+  [[nodiscard]] const IterationProgram& program_for(int epoch) const;
 };
 
 struct RunPlan {
@@ -110,14 +117,16 @@ struct RunPlan {
   [[nodiscard]] double predicted_total_s() const;
 };
 
-// Plans one freeze step at a time. The executor feeds it the frozen counts
-// its measured gradient norms decide as training goes; plan_run feeds it the
-// freeze timeline. `predict` times one iteration for the chunk search and the
+// Plans one freeze step at a time, driven by the run loop (run_loop.hpp):
+// the frozen counts come from measured gradient norms as training goes, or
+// (planning ahead) from a replayed trace or the alpha bound. `predict` times one iteration for the chunk search and the
 // plan's predicted throughput; empty: the analytic predictor. Holds
 // references to the config and the cost model.
 class RunPlanner {
  public:
-  RunPlanner(const Config&, const CostModel&, const IterationPredictor& predict = {});
+  // `host_cores`: the cores of the machine running one node's pipelines
+  // (PlanContext::host_cores), for the programs' thread counts; 0: none.
+  RunPlanner(const Config&, const CostModel&, const IterationPredictor& predict = {}, int host_cores = 0);
   RunPlanner(const RunPlanner&) = delete;
   RunPlanner& operator=(const RunPlanner&) = delete;
 
@@ -172,8 +181,9 @@ class RunPlanner {
   RunPlan run_;
 };
 
-// The whole run, ahead of time: RunPlanner driven by freeze_timeline (a
-// gradient-norm policy without recorded norms plans with the alpha bound).
+// The whole run, ahead of time: the run loop (run_loop.hpp) with nothing
+// measured (a gradient-norm policy without recorded norms plans with the
+// alpha bound). Defined in run_loop.cpp.
 [[nodiscard]] RunPlan plan_run(const Config&, const CostModel&, const IterationPredictor& predict = {});
 
 // The replica layout for pipeline length K: AutoDP's (I/K pipelines per

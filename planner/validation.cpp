@@ -127,6 +127,12 @@ std::vector<ValidationPlan> validation_plans(const PlanContext& ctx) {
             p.setup.batch = B;
             p.setup.replicas = replicas;
             p.setup.cache_on = cache;
+            p.program = lower_iteration(ctx, p.setup);
+            if (cache) {
+              IterationSetup fill = p.setup;
+              fill.cache_valid_layers = 0;
+              p.fill = lower_iteration(ctx, fill);
+            }
             p.name = "K=" + std::to_string(K) + " M=" + std::to_string(M) + " x" + std::to_string(replicas) +
                      " frozen=" + std::to_string(frozen) + (cache ? " cache" : "");
             plans.push_back(std::move(p));

@@ -42,6 +42,8 @@ struct ValidationRow {
 struct ValidationPlan {
   std::string name;  // "K=2 M=4 x1 frozen=6 cache"
   IterationSetup setup;
+  IterationProgram program;  // setup, lowered (with the context's host cores)
+  IterationProgram fill;     // with the cache on: the iteration that fills it before the measured ones
 };
 [[nodiscard]] std::vector<ValidationPlan> validation_plans(const PlanContext&);
 

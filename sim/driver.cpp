@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include "planner/run_loop.hpp"
 #include "planner/transition.hpp"
 #include "sim/runs.hpp"
 #include "traces/chunks_csv.hpp"
@@ -36,8 +37,8 @@ namespace {
 
 // Iteration period with free communication: what communication adds is
 // the measured period minus this.
-double period_without_comm(const PlanContext& ctx, const IterationSetup& s) {
-  const IterationCosts costs = iteration_costs(ctx, s);
+double period_without_comm(const PlanContext& ctx, const IterationProgram& p) {
+  const IterationCosts costs = iteration_costs(ctx, p.setup);
   const auto free_comm = [&](const Action& a) {
     switch (a.kind) {
       case ActionKind::SendAct:
@@ -48,7 +49,7 @@ double period_without_comm(const PlanContext& ctx, const IterationSetup& s) {
       default: return costs.duration(a);
     }
   };
-  return simulate(build_schedule(schedule_options(ctx, s)), free_comm).makespan;
+  return simulate(p.schedule, free_comm).makespan;
 }
 
 // The overhead before a plan's first epoch, in the parts SPEC §7's
@@ -74,7 +75,7 @@ Transition transition(const PlanContext& ctx, const Plan* prev, const Plan& plan
 // Steady-state periods: the last iteration of warm-up + measured ones,
 // once the measured ones repeat; more are simulated until they do.
 std::vector<std::pair<double, Measured>> steady_periods(Runner& runner, const PlanContext& ctx,
-                                                        const std::vector<IterationSetup>& setups) {
+                                                        const std::vector<IterationProgram>& programs) {
   const SimConfig& k = ctx.config.sim;
   const auto period = [&](const Measured& m, bool* repeats) {
     const auto& end = m.sim.iteration_end_s;
@@ -85,14 +86,14 @@ std::vector<std::pair<double, Measured>> steady_periods(Runner& runner, const Pl
     return d.back();
   };
   const int n0 = k.warmup_iterations + k.measure_iterations;
-  const std::vector<Measured> first = runner.run(ctx, setups, n0);
+  const std::vector<Measured> first = runner.run(ctx, programs, n0);
   std::vector<std::pair<double, Measured>> out;
-  for (std::size_t i = 0; i < setups.size(); ++i) {
+  for (std::size_t i = 0; i < programs.size(); ++i) {
     Measured m = first[i];
     bool repeats = false;
     double p = period(m, &repeats);
     for (int n = 2 * n0; !repeats && n <= 64; n *= 2) {
-      m = runner.run(ctx, {setups[i]}, n).front();
+      m = runner.run(ctx, {programs[i]}, n).front();
       p = period(m, &repeats);
     }
     out.emplace_back(p, m);
@@ -166,6 +167,18 @@ void check_exact(const std::vector<Plan>& plans) {
 
 namespace {
 
+// The simulator's side of the run loop: it plans ahead (no measured
+// gradient norms: the freeze policy replays a trace or takes the alpha
+// bound; no cache probe: AutoCache decides on the cost model) and records
+// the epochs each plan runs, priced once the walk is known.
+struct SimWalk : RunBackend {
+  std::map<int, std::vector<int>> epochs;  // plan id -> epochs, in order
+  std::vector<double> grad_norms() override { return {}; }
+  std::optional<MeasuredCache> probe_cache(int) override { return std::nullopt; }
+  void enter(const Plan& plan, const Plan*) override { epochs[plan.id]; }
+  void run_epoch(const Plan& plan, int epoch) override { epochs[plan.id].push_back(epoch); }
+};
+
 // One mode of one training: its plans, epochs and chunk rows, and (the
 // traced mode) its trace.
 struct ModeOutput {
@@ -189,6 +202,32 @@ void append_traced(ModeOutput& out, const std::vector<trace::Trace>& iterations,
   }
 }
 
+// Traced: the iteration each plan starts with (it fills the cache when it
+// does), once per run of identical plans.
+struct TracedPrograms {
+  std::vector<IterationProgram> programs;
+  std::vector<int> plan_ids;
+  std::vector<bool> is_traced;  // per plan
+};
+
+TracedPrograms traced_programs(const std::vector<Plan>& plans, bool traced) {
+  TracedPrograms out;
+  out.is_traced.assign(plans.size(), false);
+  for (std::size_t pi = 0; traced && pi < plans.size(); ++pi) {
+    const IterationProgram& first = plans[pi].program_for(plans[pi].first_epoch);
+    const IterationSetup* last = out.programs.empty() ? nullptr : &out.programs.back().setup;
+    const bool same = last && last->partition == first.setup.partition && last->M == first.setup.M &&
+                      last->cache_on == first.setup.cache_on &&
+                      last->cache_valid_layers == first.setup.cache_valid_layers &&
+                      last->replicas == first.setup.replicas;
+    if (same) continue;
+    out.programs.push_back(first);
+    out.plan_ids.push_back(plans[pi].id);
+    out.is_traced[pi] = true;
+  }
+  return out;
+}
+
 ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostModel& cost, bool exact,
                          Runner& runner, Simulator& sim, const std::function<void(double)>& progress) {
   ModeOutput out;
@@ -197,14 +236,14 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   // SimGrid answers the planner's profiling step with one iteration per
   // candidate M (a synchronous iteration starts from idle devices), and a
   // plan's throughput with its steady state, which the plans below reuse.
-  const IterationPredictor predict = [&](const std::vector<IterationSetup>& setups, PredictionUse use) {
+  const IterationPredictor predict = [&](const std::vector<IterationProgram>& programs, PredictionUse use) {
     std::vector<IterationPrediction> out;
     if (use == PredictionUse::Plan) {
-      for (const auto& [period, m] : steady_periods(runner, ctx, setups))
+      for (const auto& [period, m] : steady_periods(runner, ctx, programs))
         out.push_back({period, m.bubble_fraction(period)});
       return out;
     }
-    for (const Measured& m : runner.run(ctx, setups, 1)) {
+    for (const Measured& m : runner.run(ctx, programs, 1)) {
       const double t = m.sim.iteration_end_s.front();
       out.push_back({t, m.bubble_fraction(t)});
     }
@@ -212,41 +251,30 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   };
   ModeRun& run = out.run;
   run.mode = mode;
-  run.plan = plan_run(mc, cost, predict);
+  // The run loop walks the training; the simulator records the walk and
+  // prices it below, its SimGrid runs in parallel.
+  RunPlanner planner(mc, cost, predict);
+  SimWalk walk;
+  run_training(planner, walk);
+  run.plan = planner.run();
   if (exact) check_exact(run.plan.plans);
   const bool traced = last && mc.sim.trace;
   const std::vector<Plan>& plans = run.plan.plans;
-  // Traced: the iteration each plan starts with (it fills the cache when it
-  // does), once per run of identical plans.
-  std::vector<IterationSetup> traced_setups;
-  std::vector<int> traced_plans;
-  std::vector<bool> is_traced(plans.size(), false);
-  for (std::size_t pi = 0; traced && pi < plans.size(); ++pi) {
-    const IterationSetup first = iteration_setup(mc, plans[pi], true);
-    const IterationSetup* last_traced = traced_setups.empty() ? nullptr : &traced_setups.back();
-    const bool same = last_traced && last_traced->partition == first.partition && last_traced->M == first.M &&
-                      last_traced->cache_on == first.cache_on &&
-                      last_traced->cache_valid_layers == first.cache_valid_layers &&
-                      last_traced->replicas == first.replicas;
-    if (same) continue;
-    traced_setups.push_back(first);
-    traced_plans.push_back(plans[pi].id);
-    is_traced[pi] = true;
-  }
+  const TracedPrograms to_trace = traced_programs(plans, traced);
   // The transitions' transfers and the traced iterations depend on nothing
   // but the plans: all start at once (their runs go to the same pool), and
   // the plans are then walked in order.
   std::future<std::vector<trace::Trace>> traces =
-      std::async(std::launch::async, [&] { return runner.trace(ctx, traced_setups, traced_plans); });
+      std::async(std::launch::async, [&] { return runner.trace(ctx, to_trace.programs, to_trace.plan_ids); });
   std::vector<std::future<Transition>> transitions;
   for (std::size_t pi = 0; pi < plans.size(); ++pi)
     transitions.push_back(std::async(std::launch::async, [&, pi] {
       return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim);
     }));
   // The steady states plan_run had simulated (memo hits), for their breakdown.
-  std::vector<IterationSetup> setups;
-  for (const Plan& p : plans) setups.push_back(iteration_setup(mc, p, false));
-  const auto steady_states = steady_periods(runner, ctx, setups);
+  std::vector<IterationProgram> steady;
+  for (const Plan& p : plans) steady.push_back(p.program);
+  const auto steady_states = steady_periods(runner, ctx, steady);
   double clock = 0;  // start of the plan on the run's timeline
   std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
   for (std::size_t pi = 0; pi < plans.size(); ++pi) {
@@ -254,23 +282,23 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     PlanSim ps;
     ps.plan_id = p.id;
     ps.steady = steady_states[pi].second.sim;
-    ps.exposed_comm_s = std::max(0.0, p.iteration_s - period_without_comm(ctx, setups[pi]));
+    ps.exposed_comm_s = std::max(0.0, p.iteration_s - period_without_comm(ctx, p.program));
     const Transition tr = transitions[pi].get();
     ps.transition_s = tr.total_s();
-    if (is_traced[pi]) {
+    if (to_trace.is_traced[pi]) {
       // After the transition's parts.
       traced_at.push_back({clock + ps.transition_s, p.first_epoch});
       const bool fits = clock + tr.total_s() <= trace::kMaxTraceTimeS && tr.total_s() <= trace::kMaxTraceSpanS;
       if (tr.total_s() > 0 && fits) add_transition_events(out.trace, mc, p, pi ? &plans[pi - 1] : nullptr, tr, clock);
       out.untraced += !fits;
     }
-    for (int e = p.first_epoch; e < p.end_epoch; ++e) {
+    for (const int e : walk.epochs.at(p.id)) {
       const CacheRole role = p.cache_role(e);
       const bool fill = role == CacheRole::Fill || role == CacheRole::Advance;
       double epoch_s = p.iterations_per_epoch * (fill ? p.fill_iteration_s : p.iteration_s);
       if (exact) {
         const auto n = static_cast<int>(p.iterations_per_epoch);  // check_exact bounds it
-        epoch_s = runner.run(ctx, {iteration_setup(mc, p, fill)}, n).front().sim.iteration_end_s.back();
+        epoch_s = runner.run(ctx, {p.program_for(e)}, n).front().sim.iteration_end_s.back();
       }
       const double transition = e == p.first_epoch ? ps.transition_s : 0.0;
       run.epochs.push_back(epoch_row(mode, p, ps, e, fill, epoch_s, transition, mc.data.num_train_samples));
@@ -467,20 +495,20 @@ void write_outputs(const RunResult& r, const std::string& dir) {
 }
 
 std::vector<double> simulate_steady_iterations(const Config& config, const CostModel& cost,
-                                               const std::vector<IterationSetup>& setups, Simulator& sim) {
+                                               const std::vector<IterationProgram>& programs, Simulator& sim) {
   const PlanContext ctx(config, cost);
   Runner runner(sim, default_jobs(0));
   std::vector<double> out;
-  for (const auto& [period, m] : steady_periods(runner, ctx, setups)) out.push_back(period);
+  for (const auto& [period, m] : steady_periods(runner, ctx, programs)) out.push_back(period);
   return out;
 }
 
 std::vector<double> simulate_chunk_iterations(const Config& config, const CostModel& cost,
-                                              const std::vector<IterationSetup>& setups, Simulator& sim) {
+                                              const std::vector<IterationProgram>& programs, Simulator& sim) {
   const PlanContext ctx(config, cost);
   Runner runner(sim, default_jobs(0));
   std::vector<double> out;
-  for (const Measured& m : runner.run(ctx, setups, 1)) out.push_back(m.sim.iteration_end_s.front());
+  for (const Measured& m : runner.run(ctx, programs, 1)) out.push_back(m.sim.iteration_end_s.front());
   return out;
 }
 

@@ -75,15 +75,15 @@ struct RunOptions {
 // same question get one run. Results in the order of `configs`.
 [[nodiscard]] std::vector<RunResult> simulate_trainings(const std::vector<Config>&, const RunOptions&, Simulator&);
 
-// The steady-state iteration time (seconds) SimGrid gives each setup under
+// The steady-state iteration time (seconds) SimGrid gives each program under
 // `cost`: what `elasticpipe validate` compares with measured iterations.
 [[nodiscard]] std::vector<double> simulate_steady_iterations(const Config&, const CostModel& cost,
-                                                             const std::vector<IterationSetup>&, Simulator&);
+                                                             const std::vector<IterationProgram>&, Simulator&);
 
-// The one-iteration time (seconds) SimGrid gives each setup, from idle
+// The one-iteration time (seconds) SimGrid gives each program, from idle
 // devices: what the chunk search compares across M.
 [[nodiscard]] std::vector<double> simulate_chunk_iterations(const Config&, const CostModel& cost,
-                                                            const std::vector<IterationSetup>&, Simulator&);
+                                                            const std::vector<IterationProgram>&, Simulator&);
 
 // The CLI's summary: time per mode and speedup, then per epoch of the last
 // mode: frozen layers, K, replicas, M, throughput.

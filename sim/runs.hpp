@@ -28,7 +28,7 @@ struct Measured {
   [[nodiscard]] double bubble_fraction(double period_s) const { return 1.0 - fb_per_device_s / period_s; }
 };
 
-// Runs iterations of setups on SimGrid, memoised across plans, modes and
+// Runs iterations of lowered programs on SimGrid, memoised across plans, modes and
 // trainings on the same platform: the key is the request itself (partition,
 // K, M, layout, cache mode and a hash of every action's duration and
 // bytes), so two
@@ -39,18 +39,18 @@ class Runner {
  public:
   Runner(Simulator& sim, int jobs) : sim_(sim), jobs_(jobs) {}
 
-  std::vector<Measured> run(const PlanContext& ctx, const std::vector<IterationSetup>& setups, int iterations) {
+  std::vector<Measured> run(const PlanContext& ctx, const std::vector<IterationProgram>& programs, int iterations) {
     std::vector<std::string> keys;
     std::vector<SimRequest> misses;
     std::vector<std::string> miss_keys;
     {
       std::vector<SimRequest> requests;
-      for (const IterationSetup& s : setups) {
-        requests.push_back(request(ctx, s, iterations, -1));
-        keys.push_back(signature(requests.back(), s, iterations));
+      for (const IterationProgram& p : programs) {
+        requests.push_back(request(ctx, p, iterations, -1));
+        keys.push_back(signature(requests.back(), p.setup, iterations));
       }
       const std::lock_guard lock(mutex_);
-      for (std::size_t i = 0; i < setups.size(); ++i) {
+      for (std::size_t i = 0; i < programs.size(); ++i) {
         if (memo_.count(keys[i]) || running_.count(keys[i])) continue;
         running_.insert(keys[i]);
         misses.push_back(std::move(requests[i]));
@@ -83,25 +83,26 @@ class Runner {
 
   // One traced iteration per setup, in parallel (not memoised: the traces
   // are the point).
-  std::vector<trace::Trace> trace(const PlanContext& ctx, const std::vector<IterationSetup>& setups,
+  std::vector<trace::Trace> trace(const PlanContext& ctx, const std::vector<IterationProgram>& programs,
                                   const std::vector<int>& plan_ids) {
     std::vector<SimRequest> requests;
-    for (std::size_t i = 0; i < setups.size(); ++i) requests.push_back(request(ctx, setups[i], 1, plan_ids[i]));
+    for (std::size_t i = 0; i < programs.size(); ++i) requests.push_back(request(ctx, programs[i], 1, plan_ids[i]));
     std::vector<trace::Trace> traces;
     (void)sim_.run_batch(requests, jobs_, &traces);
     return traces;
   }
 
  private:
-  static SimRequest request(const PlanContext& ctx, const IterationSetup& s, int iterations, int plan_id) {
+  // The program as the planner lowered it; the cost model prices its actions.
+  static SimRequest request(const PlanContext& ctx, const IterationProgram& p, int iterations, int plan_id) {
     SimRequest req;
-    req.schedule = build_schedule(schedule_options(ctx, s));
-    req.costs = iteration_costs(ctx, s);
-    for (const auto& r : replica_layout(ctx.config, s.K, s.replicas).replica) {
+    req.schedule = p.schedule;
+    req.costs = iteration_costs(ctx, p.setup);
+    for (const auto& r : p.layout.replica) {
       req.replica_gpus.push_back(r.gpus);
       req.replica_rank.push_back(r.rank);
     }
-    req.cache_tier = s.cache_tier;
+    req.cache_tier = p.setup.cache_tier;
     req.iterations = iterations;
     req.plan_id = plan_id;
     return req;

@@ -112,4 +112,19 @@ inline std::vector<MicroBatch> split(const at::Tensor& x, const at::Tensor& y, i
   return out;
 }
 
+// A hand-built schedule as the program the pipeline runs: one intra-op
+// thread per worker, the recomputation `ckpt` implies, the cache depth as
+// IterationSetup::cache_valid_layers.
+inline IterationProgram program_of(Schedule s, Checkpointing ckpt = Checkpointing::Never, int cache_valid_layers = -1) {
+  IterationProgram p;
+  p.setup.K = s.K;
+  p.setup.v = s.v;
+  p.setup.M = s.M;
+  p.setup.cache_valid_layers = cache_valid_layers;
+  p.recomputed_microbatches = recomputed_microbatches(ckpt, s.M);
+  p.threads = {1, 1};
+  p.schedule = std::move(s);
+  return p;
+}
+
 }  // namespace ep::exec::testing

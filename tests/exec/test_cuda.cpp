@@ -54,9 +54,9 @@ std::pair<double, std::map<std::string, at::Tensor>> iteration(const ModelConfig
   Model model(m, 7);
   exec::Optimizer opt(testing::sgd());
   const int K = static_cast<int>(devices.size());
-  Pipeline pipe(model, opt, {std::move(devices), 1, bf16, Checkpointing::Never});
+  Pipeline pipe(model, opt, {std::move(devices), bf16});
   pipe.configure(halves(model.num_sublayers()), K, 1);
-  const double loss = pipe.run(one_f_one_b(K, 4), split(x, y, 4), static_cast<int>(x.size(0)), 0).loss;
+  const double loss = pipe.run(testing::program_of(one_f_one_b(K, 4)), split(x, y, 4), static_cast<int>(x.size(0)), 0).loss;
   std::map<std::string, at::Tensor> grads;
   for (const auto& p : model.named_params())
     if (p.tensor.grad().defined()) grads[p.name] = p.tensor.grad().cpu();

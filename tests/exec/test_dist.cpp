@@ -99,7 +99,7 @@ TEST_CASE("two data-parallel replicas with bucketed all-reduce equal one replica
   // Reference: one pipeline, the whole batch, no all-reduce.
   Model ref(mc, 5);
   exec::Optimizer ref_opt(sgd());
-  Pipeline ref_pipe(ref, ref_opt, {{at::kCPU, at::kCPU}, 1, false, Checkpointing::Never});
+  Pipeline ref_pipe(ref, ref_opt, {{at::kCPU, at::kCPU}, false});
   ref_pipe.configure(p, 2, 1);
   ScheduleOptions o;
   o.kind = ScheduleKind::OneFOneB;
@@ -121,7 +121,7 @@ TEST_CASE("two data-parallel replicas with bucketed all-reduce equal one replica
     models.push_back(std::make_unique<Model>(mc, 5));
     opts.push_back(std::make_unique<exec::Optimizer>(sgd()));
     pipes.push_back(std::make_unique<Pipeline>(*models.back(), *opts.back(),
-                                               PipelineOptions{{at::kCPU, at::kCPU}, 1, false, Checkpointing::Never}));
+                                               PipelineOptions{{at::kCPU, at::kCPU}, false}));
     pipes.back()->configure(p, 2, 1);
     pipes.back()->set_reducer(d);
   }
@@ -129,10 +129,10 @@ TEST_CASE("two data-parallel replicas with bucketed all-reduce equal one replica
     at::manual_seed(100 + it);
     const at::Tensor x = at::randn({B, 1, 8, 8});
     const at::Tensor y = at::randint(0, mc.num_labels, {B}, at::kLong);
-    const IterationResult r = ref_pipe.run(single, batches(x, y, 0, B, 4), B, 1e-2);
+    const IterationResult r = ref_pipe.run(testing::program_of(single), batches(x, y, 0, B, 4), B, 1e-2);
     IterationResult parts[2];
-    std::thread other([&] { parts[1] = pipes[1]->run(replicated, batches(x, y, 6, 6, 2), B, 1e-2, -1, std::chrono::steady_clock::now()); });
-    parts[0] = pipes[0]->run(replicated, batches(x, y, 0, 6, 2), B, 1e-2, -1, std::chrono::steady_clock::now());
+    std::thread other([&] { parts[1] = pipes[1]->run(testing::program_of(replicated), batches(x, y, 6, 6, 2), B, 1e-2, std::chrono::steady_clock::now()); });
+    parts[0] = pipes[0]->run(testing::program_of(replicated), batches(x, y, 0, 6, 2), B, 1e-2, std::chrono::steady_clock::now());
     other.join();
     CHECK(parts[0].loss + parts[1].loss == Approx(r.loss).epsilon(1e-5));
     // Both replicas measure the same (all-reduced) gradient norms as the reference.
@@ -213,7 +213,7 @@ TEST_CASE("advancing stale cache entries through the newly frozen layers equals 
   }
   // The boundary moves to 3 frozen layers: CR (depth 1), FZ through layers 1..2, CW (depth 3).
   const Partition p = partition(3, {}, sublayers);
-  Pipeline pipe(model, opt, {{at::kCPU}, 1, false, Checkpointing::Never});
+  Pipeline pipe(model, opt, {{at::kCPU}, false});
   pipe.configure(p, 1, 1);
   pipe.set_cache(&cache);
   ScheduleOptions o;
@@ -224,7 +224,7 @@ TEST_CASE("advancing stale cache entries through the newly frozen layers equals 
   o.frozen_input = FrozenInput::Advance;
   const Schedule s = build_schedule(o);
   check_schedule(s);
-  (void)pipe.run(s, batches(x, y, 0, N, 2), N, 0, /*cache_valid_layers=*/1);
+  (void)pipe.run(testing::program_of(s, Checkpointing::Never, /*cache_valid_layers=*/1), batches(x, y, 0, N, 2), N, 0);
   at::Tensor expected;
   {
     c10::NoGradGuard g;

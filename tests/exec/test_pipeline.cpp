@@ -68,8 +68,13 @@ struct Run {
   Model model;
   exec::Optimizer optimizer;
   Pipeline pipeline;
-  Run(const ModelConfig& m, int workers, Checkpointing ckpt = Checkpointing::Never)
-      : model(m, 7), optimizer(sgd()), pipeline(model, optimizer, {cpus(workers), 1, false, ckpt}) {}
+  Checkpointing ckpt;
+  Run(const ModelConfig& m, int workers, Checkpointing c = Checkpointing::Never)
+      : model(m, 7), optimizer(sgd()), pipeline(model, optimizer, {cpus(workers), false}), ckpt(c) {}
+  // `s` as a program with this run's recomputation.
+  IterationResult run(Schedule s, std::span<const MicroBatch> mbs, double real, double lr, int cache_valid_layers = -1) {
+    return pipeline.run(testing::program_of(std::move(s), ckpt, cache_valid_layers), mbs, real, lr);
+  }
 };
 
 std::map<std::string, at::Tensor> grads(const Model& model) {
@@ -103,7 +108,7 @@ TEST_CASE("every schedule on 1, 2 and 4 stages gives one device's loss and gradi
     const int n = ref.model.num_sublayers();
     ref.pipeline.configure(random_partition(n, 0, 1, rng), 1, 1);
     const auto mb1 = split(x, y, 1);
-    const double ref_loss = ref.pipeline.run(schedule_for(ScheduleKind::GPipe, 1, 1, 1, ref.pipeline.partition(), false),
+    const double ref_loss = ref.run(schedule_for(ScheduleKind::GPipe, 1, 1, 1, ref.pipeline.partition(), false),
                                              mb1, 12, 0).loss;
     const auto ref_grads = grads(ref.model);
     for (const ScheduleKind kind : kKinds)
@@ -117,7 +122,7 @@ TEST_CASE("every schedule on 1, 2 and 4 stages gives one device's loss and gradi
           Run run(m, K);
           run.pipeline.configure(random_partition(n, 0, K * v, rng), K, v);
           const auto result =
-              run.pipeline.run(schedule_for(kind, K, M, v, run.pipeline.partition(), false), split(x, y, M), 12, 0);
+              run.run(schedule_for(kind, K, M, v, run.pipeline.partition(), false), split(x, y, M), 12, 0);
           CHECK(result.loss == Approx(ref_loss).epsilon(1e-5));
           require_close(grads(run.model), ref_grads);
         }
@@ -135,7 +140,7 @@ TEST_CASE("activation recomputation changes memory, not the gradients") {
     Run run(m, 2, c);
     std::mt19937 same(3);
     run.pipeline.configure(random_partition(run.model.num_sublayers(), 1, 2, same), 2, 1);
-    (void)run.pipeline.run(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, run.pipeline.partition(), false),
+    (void)run.run(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, run.pipeline.partition(), false),
                            split(x, y, 4), 8, 0);
     results.push_back(grads(run.model));
   }
@@ -158,7 +163,7 @@ TEST_CASE("the executor recomputes exactly the micro-batches the planner's cost 
     Run run(m, K, c);
     run.pipeline.configure(random_partition(run.model.num_sublayers(), frozen, K, rng), K, 1);
     const Partition& p = run.pipeline.partition();
-    const IterationResult r = run.pipeline.run(
+    const IterationResult r = run.run(
         schedule_for(rng() % 2 ? ScheduleKind::GPipe : ScheduleKind::OneFOneB, K, M, 1, p, false), split(x, y, M), 8, 0);
     REQUIRE(static_cast<int>(r.recomputed.size()) == K);
     for (int st = 0; st < K; ++st)
@@ -205,13 +210,13 @@ TEST_CASE("after a transition that freezes layers and repacks, training matches 
       const Partition& rp = ref.pipeline.partition();
       const Partition& pp = run.pipeline.partition();
       const double lr = learning_rate(t, it, 5);
-      ref_losses.push_back(ref.pipeline.run(schedule_for(ScheduleKind::GPipe, 1, 1, 1, rp, true), split(x, y, 1), 12, lr).loss);
+      ref_losses.push_back(ref.run(schedule_for(ScheduleKind::GPipe, 1, 1, 1, rp, true), split(x, y, 1), 12, lr).loss);
       const auto frozen_before = run.pipeline.partition().frozen_end;
       std::map<std::string, at::Tensor> frozen_weights;
       for (int i = 0; i < frozen_before; ++i)
         for (const auto& p : run.model.sublayer(i).params()) frozen_weights[p.name] = p.tensor.detach().clone();
       const ScheduleKind used = looping && v == 1 ? ScheduleKind::OneFOneB : kind;
-      losses.push_back(run.pipeline.run(schedule_for(used, K, 2 * K, v, pp, true), split(x, y, 2 * K), 12, lr).loss);
+      losses.push_back(run.run(schedule_for(used, K, 2 * K, v, pp, true), split(x, y, 2 * K), 12, lr).loss);
       for (int i = 0; i < frozen_before; ++i)
         for (const auto& p : run.model.sublayer(i).params()) {
           CHECK(at::equal(p.tensor.detach(), frozen_weights.at(p.name)));
@@ -243,8 +248,8 @@ TEST_CASE("a stage with nothing to train works: no optimizer state, no gradient 
   ref.pipeline.configure(single, 1, 1);
   const at::Tensor x = inputs(m, 8, 4);
   const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
-  const double a = run.pipeline.run(schedule_for(ScheduleKind::GPipe, 2, 4, 1, p, true), split(x, y, 4), 8, 0.01).loss;
-  const double b = ref.pipeline.run(schedule_for(ScheduleKind::GPipe, 1, 1, 1, single, true), split(x, y, 1), 8, 0.01).loss;
+  const double a = run.run(schedule_for(ScheduleKind::GPipe, 2, 4, 1, p, true), split(x, y, 4), 8, 0.01).loss;
+  const double b = ref.run(schedule_for(ScheduleKind::GPipe, 1, 1, 1, single, true), split(x, y, 1), 8, 0.01).loss;
   CHECK(a == Approx(b).epsilon(1e-5));
   for (int i = 0; i < p.frozen_end; ++i)
     for (const auto& q : run.model.sublayer(i).params()) CHECK_FALSE(run.optimizer.contains(q.name));
@@ -257,11 +262,11 @@ TEST_CASE("a failing stage stops the whole pipeline with its error instead of ha
   run.pipeline.configure(random_partition(run.model.num_sublayers(), 0, 2, rng), 2, 1);
   const at::Tensor x = at::randn({4, 1, 6, 6});  // wrong image size: the stem fails on device 0
   const at::Tensor y = at::zeros({4}, at::kLong);
-  CHECK_THROWS(run.pipeline.run(schedule_for(ScheduleKind::GPipe, 2, 2, 1, run.pipeline.partition(), false),
+  CHECK_THROWS(run.run(schedule_for(ScheduleKind::GPipe, 2, 2, 1, run.pipeline.partition(), false),
                                 split(x, y, 2), 4, 0));
   // The pipeline is usable afterwards.
   const at::Tensor good = inputs(m, 4, 3);
-  CHECK(run.pipeline.run(schedule_for(ScheduleKind::GPipe, 2, 2, 1, run.pipeline.partition(), false),
+  CHECK(run.run(schedule_for(ScheduleKind::GPipe, 2, 2, 1, run.pipeline.partition(), false),
                          split(good, y, 2), 4, 0).loss > 0);
 }
 
@@ -293,7 +298,7 @@ TEST_CASE("the cached path gives recomputation's loss and gradients, and advanci
     run.pipeline.configure(p, 2, 1);
     const auto iterate = [&](FrozenInput in, int valid) {
       const IterationResult r =
-          run.pipeline.run(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, p, false, in), mbs, 12, 0, valid);
+          run.run(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, p, false, in), mbs, 12, 0, valid);
       return std::pair{r.loss, grads(run.model)};
     };
     const auto [ref_loss, ref_grads] = iterate(FrozenInput::Forward, -1);

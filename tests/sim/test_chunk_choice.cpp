@@ -29,9 +29,9 @@ std::vector<Compared> compare(const std::string& name) {
       const Config mc = mode_config(config, run.mode);
       const AnalyticCostModel cost(mc.cluster, mc.training);
       const PlanContext ctx(mc, cost);
-      const IterationPredictor simgrid = [&](const std::vector<IterationSetup>& setups, PredictionUse) {
+      const IterationPredictor simgrid = [&](const std::vector<IterationProgram>& programs, PredictionUse) {
         std::vector<IterationPrediction> out;
-        for (const double t : simulate_chunk_iterations(mc, cost, setups, sim)) out.push_back({t, 0.0});
+        for (const double t : simulate_chunk_iterations(mc, cost, programs, sim)) out.push_back({t, 0.0});
         return out;
       };
       for (const Plan& p : run.plan.plans) {

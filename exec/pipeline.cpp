@@ -252,26 +252,34 @@ void Pipeline::worker_main(int device) {
   }
 }
 
-void Pipeline::run_device(int device, Job& job) {
+// One device's part of one iteration: its action list, one handler per
+// action kind. Device 0 also keeps F_frozen's inputs (advance) and outputs
+// between the frozen forward and the cache write.
+struct Pipeline::DeviceRun {
+  Pipeline& pipe;
+  Job& job;
+  const int device;
   const Schedule& schedule = *job.schedule;
-  const Partition& part = partition_;
+  const Partition& part = pipe.partition_;
   const int stages = schedule.num_stages();
-  const at::Device dev = options_.devices[device];
-  const int frozen_end = part.frozen_end;
+  const at::Device dev = pipe.options_.devices[device];
   const bool has_frozen_model = part.bounds.front() > 0;  // F_frozen on device 0
-  const int frozen_layers = part.frozen_layers;
-  std::map<int, at::Tensor> frozen_in, frozen_out;  // device 0: FZ's input (advance) and output, per micro-batch
+  std::map<int, at::Tensor> frozen_in, frozen_out;         // per micro-batch
+
+  DeviceRun(Pipeline& p, Job& j, int d) : pipe(p), job(j), device(d) {}
 
   // The program's recomputation, per micro-batch.
-  const auto recompute = [&](int m) { return job.program->recomputes(m); };
+  [[nodiscard]] bool recompute(int m) const { return job.program->recomputes(m); }
   // Stage s's own frozen sublayers (no AutoPipe: the prefix stays in place).
-  const auto inner_frozen = [&](int s) {
+  [[nodiscard]] SublayerRange inner_frozen(int s) const {
     return s == 0 && has_frozen_model ? SublayerRange{0, 0} : part.hosted_frozen(s);
-  };
+  }
   // Active sublayers exist before stage s: its input needs a gradient.
-  const auto needs_input_grad = [&](int s) { return s > 0 && part.bounds[s] > frozen_end; };
-  const auto active_forward = [&](int s, int m, Saved& saved) {
-    at::Tensor out = model_.forward(part.active(s), saved.input);
+  [[nodiscard]] bool needs_input_grad(int s) const { return s > 0 && part.bounds[s] > part.frozen_end; }
+  [[nodiscard]] bool advancing() const { return job.cache_valid_layers > 0; }
+
+  at::Tensor active_forward(int s, int m, Saved& saved) {
+    at::Tensor out = pipe.model_.forward(part.active(s), saved.input);
     if (s == stages - 1) {
       const MicroBatch& mb = job.batches[m];
       const at::Tensor labels = mb.labels.to(dev), weights = mb.weights.to(dev);
@@ -282,173 +290,193 @@ void Pipeline::run_device(int device, Job& job) {
       }
     }
     return out;
-  };
-  const auto stage_params = [&](int s) {
+  }
+
+  std::vector<NamedTensor> stage_params(int s) const {
     std::vector<NamedTensor> ps;
     for (int i = part.active(s).first; i < part.active(s).last; ++i)
-      for (const auto& p : model_.sublayer(i).params()) ps.push_back(p);
+      for (const auto& p : pipe.model_.sublayer(i).params()) ps.push_back(p);
     return ps;
-  };
+  }
 
-  for (const Action& a : schedule.devices[device]) {
-    const double start = job.origin ? seconds_since(*job.origin) : 0;
+  void cache_read(const Action& a) {
+    if (!pipe.cache_) throw Error("pipeline: the schedule reads the activation cache, none is set");
+    const int m = a.microbatch;
+    at::Tensor t = pipe.cache_->read(job.batches[m].indices,
+                                     advancing() ? job.cache_valid_layers : part.frozen_layers, dev);
+    if (advancing()) frozen_in[m] = t;
+    else job.mailbox.put({Message::FrozenOutput, 0, m}, t);
+  }
+
+  void frozen_forward(const Action& a) {
+    const int m = a.microbatch;
+    c10::NoGradGuard no_grad;
+    at::Tensor in = advancing() ? frozen_in.at(m) : job.batches[m].input.to(dev);
+    const SublayerRange run{advancing() ? ModelSpec::first_sublayer_of_layer(job.cache_valid_layers) : 0,
+                            part.bounds.front()};
+    at::Tensor out = pipe.model_.forward(run, in);
+    frozen_in.erase(m);
+    frozen_out[m] = out;
+    job.mailbox.put({Message::FrozenOutput, 0, m}, out);
+  }
+
+  void cache_write(const Action& a) {
+    if (!pipe.cache_) throw Error("pipeline: the schedule writes the activation cache, none is set");
+    pipe.cache_->write(job.batches[a.microbatch].indices, frozen_out.at(a.microbatch), part.frozen_layers);
+    frozen_out.erase(a.microbatch);
+  }
+
+  void forward(const Action& a) {
     const int s = a.stage, m = a.microbatch;
-    switch (a.kind) {
-      case ActionKind::CacheRead: {
-        if (!cache_) throw Error("pipeline: the schedule reads the activation cache, none is set");
-        const bool advance = job.cache_valid_layers > 0;
-        at::Tensor t = cache_->read(job.batches[m].indices, advance ? job.cache_valid_layers : frozen_layers, dev);
-        if (advance) frozen_in[m] = t;
-        else job.mailbox.put({Message::FrozenOutput, 0, m}, t);
-        break;
+    at::Tensor x;
+    if (s > 0) x = job.mailbox.take({Message::Activation, s, m});
+    else if (has_frozen_model) x = job.mailbox.take({Message::FrozenOutput, 0, m});
+    else x = job.batches[m].input.to(dev);
+    const SublayerRange inner = inner_frozen(s);
+    if (!inner.empty()) {
+      c10::NoGradGuard no_grad;
+      x = pipe.model_.forward(inner, x);
+    }
+    Saved& saved = job.saved[s][m];
+    saved.input = x.detach().requires_grad_(needs_input_grad(s));
+    at::Tensor out;
+    if (recompute(m)) {
+      c10::NoGradGuard no_grad;
+      out = active_forward(s, m, saved);
+    } else {
+      out = active_forward(s, m, saved);
+      saved.output = out;
+    }
+    if (s + 1 < stages) {
+      // Same device: hand over now; else the SendAct carries it.
+      if (schedule.device_of(s + 1) == device) job.mailbox.put({Message::Activation, s + 1, m}, out.detach());
+      else saved.output = saved.output.defined() ? saved.output : out;
+    }
+  }
+
+  void send_act(const Action& a) {
+    const int s = a.stage, m = a.microbatch;
+    const at::Device peer = pipe.options_.devices[a.peer_device];
+    job.mailbox.put({Message::Activation, s + 1, m}, job.saved[s].at(m).output.detach().to(peer));
+    if (recompute(m)) job.saved[s].at(m).output = at::Tensor();
+  }
+
+  void backward(const Action& a) {
+    const int s = a.stage, m = a.microbatch;
+    Saved saved = std::move(job.saved[s].at(m));
+    job.saved[s].erase(m);
+    const bool trains = !part.active(s).empty();
+    at::Tensor grad_out;
+    if (s + 1 < stages) grad_out = job.mailbox.take({Message::Gradient, s, m});
+    at::Tensor grad_in;
+    if (trains || needs_input_grad(s)) {
+      if (recompute(m)) {
+        saved.output = active_forward(s, m, saved);
+        job.recomputed[s][m] = 1;
       }
-      case ActionKind::FrozenForward: {
-        const bool advance = job.cache_valid_layers > 0;
-        c10::NoGradGuard no_grad;
-        at::Tensor in = advance ? frozen_in.at(m) : job.batches[m].input.to(dev);
-        const SublayerRange run{advance ? ModelSpec::first_sublayer_of_layer(job.cache_valid_layers) : 0,
-                                part.bounds.front()};
-        at::Tensor out = model_.forward(run, in);
-        frozen_in.erase(m);
-        frozen_out[m] = out;
-        job.mailbox.put({Message::FrozenOutput, 0, m}, out);
-        break;
-      }
-      case ActionKind::CacheWrite:
-        if (!cache_) throw Error("pipeline: the schedule writes the activation cache, none is set");
-        cache_->write(job.batches[m].indices, frozen_out.at(m), frozen_layers);
-        frozen_out.erase(m);
-        break;
-      case ActionKind::Forward: {
-        at::Tensor x;
-        if (s > 0) x = job.mailbox.take({Message::Activation, s, m});
-        else if (has_frozen_model) x = job.mailbox.take({Message::FrozenOutput, 0, m});
-        else x = job.batches[m].input.to(dev);
-        const SublayerRange inner = inner_frozen(s);
-        if (!inner.empty()) {
-          c10::NoGradGuard no_grad;
-          x = model_.forward(inner, x);
-        }
-        Saved& saved = job.saved[s][m];
-        saved.input = x.detach().requires_grad_(needs_input_grad(s));
-        at::Tensor out;
-        if (recompute(m)) {
-          c10::NoGradGuard no_grad;
-          out = active_forward(s, m, saved);
-        } else {
-          out = active_forward(s, m, saved);
-          saved.output = out;
-        }
-        if (s + 1 < stages) {
-          // Same device: hand over now; else the SendAct carries it.
-          if (schedule.device_of(s + 1) == device) job.mailbox.put({Message::Activation, s + 1, m}, out.detach());
-          else saved.output = saved.output.defined() ? saved.output : out;
-        }
-        break;
-      }
-      case ActionKind::SendAct: {
-        const at::Device peer = options_.devices[a.peer_device];
-        job.mailbox.put({Message::Activation, s + 1, m}, job.saved[s].at(m).output.detach().to(peer));
-        if (recompute(m)) job.saved[s].at(m).output = at::Tensor();
-        break;
-      }
-      case ActionKind::RecvAct:
-        job.mailbox.wait({Message::Activation, s, m});
-        break;
-      case ActionKind::Backward: {
-        Saved saved = std::move(job.saved[s].at(m));
-        job.saved[s].erase(m);
-        const bool trains = !part.active(s).empty();
-        at::Tensor grad_out;
-        if (s + 1 < stages) grad_out = job.mailbox.take({Message::Gradient, s, m});
-        at::Tensor grad_in;
-        if (trains || needs_input_grad(s)) {
-          if (recompute(m)) {
-            saved.output = active_forward(s, m, saved);
-            job.recomputed[s][m] = 1;
-          }
-          if (s == stages - 1) torch::autograd::backward({saved.loss});
-          else if (grad_out.defined()) torch::autograd::backward({saved.output}, {grad_out});
-          if (needs_input_grad(s)) grad_in = saved.input.grad();
-        }
-        if (s > 0) {
-          if (schedule.device_of(s - 1) == device) job.mailbox.put({Message::Gradient, s - 1, m}, grad_in);
-          else job.saved[s][m] = Saved{grad_in, {}, {}};  // kept for the SendGrad
-        }
-        break;
-      }
-      case ActionKind::SendGrad: {
-        const at::Device peer = options_.devices[a.peer_device];
-        at::Tensor g = std::move(job.saved[s].at(m).input);
-        job.saved[s].erase(m);
-        job.mailbox.put({Message::Gradient, s - 1, m}, g.defined() ? g.to(peer) : g);
-        break;
-      }
-      case ActionKind::RecvGrad:
-        job.mailbox.wait({Message::Gradient, s, m});
-        break;
-      case ActionKind::OptimizerStep: {
-        const std::vector<NamedTensor> params = stage_params(s);
-        for (auto& b : job.buckets[s]) {  // the replicas' summed gradients, back in place
-          b.pending->wait();
-          if (job.origin)
-            job.records[device][b.record].end_s =
-                std::chrono::duration<double>(b.pending->completed_at() - *job.origin).count();
-          std::int64_t at = 0;
-          for (auto& g : b.grads) {
-            const std::int64_t n = g.numel();
-            g.copy_(b.flat.slice(0, at, at + n).view_as(g));
-            at += n;
-          }
-        }
-        job.buckets[s].clear();
-        for (int i = part.active(s).first; i < part.active(s).last; ++i) {
-          at::Tensor sq = at::zeros({}, at::TensorOptions().device(dev).dtype(at::kDouble));
-          for (const auto& p : model_.sublayer(i).params())
-            if (p.tensor.grad().defined()) sq = sq + p.tensor.grad().to(at::kDouble).square().sum();
-          job.sublayer_grad_sq[i] = sq;
-        }
-        optimizer_.step(params, job.lr);
-        break;
-      }
-      case ActionKind::AllReduce: {
-        if (!reducer_)
-          throw Error("pipeline: the schedule all-reduces across replicas and no reducer is set "
-                      "(data parallelism runs one process per pipeline: elasticpipe train --nproc)");
-        // The stage's active gradients in parameter order, cut into
-        // as many contiguous buckets as the schedule has for it of about equal
-        // bytes; every replica cuts the same way.
-        std::vector<at::Tensor> grads;
-        std::int64_t total = 0;
-        for (auto& p : stage_params(s)) {
-          at::Tensor& g = p.tensor.mutable_grad();
-          if (!g.defined()) g = at::zeros_like(p.tensor);
-          grads.push_back(g);
-          total += g.numel();
-        }
-        const int n = job.bucket_count[s];
-        std::int64_t seen = 0;
-        std::vector<at::Tensor> mine;
-        for (const auto& g : grads) {
-          const std::int64_t begin = seen;
-          seen += g.numel();
-          // Parameter g belongs to the bucket its first element falls in.
-          if (begin * n / std::max<std::int64_t>(total, 1) == a.bucket) mine.push_back(g);
-        }
-        Job::Bucket b;
-        b.grads = mine;
-        std::vector<at::Tensor> flats;
-        for (const auto& g : mine) flats.push_back(g.reshape({-1}));
-        b.flat = flats.empty() ? at::zeros({0}, at::TensorOptions().device(dev)) : at::cat(flats);
-        b.pending = reducer_->allreduce(device, b.flat,
-                                        "all-reduce of stage " + std::to_string(s) + " bucket " + std::to_string(a.bucket));
-        b.record = job.records[device].size();  // the record pushed below
-        job.buckets[s].push_back(std::move(b));
-        break;
+      if (s == stages - 1) torch::autograd::backward({saved.loss});
+      else if (grad_out.defined()) torch::autograd::backward({saved.output}, {grad_out});
+      if (needs_input_grad(s)) grad_in = saved.input.grad();
+    }
+    if (s > 0) {
+      if (schedule.device_of(s - 1) == device) job.mailbox.put({Message::Gradient, s - 1, m}, grad_in);
+      else job.saved[s][m] = Saved{grad_in, {}, {}};  // kept for the SendGrad
+    }
+  }
+
+  void send_grad(const Action& a) {
+    const int s = a.stage, m = a.microbatch;
+    const at::Device peer = pipe.options_.devices[a.peer_device];
+    at::Tensor g = std::move(job.saved[s].at(m).input);
+    job.saved[s].erase(m);
+    job.mailbox.put({Message::Gradient, s - 1, m}, g.defined() ? g.to(peer) : g);
+  }
+
+  void optimizer_step(const Action& a) {
+    const int s = a.stage;
+    const std::vector<NamedTensor> params = stage_params(s);
+    for (auto& b : job.buckets[s]) {  // the replicas' summed gradients, back in place
+      b.pending->wait();
+      if (job.origin)
+        job.records[device][b.record].end_s =
+            std::chrono::duration<double>(b.pending->completed_at() - *job.origin).count();
+      std::int64_t at = 0;
+      for (auto& g : b.grads) {
+        const std::int64_t n = g.numel();
+        g.copy_(b.flat.slice(0, at, at + n).view_as(g));
+        at += n;
       }
     }
+    job.buckets[s].clear();
+    for (int i = part.active(s).first; i < part.active(s).last; ++i) {
+      at::Tensor sq = at::zeros({}, at::TensorOptions().device(dev).dtype(at::kDouble));
+      for (const auto& p : pipe.model_.sublayer(i).params())
+        if (p.tensor.grad().defined()) sq = sq + p.tensor.grad().to(at::kDouble).square().sum();
+      job.sublayer_grad_sq[i] = sq;
+    }
+    pipe.optimizer_.step(params, job.lr);
+  }
+
+  void all_reduce(const Action& a) {
+    const int s = a.stage;
+    if (!pipe.reducer_)
+      throw Error("pipeline: the schedule all-reduces across replicas and no reducer is set "
+                  "(data parallelism runs one process per pipeline: elasticpipe train --nproc)");
+    // The stage's active gradients in parameter order, cut into as many
+    // contiguous buckets as the schedule has for it of about equal bytes;
+    // every replica cuts the same way.
+    std::vector<at::Tensor> grads;
+    std::int64_t total = 0;
+    for (auto& p : stage_params(s)) {
+      at::Tensor& g = p.tensor.mutable_grad();
+      if (!g.defined()) g = at::zeros_like(p.tensor);
+      grads.push_back(g);
+      total += g.numel();
+    }
+    const int n = job.bucket_count[s];
+    std::int64_t seen = 0;
+    std::vector<at::Tensor> mine;
+    for (const auto& g : grads) {
+      const std::int64_t begin = seen;
+      seen += g.numel();
+      // Parameter g belongs to the bucket its first element falls in.
+      if (begin * n / std::max<std::int64_t>(total, 1) == a.bucket) mine.push_back(g);
+    }
+    Job::Bucket b;
+    b.grads = mine;
+    std::vector<at::Tensor> flats;
+    for (const auto& g : mine) flats.push_back(g.reshape({-1}));
+    b.flat = flats.empty() ? at::zeros({0}, at::TensorOptions().device(dev)) : at::cat(flats);
+    b.pending = pipe.reducer_->allreduce(device, b.flat,
+                                         "all-reduce of stage " + std::to_string(s) + " bucket " + std::to_string(a.bucket));
+    b.record = job.records[device].size();  // the record pushed after this action
+    job.buckets[s].push_back(std::move(b));
+  }
+
+  void run(const Action& a) {
+    switch (a.kind) {
+      case ActionKind::CacheRead: return cache_read(a);
+      case ActionKind::FrozenForward: return frozen_forward(a);
+      case ActionKind::CacheWrite: return cache_write(a);
+      case ActionKind::Forward: return forward(a);
+      case ActionKind::SendAct: return send_act(a);
+      case ActionKind::RecvAct: return job.mailbox.wait({Message::Activation, a.stage, a.microbatch});
+      case ActionKind::Backward: return backward(a);
+      case ActionKind::SendGrad: return send_grad(a);
+      case ActionKind::RecvGrad: return job.mailbox.wait({Message::Gradient, a.stage, a.microbatch});
+      case ActionKind::OptimizerStep: return optimizer_step(a);
+      case ActionKind::AllReduce: return all_reduce(a);
+    }
+  }
+};
+
+void Pipeline::run_device(int device, Job& job) {
+  DeviceRun run(*this, job, device);
+  for (const Action& a : job.schedule->devices[device]) {
+    const double start = job.origin ? seconds_since(*job.origin) : 0;
+    run.run(a);
     if (job.origin) {
-      if (dev.is_cuda()) compat::synchronize(dev);  // CUDA work is asynchronous: time what ran
+      if (run.dev.is_cuda()) compat::synchronize(run.dev);  // CUDA work is asynchronous: time what ran
       job.records[device].push_back({a, device, start, seconds_since(*job.origin)});
     }
   }

@@ -133,6 +133,7 @@ class Pipeline {
 
  private:
   struct Job;
+  struct DeviceRun;  // one device's actions of one iteration, a handler per kind
   void worker_main(int device);
   void run_device(int device, Job& job);
 

@@ -18,7 +18,7 @@
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
 #include "exec/progress.hpp"
-#include "exec/run_outputs.hpp"
+#include "exec/train_outputs.hpp"
 #include "exec/timing.hpp"
 #include "exec/trainer.hpp"
 #include "planner/autodp.hpp"

@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
 """One job per room, kept so: no source file over 700 lines, and no function
-over 100 lines in the libraries, the CLI and the benchmarks, except the two
-interpreters' action switches (a case per action kind reads best in one
-place). Exits 1 listing every offender."""
+over 100 lines in the libraries, the CLI and the benchmarks (the schedule
+interpreters keep one handler per action kind). Exits 1 listing every
+offender."""
 import re
 import sys
 from pathlib import Path
 
 MAX_FILE_LINES = 700
 MAX_FUNCTION_LINES = 100
-# The interpreters of a schedule: one case per action kind.
-ALLOWED = {("exec/pipeline.cpp", "run_device")}
+ALLOWED = set()  # (file, function) pairs allowed past the bound: none
 SOURCE_DIRS = ["planner", "sim", "exec", "traces", "cli", "bench", "tests"]
 FUNCTION_DIRS = ["planner", "sim", "exec", "traces", "cli", "bench"]
 CONTROL = {"if", "for", "while", "switch", "catch", "do", "else", "try", "return", "sizeof", "decltype"}

@@ -1,4 +1,4 @@
-#include "exec/run_outputs.hpp"
+#include "exec/train_outputs.hpp"
 
 #include <filesystem>
 #include <map>

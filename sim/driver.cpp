@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "planner/run_loop.hpp"
@@ -326,6 +327,8 @@ RunResult assemble(const Config& config, const std::vector<Mode>& modes, const C
     out.chunks.insert(out.chunks.end(), m.chunks.begin(), m.chunks.end());
     out.modes.push_back(std::move(m.run));
   }
+  const ModeRun& last = out.modes.back();
+  out.plan_json = to_json(last.plan, build_model_spec(config.model, config.training.precision)).dump(2) + "\n";
   out.trace = std::move(outputs.back().trace);  // only the last mode is traced
   out.trace.source = "sim";
   out.trace.config = config.source;
@@ -472,16 +475,17 @@ std::string format_result(const RunResult& r) {
 void write_outputs(const RunResult& r, const std::string& dir) {
   create_output_dir(dir);
   const std::filesystem::path d(dir);
-  // All four written before any replaces an earlier run's: a full disk or a
+  // All written before any replaces an earlier run's: a full disk or a
   // trace the writer refuses leaves the folder as it was.
   AtomicFile summary((d / "summary.json").string()), epochs((d / "epochs.csv").string()),
-      chunks((d / "chunks.csv").string());
+      chunks((d / "chunks.csv").string()), plan((d / "plan.json").string());
   std::optional<AtomicFile> trace;
   trace::write_summary_json(r.summary, summary.stream(), summary.path());
   std::vector<trace::EpochMetrics> rows;
   for (const auto& m : r.modes) rows.insert(rows.end(), m.epochs.begin(), m.epochs.end());
   trace::write_epoch_csv(rows, epochs.stream(), epochs.path());
   trace::write_chunks_csv(r.chunks, chunks.stream(), chunks.path());
+  plan.stream() << r.plan_json;
   if (!r.trace.events.empty()) {
     // A plan's traced iteration starts from idle devices and can outlast an
     // epoch of one or two steady-state periods, so the next transition may
@@ -491,7 +495,7 @@ void write_outputs(const RunResult& r, const std::string& dir) {
     trace.emplace((d / "trace.json").string());
     trace::write_chrome_trace(t, trace->stream(), trace->path());
   }
-  commit_together({&summary, &epochs, &chunks, trace ? &*trace : nullptr});
+  commit_together({&summary, &epochs, &chunks, &plan, trace ? &*trace : nullptr});
 }
 
 std::vector<double> simulate_steady_iterations(const Config& config, const CostModel& cost,

@@ -52,6 +52,7 @@ struct RunResult {
   std::vector<ChunkRow> chunks;
   trace::Trace trace;  // one iteration per distinct plan of the last mode, on one timeline
   trace::RunSummary summary;
+  std::string plan_json;  // plan.json: the last mode's run plan (planner's to_json), its times SimGrid's
 };
 
 struct RunOptions {
@@ -88,7 +89,8 @@ struct RunOptions {
 // The CLI's summary: time per mode and speedup, then per epoch of the last
 // mode: frozen layers, K, replicas, M, throughput.
 [[nodiscard]] std::string format_result(const RunResult&);
-// summary.json, epochs.csv, chunks.csv and (when traced) trace.json in `dir`.
+// summary.json, epochs.csv, chunks.csv, plan.json and (when traced)
+// trace.json in `dir`.
 void write_outputs(const RunResult&, const std::string& dir);
 
 }  // namespace ep::sim

@@ -81,9 +81,21 @@ small="$root/configs/small/tiny_bert_synthetic.toml"
 expect_rc 0 "simulate" -- "$bin" simulate "$small" --out "$tmp/sim" --set data.num_train_samples=1024
 expect_text "simulate prints the modes" "autocache"
 expect_text "simulate prints speedup" "speedup"
-for f in summary.json epochs.csv chunks.csv trace.json; do
+for f in summary.json epochs.csv chunks.csv plan.json trace.json; do
   if [ -s "$tmp/sim/$f" ]; then ok; else bad "simulate did not write $f"; fi
 done
+# The simulated run's plans are the planner's: on this config SimGrid's
+# timings lead to the decisions the cost model's do (the last mode,
+# autocache, is the config with every feature on: the cache auto).
+"$bin" plan "$small" --set data.num_train_samples=1024 --set planner.cache=auto --json > "$tmp/sim_planned.json"
+python3 - "$tmp/sim/plan.json" "$tmp/sim_planned.json" <<'PY' && ok || bad "simulate's plan.json decides otherwise than plan --json"
+import json, sys
+sim, planned = (json.load(open(f)) for f in sys.argv[1:])
+assert sim["schema"] == planned["schema"] == "elasticpipe.plan/1"
+keys = ("freeze_step", "epochs", "frozen_layers", "K", "M", "replicas", "stages")
+decisions = lambda p: [[plan[k] for k in keys] + [plan["cache"]["on"]] for plan in p["plans"]]
+assert decisions(sim) == decisions(planned), (decisions(sim), decisions(planned))
+PY
 if [ "$(grep -c '^sim,' "$tmp/sim/epochs.csv")" -eq 15 ]; then ok; else bad "epochs.csv: expected 5 modes x 3 epochs"; fi
 expect_rc 0 "simulate one mode" -- "$bin" simulate "$small" --mode baseline --out "$tmp/sim1" --set data.num_train_samples=1024
 expect_text "one mode" "baseline"

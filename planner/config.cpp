@@ -564,10 +564,20 @@ void read_sim(Reader& r, SimConfig& s) {
   constexpr const char* kIterationsWhy = "iterations simulated per plan, before the period is searched";
   r.integer("sim.warmup_iterations", s.warmup_iterations, false, 0, 100, kIterationsWhy);
   r.integer("sim.measure_iterations", s.measure_iterations, false, 2, 100, kIterationsWhy);
-  for (auto [key, v] : {std::pair{"sim.context_creation_s", &s.context_creation_s},
-                        {"sim.pipeline_warmup_s", &s.pipeline_warmup_s}, {"sim.ddp_rebuild_s", &s.ddp_rebuild_s}})
-    r.quantity(key, *v, false, 0, 1e5, "seconds per transition part, about a day at most");
+  // Transition costs are the cluster's: the planner weighs them too.
+  for (const char* part : {"context_creation_s", "pipeline_warmup_s", "ddp_rebuild_s"})
+    if (r.has(std::string("sim.") + part))
+      r.fail(std::string("sim.") + part,
+             std::string("cluster.transition.") + part + " (transition costs are the cluster's; the planner weighs them)",
+             "a key of [sim]");
   r.boolean("sim.trace", s.trace);
+}
+
+void read_transition(Reader& r, TransitionSpec& t) {
+  for (auto [key, v] : {std::pair{"cluster.transition.context_creation_s", &t.context_creation_s},
+                        {"cluster.transition.pipeline_warmup_s", &t.pipeline_warmup_s},
+                        {"cluster.transition.ddp_rebuild_s", &t.ddp_rebuild_s}})
+    r.quantity(key, *v, false, 0, 1e5, "seconds per transition part, about a day at most");
 }
 
 // A config is a few kB of TOML; a megabyte is far beyond any.
@@ -592,6 +602,7 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
   for (const char* sec : {"cluster", "model", "data", "training"})
     if (!r.has(sec)) r.fail(sec, "a [" + std::string(sec) + "] section", "none");
   read_cluster(r, c.cluster);
+  read_transition(r, c.cluster.transition);
   read_model(r, c.model);
   read_data(r, c.data);
   read_training(r, c.training);

@@ -36,6 +36,15 @@ struct HostSpec {
   double disk_bandwidth_bytes_per_s = 0;    // cache spill tier
 };
 
+// What moving between plans costs beyond the bytes moved (SPEC §7), the
+// parts a cluster's software stack sets; the planner weighs them (objective
+// "time") and the simulator charges them.
+struct TransitionSpec {
+  double context_creation_s = 3.0;  // a woken process: device context + communicator setup
+  double pipeline_warmup_s = 1.0;   // first iteration after a repartition (allocator, autotuning)
+  double ddp_rebuild_s = 1.0;       // active training group torn down and rebuilt, DDP buckets re-made
+};
+
 struct ClusterSpec {
   std::string name;
   int nodes = 1;
@@ -48,6 +57,7 @@ struct ClusterSpec {
   // sharing this many CPU cores (the CPU executor on one machine), so their
   // compute slows down when more of them run at once than there are cores.
   int shared_cores = 0;
+  TransitionSpec transition;
 
   [[nodiscard]] int total_gpus() const { return nodes * gpus_per_node; }
 };
@@ -172,9 +182,6 @@ struct PlannerConfig {
 struct SimConfig {
   int warmup_iterations = 1;    // simulated before the measured iterations of a plan
   int measure_iterations = 2;   // measured back to back; must repeat (the period) within 1e-6
-  double context_creation_s = 3.0;  // a woken process: device context + communicator setup
-  double pipeline_warmup_s = 1.0;   // first iteration after a repartition (allocator, autotuning)
-  double ddp_rebuild_s = 1.0;       // active training group torn down and rebuilt, DDP buckets re-made
   bool trace = true;                // write a Chrome trace of one iteration per plan
 };
 

@@ -80,7 +80,7 @@ bool repartitioned(const Plan& prev, const Plan& plan) {
 }
 
 TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, const Plan& plan) {
-  const SimConfig& k = ctx.config.sim;
+  const TransitionSpec& k = ctx.config.cluster.transition;
   const CostModel& cost = ctx.cost;
   const int ranks = plan.layout.replicas;
   const double rebuild = ranks > 1 ? cost.group_rebuild_s(ranks).value_or(k.ddp_rebuild_s) : 0.0;

@@ -34,9 +34,9 @@ struct StateMove {
 // The parts of a transition, in seconds.
 struct TransitionCost {
   double state_s = 0;     // state_moves over the links (and packing, when a profile measured it)
-  double contexts_s = 0;  // woken processes create device contexts (sim.context_creation_s)
-  double rebuild_s = 0;   // the active group and DDP buckets rebuilt (profile or sim.ddp_rebuild_s)
-  double warmup_s = 0;    // first iteration of a repartitioned pipeline (sim.pipeline_warmup_s)
+  double contexts_s = 0;  // woken processes create device contexts (cluster.transition.context_creation_s)
+  double rebuild_s = 0;   // the active group and DDP buckets rebuilt (profile or cluster.transition.ddp_rebuild_s)
+  double warmup_s = 0;    // first iteration of a repartitioned pipeline (cluster.transition.pipeline_warmup_s)
   [[nodiscard]] double total_s() const { return state_s + contexts_s + rebuild_s + warmup_s; }
 };
 

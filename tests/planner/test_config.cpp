@@ -378,8 +378,11 @@ TEST_CASE("physical quantities are checked against physical ranges at load") {
     CHECK(msg.find("expected a number in " + range) != std::string::npos);
   }
   // Keys with defaults too.
-  std::string msg = error_of(kBase + "\n[sim]\nddp_rebuild_s = 1e12\n");
-  CHECK(msg.find("key 'sim.ddp_rebuild_s': expected a number in [0, 100000]") != std::string::npos);
+  std::string msg = error_of(kBase + "\n[cluster.transition]\nddp_rebuild_s = 1e12\n");
+  CHECK(msg.find("key 'cluster.transition.ddp_rebuild_s': expected a number in [0, 100000]") != std::string::npos);
+  // Where transition costs were a simulator knob, the key names where it went.
+  msg = error_of(kBase + "\n[sim]\ncontext_creation_s = 2\n");
+  CHECK(msg.find("key 'sim.context_creation_s': expected cluster.transition.context_creation_s") != std::string::npos);
   msg = error_of(kBase, {"planner.bucket_size_bytes=1"});
   CHECK(msg.find("smaller buckets multiply the all-reduces") != std::string::npos);
 }

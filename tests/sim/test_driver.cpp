@@ -130,7 +130,7 @@ TEST_CASE("an epoch's time is its iterations times the period plus its transitio
     CHECK(e.samples_per_s == Approx(c.data.num_train_samples / (e.epoch_s - e.transition_s)));
   }
   CHECK(m.epochs.front().transition_s ==
-        Approx(c.sim.context_creation_s + c.sim.pipeline_warmup_s));  // one replica: no DDP to build
+        Approx(c.cluster.transition.context_creation_s + c.cluster.transition.pipeline_warmup_s));  // one replica: no DDP to build
 }
 
 TEST_CASE("the trace is valid trace-event JSON with one iteration per distinct plan", "[driver]") {

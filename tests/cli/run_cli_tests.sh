@@ -287,6 +287,10 @@ expect_rc 2 "simulate 512 devices" -- timeout 10 "$bin" simulate "$root/configs/
 expect_text "simulated devices bound" "ERROR: --set cluster.nodes: key 'cluster.nodes': expected at most 256 devices to simulate with sim.collectives = \"steps\""
 expect_rc 2 "sweep up to 512 devices" -- timeout 10 "$bin" sweep "$root/configs/paper/vit_imagenet.toml" --set cluster.nodes=2,64 --out "$tmp/n64s"
 expect_text "sweep checks every point" "expected at most 256 devices to simulate with sim.collectives"
+expect_rc 0 "simulate 320 devices, phases" -- timeout 60 "$bin" simulate "$bert" --set cluster.nodes=80 --set sim.collectives=phases --out "$tmp/n80"
+expect_text "320 devices simulated" "autocache"
+expect_rc 2 "unknown collective model" -- timeout 10 "$bin" simulate "$bert" --set sim.collectives=tree --out "$tmp/tree"
+expect_text "collective models named" "expected one of steps|phases|analytic, found string \"tree\""
 expect_rc 2 "train --nproc 1000" -- timeout 10 "$bin" train "$fm" --nproc 1000
 expect_text "nproc bound" "ERROR: --nproc: expected an integer in [1, 256] (each rank is a LibTorch process"
 expect_rc 2 "train --nproc 8 on 4 devices" -- timeout 10 "$bin" train "$fm" --nproc 8

@@ -17,9 +17,10 @@ namespace ep::cli {
 namespace {
 std::string g_command_line;
 
-// Beyond this a run takes many minutes and gigabytes (and runs out of
-// memory well before the planner's limit).
-constexpr int kMaxSimulatedDevices = 256;
+// The step model simulates every flow of every replica's rings: beyond
+// this it takes many minutes and gigabytes. The coarser collective models
+// simulate two nodes for all and go to the planner's limit.
+constexpr int kMaxStepDevices = 256;
 }  // namespace
 
 void print_error(const std::string& message) {
@@ -77,11 +78,12 @@ std::function<void(double)> progress_bar(const std::string& label) {
 }
 
 void check_simulable(const Config& c) {
-  if (c.cluster.total_gpus() > kMaxSimulatedDevices)
+  if (c.sim.collectives == CollectiveModel::Steps && c.cluster.total_gpus() > kMaxStepDevices)
     throw c.error("cluster.nodes",
-                  "at most " + std::to_string(kMaxSimulatedDevices) +
-                      " devices to simulate, nodes x gpus_per_node (the simulator's time and memory grow with the "
-                      "square of the devices: 128 take about a minute and 1 GB, 256 four minutes and 4 GB)",
+                  "at most " + std::to_string(kMaxStepDevices) +
+                      " devices to simulate with sim.collectives = \"steps\", nodes x gpus_per_node (every step of "
+                      "every replica's rings: time and memory grow with the square of the devices); "
+                      "sim.collectives = \"phases\" simulates up to " + std::to_string(kMaxClusterDevices),
                   std::to_string(c.cluster.nodes) + " x " + std::to_string(c.cluster.gpus_per_node));
 }
 

@@ -62,6 +62,9 @@ constexpr EnumName<CompressionKind> kCompressions[] = {{CompressionKind::None, "
 constexpr EnumName<CachePolicyKind> kCachePolicies[] = {{CachePolicyKind::Off, "off"},
                                                         {CachePolicyKind::On, "on"},
                                                         {CachePolicyKind::Auto, "auto"}};
+constexpr EnumName<CollectiveModel> kCollectiveModels[] = {{CollectiveModel::Steps, "steps"},
+                                                           {CollectiveModel::Phases, "phases"},
+                                                           {CollectiveModel::Analytic, "analytic"}};
 constexpr EnumName<ScheduleKind> kSchedules[] = {
     {ScheduleKind::GPipe, "gpipe"},
     {ScheduleKind::OneFOneB, "1f1b"},
@@ -317,7 +320,6 @@ bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 // real machine; the reason is part of the message.
 constexpr double kMinBandwidth = 1e3, kMaxBandwidth = 1e15;  // bytes/s: 1 kB/s to 1 PB/s
 constexpr const char* kBandwidthWhy = "bytes/s, 1 kB/s to 1 PB/s";
-constexpr std::int64_t kMaxDevices = 8192;  // planning takes seconds there, and grows with the square
 constexpr std::int64_t kMaxSamples = 1'000'000'000'000;  // a trillion: far beyond any data set, and
                                                           // samples x epochs still fits 64 bits
 
@@ -325,8 +327,8 @@ void read_cluster(Reader& r, ClusterSpec& c) {
   r.string("cluster.name", c.name, false);
   r.integer("cluster.nodes", c.nodes, true, 1, 8192, "nodes in a cluster");
   r.integer("cluster.gpus_per_node", c.gpus_per_node, true, 1, 256, "devices in one node");
-  if (static_cast<std::int64_t>(c.nodes) * c.gpus_per_node > kMaxDevices)
-    r.fail("cluster.nodes", "nodes x gpus_per_node <= " + std::to_string(kMaxDevices) +
+  if (static_cast<std::int64_t>(c.nodes) * c.gpus_per_node > kMaxClusterDevices)
+    r.fail("cluster.nodes", "nodes x gpus_per_node <= " + std::to_string(kMaxClusterDevices) +
                                 " (the planner weighs every replica layout; its time grows with the square "
                                 "of the devices)",
            std::to_string(c.nodes) + " x " + std::to_string(c.gpus_per_node));
@@ -562,6 +564,7 @@ void read_exec(Reader& r, ExecConfig& e) {
 
 void read_sim(Reader& r, SimConfig& s) {
   constexpr const char* kIterationsWhy = "iterations simulated per plan, before the period is searched";
+  r.choice("sim.collectives", s.collectives, kCollectiveModels, false);
   r.integer("sim.warmup_iterations", s.warmup_iterations, false, 0, 100, kIterationsWhy);
   r.integer("sim.measure_iterations", s.measure_iterations, false, 2, 100, kIterationsWhy);
   // Transition costs are the cluster's: the planner weighs them too.
@@ -652,6 +655,7 @@ Config load_config(const std::string& path, const Overrides& overrides) {
 std::string to_string(ModelFamily v) { return enum_name(kFamilies, v); }
 std::string to_string(Optimizer v) { return enum_name(kOptimizers, v); }
 std::string to_string(ExecDevice v) { return enum_name(kExecDevices, v); }
+std::string to_string(CollectiveModel v) { return enum_name(kCollectiveModels, v); }
 std::string to_string(LrSchedule v) { return enum_name(kLrSchedules, v); }
 std::string to_string(Precision v) { return enum_name(kPrecisions, v); }
 std::string to_string(Checkpointing v) { return enum_name(kCheckpointing, v); }

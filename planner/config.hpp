@@ -45,6 +45,10 @@ struct TransitionSpec {
   double ddp_rebuild_s = 1.0;       // active training group torn down and rebuilt, DDP buckets re-made
 };
 
+// Devices of the largest cluster a config may describe: planning takes
+// seconds there, and grows with the square of the devices.
+constexpr int kMaxClusterDevices = 8192;
+
 struct ClusterSpec {
   std::string name;
   int nodes = 1;
@@ -179,7 +183,18 @@ struct PlannerConfig {
 
 // The simulator's knobs: steady-state measurement and the transition costs
 // it cannot derive from bytes and FLOPs (moving weights it derives).
+// How the simulator moves an all-reduce (docs/SIMULATOR.md, "Collective
+// models", has each one's error against steps):
+// - steps: every step of the ring, 2(n-1) flows per rank;
+// - phases: each reduce-scatter and all-gather phase as one flow per rank
+//   (the phase's bytes, the latency of its n-1 steps), and identical nodes
+//   simulated once: two nodes stand for all of them;
+// - analytic: no flow; the ring's closed form over its slowest route
+//   (latency and bandwidth), two nodes standing for all as in phases.
+enum class CollectiveModel { Steps, Phases, Analytic };
+
 struct SimConfig {
+  CollectiveModel collectives = CollectiveModel::Steps;
   int warmup_iterations = 1;    // simulated before the measured iterations of a plan
   int measure_iterations = 2;   // measured back to back; must repeat (the period) within 1e-6
   bool trace = true;                // write a Chrome trace of one iteration per plan
@@ -260,5 +275,6 @@ std::string to_string(ScheduleKind);
 // "looping_df"); nullopt for any other text.
 std::optional<ScheduleKind> parse_schedule_kind(const std::string&);
 std::string to_string(ExecDevice);
+std::string to_string(CollectiveModel);
 
 }  // namespace ep

@@ -30,7 +30,7 @@ struct Measured {
 
 // Runs iterations of lowered programs on SimGrid, memoised across plans, modes and
 // trainings on the same platform: the key is the request itself (partition,
-// K, M, layout, cache mode and a hash of every action's duration and
+// K, M, layout, cache mode, collective model and a hash of every action's duration and
 // bytes), so two
 // requests share a result exactly when SimGrid would be given the same
 // input. The misses of a batch run in parallel; a request another thread
@@ -103,6 +103,7 @@ class Runner {
       req.replica_rank.push_back(r.rank);
     }
     req.cache_tier = p.setup.cache_tier;
+    req.collectives = ctx.config.sim.collectives;
     req.iterations = iterations;
     req.plan_id = plan_id;
     return req;
@@ -118,13 +119,13 @@ class Runner {
   }
 
   // Everything of a request SimGrid's result depends on (the platform is
-  // the Simulator's): the setup in words, then the action lists with every
+  // the Simulator's): the collective model and the setup in words, then the action lists with every
   // duration and byte count as exact doubles, hashed twice (FNV-1a and a
   // multiply-xorshift, 128 bits together) so that a memo of hundreds of
   // requests stays small (a fork copies the parent's page tables).
   static std::string signature(const SimRequest& q, const IterationSetup& s, int iterations) {
     std::ostringstream os;
-    os << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/' << static_cast<int>(s.cache_tier) << '/'
+    os << static_cast<int>(q.collectives) << '/' << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/' << static_cast<int>(s.cache_tier) << '/'
        << s.cache_valid_layers << '/' << s.partition.frozen_end << '/' << iterations << ':';
     for (int b : s.partition.bounds) os << b << ',';
     for (std::size_t r = 0; r < q.replica_gpus.size(); ++r) {

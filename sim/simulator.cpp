@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <numeric>
 #include <utility>
 
@@ -55,6 +57,8 @@ struct Step {
 // Plain data: it is what the fork server's child is sent.
 struct Prepared {
   int R = 0, K = 0, S = 0, M = 0, iterations = 1, slots = 0;
+  int ring_n = 0;  // ranks of each all-reduce: R, or more when R replicas stand for all
+  CollectiveModel collectives = CollectiveModel::Steps;
   std::vector<std::vector<Step>> lists;  // per device
   std::vector<std::vector<int>> lane;    // per device: indices of its all-reduces in `lists`
   std::vector<int> ranks;                // per replica
@@ -66,18 +70,64 @@ struct Prepared {
   int stage0_device = 0;  // the device hosting stage 0
 
   void put(ByteWriter& w) const {
-    w.put_all(R, K, S, M, iterations, slots, lists, lane, ranks, ring_pos, at_pos, replica_gpus, cache_tier, plan_id,
-              stage0_device);
+    w.put_all(R, K, S, M, iterations, slots, ring_n, collectives, lists, lane, ranks, ring_pos, at_pos, replica_gpus,
+              cache_tier, plan_id, stage0_device);
   }
   static Prepared get(ByteReader& r) {
     Prepared p;
-    r.get_into(p.R, p.K, p.S, p.M, p.iterations, p.slots, p.lists, p.lane, p.ranks, p.ring_pos, p.at_pos,
-               p.replica_gpus, p.cache_tier, p.plan_id, p.stage0_device);
+    r.get_into(p.R, p.K, p.S, p.M, p.iterations, p.slots, p.ring_n, p.collectives, p.lists, p.lane, p.ranks,
+               p.ring_pos, p.at_pos, p.replica_gpus, p.cache_tier, p.plan_id, p.stage0_device);
     return p;
   }
 };
 
-Prepared prepare(const SimRequest& q, int total_gpus) {
+// Ring positions from ranks: at_pos[i] is the replica at position i.
+void order_ring(Prepared& p) {
+  p.at_pos.resize(p.R);
+  std::iota(p.at_pos.begin(), p.at_pos.end(), 0);
+  std::sort(p.at_pos.begin(), p.at_pos.end(), [&](int a, int b) { return p.ranks[a] < p.ranks[b]; });
+  p.ring_pos.resize(p.R);
+  for (int i = 0; i < p.R; ++i) p.ring_pos[p.at_pos[i]] = i;
+}
+
+// Keeps only the replicas of the ring's first two nodes when they stand for
+// all (simulator.hpp): every replica within one node, every node with the
+// same local GPUs in ring order, the ring entering each node once.
+void collapse_to_two_nodes(Prepared& p, int gpus_per_node) {
+  const auto node_of = [&](int r) { return p.replica_gpus[r].front() / gpus_per_node; };
+  std::map<int, std::vector<std::vector<int>>> local;  // node -> its replicas' local GPUs, in ring order
+  for (int r = 0; r < p.R; ++r)
+    for (const int g : p.replica_gpus[r])
+      if (g / gpus_per_node != node_of(r)) return;  // a replica across nodes
+  int entries = 0;
+  for (int i = 0; i < p.R; ++i) {
+    const int r = p.at_pos[i];
+    if (node_of(r) != node_of(p.at_pos[(i + p.R - 1) % p.R])) ++entries;
+    std::vector<int> gpus;
+    for (const int g : p.replica_gpus[r]) gpus.push_back(g % gpus_per_node);
+    local[node_of(r)].push_back(std::move(gpus));
+  }
+  if (local.size() <= 2 || entries != static_cast<int>(local.size())) return;
+  for (const auto& [node, replicas] : local)
+    if (replicas != local.begin()->second) return;
+  const int first = node_of(p.at_pos[0]);
+  const int second = node_of(p.at_pos[local.begin()->second.size()]);
+  Prepared kept = p;
+  kept.replica_gpus.clear();
+  kept.ranks.clear();
+  for (int i = 0; i < p.R; ++i) {
+    const int r = p.at_pos[i];
+    if (node_of(r) != first && node_of(r) != second) continue;
+    kept.replica_gpus.push_back(p.replica_gpus[r]);
+    kept.ranks.push_back(p.ranks[r]);
+  }
+  kept.R = static_cast<int>(kept.ranks.size());
+  order_ring(kept);
+  p = std::move(kept);
+}
+
+Prepared prepare(const SimRequest& q, const Platform& platform) {
+  const int total_gpus = static_cast<int>(platform.gpus.size());
   const Schedule& s = q.schedule;
   Prepared p;
   p.R = static_cast<int>(q.replica_gpus.size());
@@ -116,15 +166,13 @@ Prepared prepare(const SimRequest& q, int total_gpus) {
   if (static_cast<int>(p.ranks.size()) != p.R)
     throw Error("simulator: " + std::to_string(p.ranks.size()) + " replica ranks for " + std::to_string(p.R) +
                 " replicas");
-  p.at_pos.resize(p.R);
-  std::iota(p.at_pos.begin(), p.at_pos.end(), 0);
-  std::sort(p.at_pos.begin(), p.at_pos.end(), [&](int a, int b) { return p.ranks[a] < p.ranks[b]; });
-  p.ring_pos.resize(p.R);
-  for (int i = 0; i < p.R; ++i) {
-    p.ring_pos[p.at_pos[i]] = i;
-    if (i > 0 && p.ranks[p.at_pos[i]] == p.ranks[p.at_pos[i - 1]])
+  order_ring(p);
+  for (int i = 1; i < p.R; ++i)
+    if (p.ranks[p.at_pos[i]] == p.ranks[p.at_pos[i - 1]])
       throw Error("simulator: two replicas have rank " + std::to_string(p.ranks[p.at_pos[i]]));
-  }
+  p.ring_n = p.R;
+  p.collectives = q.collectives;
+  if (p.collectives != CollectiveModel::Steps && !q.every_replica) collapse_to_two_nodes(p, platform.gpus_per_node);
   try {
     check_schedule(s);  // also guarantees every stage and micro-batch below is in range
   } catch (const Error& e) {
@@ -182,6 +230,25 @@ trace::Event action_event(int track, const Action& a, double start, double end, 
 
 // ---------------------------------------------------------------- run
 
+// A ring's slowest hop, which paces every step: the largest route latency
+// and the smallest link bandwidth between consecutive ranks.
+struct RingPace {
+  double latency = 0;
+  double bandwidth = std::numeric_limits<double>::infinity();
+};
+
+RingPace ring_pace(const std::vector<s4u::Host*>& ring) {
+  RingPace pace;
+  for (std::size_t i = 0; i < ring.size(); ++i) {
+    std::vector<s4u::Link*> links;
+    double latency = 0;
+    ring[i]->route_to(ring[(i + 1) % ring.size()], links, &latency);
+    pace.latency = std::max(pace.latency, latency);
+    for (const s4u::Link* l : links) pace.bandwidth = std::min(pace.bandwidth, l->get_bandwidth());
+  }
+  return pace;
+}
+
 struct Worker {  // one (replica, device)
   int r = 0, d = 0, gpu = 0, track = -1;
   s4u::Host* host = nullptr;
@@ -201,6 +268,8 @@ struct Run {
   std::vector<s4u::SemaphorePtr> posted;  // r * slots + slot: one release per SEND posted
   std::vector<int> send_event;            // trace: ((r * slots + slot) * iterations + it) -> SEND's event
   std::vector<s4u::Mailbox*> ring;        // d * R + ring position: that rank's incoming ring chunks
+  std::vector<s4u::BarrierPtr> phase_end;  // phases: per device, its ring's ranks meet after each phase
+  std::vector<RingPace> pace;              // per device: its ring's slowest hop
 
   Worker& worker(int r, int d) { return workers[r * p.K + d]; }
 };
@@ -301,34 +370,56 @@ void device_actor(Run& run, Worker& w) {
 
 // The device's collective lane: its all-reduces in list order, each a ring
 // over the replicas' same device (all replicas run the same schedule, so
-// the device hosts the same stages everywhere), in rank order.
+// the device hosts the same stages everywhere), in rank order, moved as
+// the request's CollectiveModel says (simulator.hpp).
 void lane_actor(Run& run, Worker& w) {
   static int token;  // mailboxes refuse a null payload; the chunk's data is not simulated
-  const int n = run.p.R;
+  const int members = run.p.R;  // simulated ring members
+  const int n = run.p.ring_n;   // ranks of the all-reduce
   const int pos = run.p.ring_pos[w.r];
-  s4u::Mailbox* to_next = run.ring[w.d * n + (pos + 1) % n];
-  s4u::Mailbox* mine = run.ring[w.d * n + pos];
-  s4u::Host* prev = run.worker(run.p.at_pos[(pos + n - 1) % n], w.d).host;
+  s4u::Mailbox* to_next = run.ring[w.d * members + (pos + 1) % members];
+  s4u::Mailbox* mine = run.ring[w.d * members + pos];
+  s4u::Host* prev = run.worker(run.p.at_pos[(pos + members - 1) % members], w.d).host;
+  const RingPace pace = run.pace[w.d];
   const auto& list = run.p.lists[w.d];
   const int rank = run.p.ranks[w.r];
+  // One flow of `bytes` to the next rank while one arrives from the previous.
+  const auto exchange = [&](std::uint64_t bytes, const Action& a, int it, const std::string& what) {
+    const s4u::CommPtr out = to_next->put_async(&token, bytes);
+    int* payload = nullptr;
+    const s4u::CommPtr in = mine->get_async(&payload);
+    in->wait();
+    if (run.rec) {
+      auto e = action_event(-1, a, in->get_start_time(), now(), rank, run.p.plan_id, it, static_cast<std::int64_t>(bytes));
+      e.name += " " + what;
+      run.rec.on_links(prev, w.host, e);
+    }
+    out->wait();
+  };
   for (int it = 0; it < run.p.iterations; ++it) {
     for (const int i : run.p.lane[w.d]) {
       const Step& st = list[i];
       w.issued->acquire();
       const double start = now();
       const std::uint64_t chunk = n > 1 ? whole_bytes(static_cast<double>(st.bytes) / n) : 0;
-      for (int step = 0; chunk > 0 && step < 2 * (n - 1); ++step) {
-        const s4u::CommPtr out = to_next->put_async(&token, chunk);
-        int* payload = nullptr;
-        const s4u::CommPtr in = mine->get_async(&payload);
-        in->wait();
-        if (run.rec) {
-          auto e = action_event(-1, st.a, in->get_start_time(), now(), rank, run.p.plan_id, it,
-                                static_cast<std::int64_t>(chunk));
-          e.name += " step " + std::to_string(step);
-          run.rec.on_links(prev, w.host, e);
+      if (chunk > 0) {
+        switch (run.p.collectives) {
+          case CollectiveModel::Steps:
+            for (int step = 0; step < 2 * (n - 1); ++step) exchange(chunk, st.a, it, "step " + std::to_string(step));
+            break;
+          case CollectiveModel::Phases:
+            for (const char* phase : {"reduce-scatter", "all-gather"}) {
+              exchange(chunk * (n - 1), st.a, it, phase);
+              // A ring's step waits for its slowest link, so a phase ends
+              // for all ranks when its slowest flow does.
+              run.phase_end[w.d]->wait();
+              s4u::this_actor::sleep_for((n - 2) * pace.latency);
+            }
+            break;
+          case CollectiveModel::Analytic:
+            s4u::this_actor::sleep_for(2.0 * (n - 1) * (pace.latency + static_cast<double>(chunk) / pace.bandwidth));
+            break;
         }
-        out->wait();
       }
       w.allreduce += now() - start;
       if (run.rec)
@@ -366,6 +457,12 @@ SimResult simulate_request(const Platform& P, const Prepared& p, Recorder& rec) 
   for (int d = 0; d < p.K; ++d)
     for (int pos = 0; pos < p.R; ++pos)
       run.ring.push_back(s4u::Mailbox::by_name("ring" + std::to_string(d) + "." + std::to_string(pos)));
+  for (int d = 0; d < p.K; ++d) {
+    std::vector<s4u::Host*> ring;
+    for (const int r : p.at_pos) ring.push_back(run.worker(r, d).host);
+    run.pace.push_back(ring_pace(ring));
+    if (p.collectives == CollectiveModel::Phases) run.phase_end.push_back(s4u::Barrier::create(p.R));
+  }
   for (Worker& w : run.workers) {
     const std::string name = "r" + std::to_string(w.r) + ".d" + std::to_string(w.d);
     s4u::Actor::create(name, w.host, [&run, &w] { device_actor(run, w); });
@@ -535,7 +632,7 @@ Simulator::~Simulator() = default;
 const ClusterSpec& Simulator::cluster() const { return impl_->cluster; }
 
 SimResult Simulator::run(const SimRequest& q, trace::Trace* trace) {
-  const Prepared p = prepare(q, static_cast<int>(impl_->platform.gpus.size()));
+  const Prepared p = prepare(q, impl_->platform);
   const std::string bytes = impl_->server->run({iteration_job(p, trace != nullptr)}, 1).front();
   ByteReader r(bytes);
   SimResult res = get_result(r);
@@ -547,7 +644,7 @@ std::vector<SimResult> Simulator::run_batch(const std::vector<SimRequest>& reque
                                            std::vector<trace::Trace>* traces) {
   std::vector<std::string> batch;
   for (const SimRequest& q : requests)
-    batch.push_back(iteration_job(prepare(q, static_cast<int>(impl_->platform.gpus.size())), traces != nullptr));
+    batch.push_back(iteration_job(prepare(q, impl_->platform), traces != nullptr));
   if (traces) traces->assign(requests.size(), trace::Trace{});
   std::vector<SimResult> results;
   const std::vector<std::string> outputs = impl_->server->run(batch, jobs);

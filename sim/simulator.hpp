@@ -18,8 +18,22 @@
 // - AR(s, b): issued to the device's collective lane (a second actor),
 //   which serialises the device's all-reduces in list order while compute
 //   goes on; each is a ring all-reduce over the replicas' devices hosting
-//   stage s in replica-rank order: 2(n-1) steps, each sending bytes/n to the
-//   next rank while receiving from the previous one (n = 1: nothing);
+//   stage s in replica-rank order. How it moves is the request's
+//   CollectiveModel (planner/config.hpp): steps: 2(n-1) steps, each sending
+//   bytes/n to the next rank while receiving from the previous one;
+//   phases: a reduce-scatter and an all-gather, each one flow of
+//   (n-1)·bytes/n to the next rank, then the latency of the phase's other
+//   n-2 steps on its route; analytic: no flow, 2(n-1)·(latency +
+//   bytes/n / bandwidth) of the route from the previous rank, its slowest
+//   link's bandwidth (n = 1: nothing);
+// - replicas stand for each other (phases, analytic): when every node holds
+//   the same replicas (the same local GPUs) and the ring visits nodes one
+//   after another, only the ring's first two nodes are simulated, their
+//   rings closed between the two and each all-reduce still of all n ranks
+//   (bytes/n, n-1 steps per phase). Each node then sends and receives the
+//   same flows as in the whole ring, so every result below is the whole
+//   run's; a trace holds those two nodes. steps always simulates every
+//   replica;
 // - OPT(s) waits for this iteration's all-reduces of stage s on the device;
 // - CR: (disk tier: disk read on the node's host, then) host -> GPU;
 //   CW: GPU -> host (then, disk tier: disk write);
@@ -50,6 +64,8 @@ struct SimRequest {
   std::vector<std::vector<int>> replica_gpus;  // per replica: schedule device d -> global GPU id (node * I + gpu)
   std::vector<int> replica_rank;               // per replica: its global rank; empty = 0, 1, ...
   CacheTier cache_tier = CacheTier::HostMemory;
+  CollectiveModel collectives = CollectiveModel::Steps;
+  bool every_replica = false;                  // phases, analytic: no two nodes standing for all (tests compare)
   int iterations = 1;                          // back to back
   int plan_id = -1;                            // copied into trace events
 };

@@ -98,7 +98,10 @@ std::vector<std::vector<SweepModeResult>> run_sweep(const std::vector<Config>& c
       pool.start(
           [&](ByteWriter& w) {
             std::vector<Config> group;
-            for (const std::size_t i : members) group.push_back(configs[i]);
+            for (const std::size_t i : members) {
+              group.push_back(configs[i]);
+              group.back().sim.trace = false;  // a sweep keeps each point's summary only
+            }
             RunOptions ro;
             ro.modes = opt.modes;
             ro.exact = opt.exact;

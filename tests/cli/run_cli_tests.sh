@@ -284,9 +284,13 @@ expect_text "schedule size bound" "K x M x v = 102400000 chunk passes, expected 
 expect_rc 2 "sweep of 1001 points" -- "$bin" sweep "$bert" --set "planner.alpha=$(seq -s, 0.0001 0.0001 0.1001)" --out "$tmp/huge"
 expect_text "sweep size bound" "the sweep has more than 1000 points"
 expect_rc 2 "simulate 512 devices" -- timeout 10 "$bin" simulate "$root/configs/paper/vit_imagenet.toml" --set cluster.nodes=64 --out "$tmp/n64"
-expect_text "simulated devices bound" "ERROR: --set cluster.nodes: key 'cluster.nodes': expected at most 256 devices to simulate"
+expect_text "simulated devices bound" "ERROR: --set cluster.nodes: key 'cluster.nodes': expected at most 256 devices to simulate with sim.collectives = \"steps\""
 expect_rc 2 "sweep up to 512 devices" -- timeout 10 "$bin" sweep "$root/configs/paper/vit_imagenet.toml" --set cluster.nodes=2,64 --out "$tmp/n64s"
-expect_text "sweep checks every point" "expected at most 256 devices to simulate, nodes x gpus_per_node"
+expect_text "sweep checks every point" "expected at most 256 devices to simulate with sim.collectives"
+expect_rc 0 "simulate 320 devices, phases" -- timeout 60 "$bin" simulate "$bert" --set cluster.nodes=80 --set sim.collectives=phases --out "$tmp/n80"
+expect_text "320 devices simulated" "autocache"
+expect_rc 2 "unknown collective model" -- timeout 10 "$bin" simulate "$bert" --set sim.collectives=tree --out "$tmp/tree"
+expect_text "collective models named" "expected one of steps|phases|analytic, found string \"tree\""
 expect_rc 2 "train --nproc 1000" -- timeout 10 "$bin" train "$fm" --nproc 1000
 expect_text "nproc bound" "ERROR: --nproc: expected an integer in [1, 256] (each rank is a LibTorch process"
 expect_rc 2 "train --nproc 8 on 4 devices" -- timeout 10 "$bin" train "$fm" --nproc 8

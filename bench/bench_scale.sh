@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What-if at scale: wall seconds and peak memory (/usr/bin/time) of
+#   simulate configs/paper/vit_imagenet.toml --mode all on 64 nodes x 16
+#     GPUs (1,024 devices), sim.collectives = phases, then analytic;
+#   the same on 512 nodes x 16 GPUs (8,192 devices), phases, untraced;
+#   plan of that config on 8,192 devices;
+#   the 100-point sweep of bench_sim.sh with phases, then with steps.
+# One run each, in that order. Run after scripts/setup.sh:
+#   bash bench/bench_scale.sh [BINARY]   (default: $ELASTICPIPE, else ./build/elasticpipe)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${1:-${ELASTICPIPE:-./build/elasticpipe}}
+[ -x "$bin" ] || { echo "bench_scale.sh: no executable $bin (build it, or pass its path)" >&2; exit 2; }
+cfg=configs/paper/vit_imagenet.toml
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+measure() {  # label, command...: one line, wall seconds and peak resident memory
+  local label=$1
+  shift
+  /usr/bin/time -f "%e %M" -o "$out/time" "$@" > /dev/null
+  read -r wall kb < "$out/time"
+  printf '%-58s %7.2f s %7.0f MB\n' "$label" "$wall" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')"
+}
+
+n1024=(--set cluster.nodes=64 --set cluster.gpus_per_node=16)
+n8192=(--set cluster.nodes=512 --set cluster.gpus_per_node=16)
+measure "simulate, 1,024 devices, all modes, phases" "$bin" simulate "$cfg" --mode all "${n1024[@]}" \
+  --set sim.collectives=phases --out "$out/s"
+measure "simulate, 1,024 devices, all modes, analytic" "$bin" simulate "$cfg" --mode all "${n1024[@]}" \
+  --set sim.collectives=analytic --out "$out/s"
+measure "simulate, 8,192 devices, all modes, phases, no trace" "$bin" simulate "$cfg" --mode all "${n8192[@]}" \
+  --set sim.collectives=phases --set sim.trace=false --out "$out/s"
+measure "plan, 8,192 devices" "$bin" plan "$cfg" "${n8192[@]}"
+for model in phases steps; do
+  measure "sweep, 100 points (baseline + autocache), $model" "$bin" sweep "$cfg" \
+    --set planner.alpha=0.1,0.2,0.25,0.3,0.333,0.4,0.5,0.6,0.7,0.8 \
+    --set cluster.inter_node.bandwidth_bytes_per_s=1e9,2e9,3e9,4e9,5e9,6e9,7e9,8e9,10e9,12.5e9 \
+    --set sim.collectives=$model --out "$out/sweep"
+done

@@ -18,7 +18,7 @@ trap 'rm -rf "$out"' EXIT
 measure() {  # label, command...: one line, wall seconds and peak resident memory
   local label=$1
   shift
-  /usr/bin/time -f "%e %M" -o "$out/time" "$@" > /dev/null
+  if ! /usr/bin/time -f "%e %M" -o "$out/time" "$@" > /dev/null 2> "$out/err"; then cat "$out/err" >&2; exit 1; fi
   read -r wall kb < "$out/time"
   printf '%-58s %7.2f s %7.0f MB\n' "$label" "$wall" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')"
 }

@@ -4,6 +4,8 @@
 #     GPUs (1,024 devices), sim.collectives = phases, then analytic;
 #   the same on 512 nodes x 16 GPUs (8,192 devices), phases, untraced;
 #   plan of that config on 8,192 devices;
+#   configs/scale/vit_imagenet_dgx_h100.toml (128 DGX H100 nodes, four
+#     leaf switches), all modes;
 #   the 100-point sweep of bench_sim.sh with phases, then with steps.
 # One run each, in that order. Run after scripts/setup.sh:
 #   bash bench/bench_scale.sh [BINARY]   (default: $ELASTICPIPE, else ./build/elasticpipe)
@@ -32,6 +34,8 @@ measure "simulate, 1,024 devices, all modes, analytic" "$bin" simulate "$cfg" --
 measure "simulate, 8,192 devices, all modes, phases, no trace" "$bin" simulate "$cfg" --mode all "${n8192[@]}" \
   --set sim.collectives=phases --set sim.trace=false --out "$out/s"
 measure "plan, 8,192 devices" "$bin" plan "$cfg" "${n8192[@]}"
+measure "simulate configs/scale/vit_imagenet_dgx_h100.toml, all modes" "$bin" simulate \
+  configs/scale/vit_imagenet_dgx_h100.toml --mode all --out "$out/s"
 for model in phases steps; do
   measure "sweep, 100 points (baseline + autocache), $model" "$bin" sweep "$cfg" \
     --set planner.alpha=0.1,0.2,0.25,0.3,0.333,0.4,0.5,0.6,0.7,0.8 \

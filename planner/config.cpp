@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "planner/cluster_presets.hpp"
 #include "planner/config_overrides.hpp"
 #include "planner/datasets.hpp"
 #include "planner/input_file.hpp"
@@ -173,6 +174,15 @@ class Reader {
       fail(key, std::string("a number in [") + fmt(lo) + ", " + fmt(hi) + "] (" + what + ")", fmt(out));
   }
 
+  // Seconds per message, 0 or in [1e-8, 10]: SimGrid counts nanoseconds, so
+  // a shorter latency would be lost.
+  void latency(const std::string& key, double& out, bool required) {
+    quantity(key, out, required, 0, 10, "seconds per message; a slow WAN has 0.3");
+    if (out > 0 && out < 1e-8)
+      fail(key, "0 or a number in [1e-08, 10] (seconds per message: a message crosses 2 m of cable in 10 ns)",
+           fmt(out));
+  }
+
   // An integer read as the 64-bit value written, then checked against
   // [lo, hi] (hi with `why`, the physical reason for it) and the range of
   // the field it goes into: nothing is cut to 32 bits silently.
@@ -324,9 +334,20 @@ constexpr std::int64_t kMaxSamples = 1'000'000'000'000;  // a trillion: far beyo
                                                           // samples x epochs still fits 64 bits
 
 void read_cluster(Reader& r, ClusterSpec& c) {
+  // A preset fills the node type; the file's keys override it, and the
+  // node count is always the file's.
+  std::string preset;
+  r.string("cluster.preset", preset, false);
+  if (!preset.empty()) {
+    const ClusterSpec* p = find_cluster_preset(preset);
+    if (!p) r.fail("cluster.preset", "one of " + cluster_preset_names(), "string \"" + preset + "\"");
+    c = *p;
+    c.preset = preset;
+  }
+  const bool required = preset.empty();  // without a preset the file describes the whole node
   r.string("cluster.name", c.name, false);
   r.integer("cluster.nodes", c.nodes, true, 1, 8192, "nodes in a cluster");
-  r.integer("cluster.gpus_per_node", c.gpus_per_node, true, 1, 256, "devices in one node");
+  r.integer("cluster.gpus_per_node", c.gpus_per_node, required, 1, 256, "devices in one node");
   if (static_cast<std::int64_t>(c.nodes) * c.gpus_per_node > kMaxClusterDevices)
     r.fail("cluster.nodes", "nodes x gpus_per_node <= " + std::to_string(kMaxClusterDevices) +
                                 " (the planner weighs every replica layout; its time grows with the square "
@@ -335,30 +356,32 @@ void read_cluster(Reader& r, ClusterSpec& c) {
   r.integer("cluster.shared_cores", c.shared_cores, false, 0, 65536, "cores of one machine");
   auto& d = c.device;
   r.string("cluster.device.name", d.name, false);
-  r.quantity("cluster.device.peak_flops_per_s", d.peak_flops_per_s, true, 1e6, 1e18,
+  r.quantity("cluster.device.peak_flops_per_s", d.peak_flops_per_s, required, 1e6, 1e18,
              "FLOP/s of one device, 1 MFLOP/s to 1 EFLOP/s");
   r.quantity("cluster.device.efficiency", d.efficiency, false, 1e-3, 1,
              "the fraction of peak sustained; below 0.1% it is the peak that is wrong");
   r.quantity("cluster.device.sublayer_overhead_s", d.sublayer_overhead_s, false, 0, 10,
              "seconds per sublayer launch");
-  r.quantity("cluster.device.memory_bytes", d.memory_bytes, true, 1e6, 1e15, "bytes, 1 MB to 1 PB");
-  r.quantity("cluster.device.memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s, true, kMinBandwidth,
+  r.quantity("cluster.device.memory_bytes", d.memory_bytes, required, 1e6, 1e15, "bytes, 1 MB to 1 PB");
+  r.quantity("cluster.device.memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s, required, kMinBandwidth,
              kMaxBandwidth, kBandwidthWhy);
   for (auto [name, link] : {std::pair{"intra_node", &c.intra_node}, {"inter_node", &c.inter_node}}) {
     const std::string p = std::string("cluster.") + name;
-    r.quantity(p + ".bandwidth_bytes_per_s", link->bandwidth_bytes_per_s, true, kMinBandwidth, kMaxBandwidth,
+    r.quantity(p + ".bandwidth_bytes_per_s", link->bandwidth_bytes_per_s, required, kMinBandwidth, kMaxBandwidth,
                kBandwidthWhy);
-    r.quantity(p + ".latency_s", link->latency_s, true, 0, 10, "seconds per message; a slow WAN has 0.3");
-    // SimGrid counts time in nanoseconds: a shorter latency is lost (and warned of).
-    if (link->latency_s > 0 && link->latency_s < 1e-8)
-      r.fail(p + ".latency_s", "0 or a number in [1e-08, 10] (seconds per message: a message crosses 2 m of cable "
-                               "in 10 ns)", fmt(link->latency_s));
+    r.latency(p + ".latency_s", link->latency_s, required);
   }
-  r.quantity("cluster.host.memory_bytes", c.host.memory_bytes, true, 0, 1e16, "bytes, up to 10 PB");
-  r.quantity("cluster.host.memory_bandwidth_bytes_per_s", c.host.memory_bandwidth_bytes_per_s, true, kMinBandwidth,
+  r.quantity("cluster.host.memory_bytes", c.host.memory_bytes, required, 0, 1e16, "bytes, up to 10 PB");
+  r.quantity("cluster.host.memory_bandwidth_bytes_per_s", c.host.memory_bandwidth_bytes_per_s, required, kMinBandwidth,
              kMaxBandwidth, kBandwidthWhy);
-  r.quantity("cluster.host.disk_bandwidth_bytes_per_s", c.host.disk_bandwidth_bytes_per_s, true, kMinBandwidth,
+  r.quantity("cluster.host.disk_bandwidth_bytes_per_s", c.host.disk_bandwidth_bytes_per_s, required, kMinBandwidth,
              kMaxBandwidth, kBandwidthWhy);
+  auto& t = c.topology;
+  r.integer("cluster.topology.nodes_per_switch", t.nodes_per_switch, false, 0, kMaxClusterDevices,
+            "nodes under one leaf switch; 0: all of them");
+  r.quantity("cluster.topology.oversubscription", t.oversubscription, false, 1, 1024,
+             "a leaf's node bandwidth over its uplink's; 1: non-blocking");
+  r.latency("cluster.topology.uplink_latency_s", t.uplink_latency_s, false);
 }
 
 void read_model(Reader& r, ModelConfig& m) {

@@ -18,7 +18,7 @@ namespace ep {
 
 struct DeviceSpec {
   std::string name = "device";
-  double peak_flops_per_s = 0;   // FP32 peak
+  double peak_flops_per_s = 0;   // peak in the precision trained (the paper: FP32; the DGX presets: dense BF16)
   double efficiency = 0.4;       // fraction of peak a Transformer sublayer reaches
   double sublayer_overhead_s = 0;  // fixed launch cost per sublayer execution
   double memory_bytes = 0;
@@ -45,12 +45,27 @@ struct TransitionSpec {
   double ddp_rebuild_s = 1.0;       // active training group torn down and rebuilt, DDP buckets re-made
 };
 
+// How nodes hang together (a two-level fat tree): leaf switches of
+// nodes_per_switch nodes, each with one uplink to the spine carrying
+// nodes_per_switch x inter_node bandwidth / oversubscription. A node's link
+// to its leaf is inter_node. The planner's analytic model sees inter_node
+// only; the simulator routes over the switches.
+struct TopologySpec {
+  int nodes_per_switch = 0;     // 0: every node under one switch, no spine
+  double oversubscription = 1;  // >= 1; 1: non-blocking
+  double uplink_latency_s = 0;  // a leaf-spine hop, paid once each way up and down
+
+  // Whether nodes 0..nodes-1 all hang off one switch.
+  [[nodiscard]] bool flat(int nodes) const { return nodes_per_switch == 0 || nodes_per_switch >= nodes; }
+};
+
 // Devices of the largest cluster a config may describe: planning takes
 // seconds there, and grows with the square of the devices.
 constexpr int kMaxClusterDevices = 8192;
 
 struct ClusterSpec {
   std::string name;
+  std::string preset;  // the cluster preset the config started from (cluster_presets.hpp); empty: none
   int nodes = 1;
   int gpus_per_node = 1;
   DeviceSpec device;
@@ -62,6 +77,7 @@ struct ClusterSpec {
   // compute slows down when more of them run at once than there are cores.
   int shared_cores = 0;
   TransitionSpec transition;
+  TopologySpec topology;
 
   [[nodiscard]] int total_gpus() const { return nodes * gpus_per_node; }
 };

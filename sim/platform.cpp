@@ -1,5 +1,6 @@
 #include "sim/platform.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -57,6 +58,87 @@ void check_cluster(const ClusterSpec& c) {
   require_latency(c.inter_node.latency_s, "inter_node.latency_s");
 }
 
+namespace {
+
+constexpr auto kUp = s4u::LinkInRoute::Direction::UP;
+
+// One split-duplex link, its two directions registered as trace tracks.
+s4u::SplitDuplexLink* duplex(Platform& p, s4u::NetZone* zone, const std::string& name, double bw, double latency,
+                             int track_node, int track_index, const std::string& track_name) {
+  s4u::SplitDuplexLink* l = zone->create_split_duplex_link(name, bw);
+  l->set_latency(latency)->seal();
+  p.link_tracks[l->get_link_up()] = {trace::TrackKind::Link, track_node, track_index, track_name + ".up"};
+  p.link_tracks[l->get_link_down()] = {trace::TrackKind::Link, track_node, track_index + 1, track_name + ".down"};
+  return l;
+}
+
+// Node n's zone (GPUs, host, disk, shared cores) under `parent`, reached over its NIC.
+void add_node(Platform& p, const ClusterSpec& c, s4u::NetZone* parent, int n) {
+  const int I = c.gpus_per_node;
+  const std::string node = "n" + std::to_string(n);
+  auto* zone = s4u::create_star_zone("node" + std::to_string(n));
+  zone->set_parent(parent);
+  auto* gateway = zone->create_router(node + ".sw");  // routers need no route of their own
+  for (int g = 0; g < I; ++g) {
+    auto* gpu = zone->create_host(node + ".gpu" + std::to_string(g), p.gpu_speed_flops);
+    const std::string pcie = "pcie" + std::to_string(g);
+    zone->add_route(gpu->get_netpoint(), nullptr, nullptr, nullptr,
+                    {{duplex(p, zone, node + "." + pcie, c.intra_node.bandwidth_bytes_per_s,
+                             c.intra_node.latency_s / 2, n, 2 * g, pcie), kUp}},
+                    true);
+    p.gpus.push_back(gpu);
+  }
+  auto* host = zone->create_host(node + ".host", 1e9);  // runs nothing; speed is irrelevant
+  zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
+                  {{duplex(p, zone, node + ".mem", c.host.memory_bandwidth_bytes_per_s, 0, n, 2 * I, "host"), kUp}},
+                  true);
+  p.disks.push_back(host->create_disk(node + ".disk", c.host.disk_bandwidth_bytes_per_s,
+                                      c.host.disk_bandwidth_bytes_per_s)->seal());
+  p.hosts.push_back(host);
+  if (c.shared_cores > 0) {
+    // Never a route endpoint: devices only run their executions here.
+    auto* cpu = zone->create_host(node + ".cores", p.gpu_speed_flops);
+    cpu->set_core_count(c.shared_cores);
+    p.shared_cpus.push_back(cpu->seal());
+  }
+  zone->seal();
+  const std::string ib = "ib" + std::to_string(n);
+  parent->add_route(zone->get_netpoint(), nullptr, gateway, nullptr,
+                    {{duplex(p, parent, ib, c.inter_node.bandwidth_bytes_per_s, c.inter_node.latency_s / 2, -1,
+                             2 * n, ib), kUp}},
+                    true);
+}
+
+// Leaf switch s of a fat tree under `root`: its nodes first..first+members-1,
+// its fabric (non-blocking, its nodes' bandwidth) and its uplink (that over
+// the oversubscription).
+void add_leaf(Platform& p, const ClusterSpec& c, s4u::NetZone* root, int s, int first, int members, int leaves) {
+  const std::string name = "switch" + std::to_string(s);
+  auto* leaf = s4u::create_star_zone(name);
+  leaf->set_parent(root);
+  // The gateway sits in a zone of its own: SimGrid resolves a route from a
+  // node's GPU to a router placed directly in the leaf as if the GPU were
+  // the leaf's own point.
+  auto* gateway_zone = s4u::create_star_zone(name + ".gw");
+  gateway_zone->set_parent(leaf);
+  auto* gateway = gateway_zone->create_router(name + ".up");
+  gateway_zone->seal();
+  for (int n = first; n < first + members; ++n) add_node(p, c, leaf, n);
+  const double nodes_bw = members * c.inter_node.bandwidth_bytes_per_s;
+  leaf->add_route(gateway_zone->get_netpoint(), nullptr, gateway, nullptr,
+                  {{duplex(p, leaf, name + ".fabric", nodes_bw, 0, -1, 2 * (c.nodes + leaves + s), name + ".fabric"),
+                    kUp}},
+                  true);
+  leaf->seal();
+  const std::string uplink = "uplink" + std::to_string(s);
+  root->add_route(leaf->get_netpoint(), nullptr, gateway, nullptr,
+                  {{duplex(p, root, uplink, nodes_bw / c.topology.oversubscription, c.topology.uplink_latency_s, -1,
+                           2 * (c.nodes + s), uplink), kUp}},
+                  true);
+}
+
+}  // namespace
+
 Platform build_platform(const ClusterSpec& c) {
   check_cluster(c);
   calibrate();
@@ -65,52 +147,19 @@ Platform build_platform(const ClusterSpec& c) {
   p.nodes = c.nodes;
   p.gpus_per_node = c.gpus_per_node;
   p.gpu_speed_flops = c.device.peak_flops_per_s * c.device.efficiency;
-  const int I = c.gpus_per_node;
-  const auto up = s4u::LinkInRoute::Direction::UP;
-  // One split-duplex link, its two directions registered as trace tracks.
-  const auto duplex = [&](s4u::NetZone* zone, const std::string& name, double bw, double latency,
-                          int track_node, int track_index, const std::string& track_name) {
-    s4u::SplitDuplexLink* l = zone->create_split_duplex_link(name, bw);
-    l->set_latency(latency)->seal();
-    p.link_tracks[l->get_link_up()] = {trace::TrackKind::Link, track_node, track_index, track_name + ".up"};
-    p.link_tracks[l->get_link_down()] = {trace::TrackKind::Link, track_node, track_index + 1, track_name + ".down"};
-    return l;
-  };
-
   auto* root = s4u::create_star_zone("cluster");
-  for (int n = 0; n < c.nodes; ++n) {
-    const std::string node = "n" + std::to_string(n);
-    auto* zone = s4u::create_star_zone("node" + std::to_string(n));
-    zone->set_parent(root);
-    auto* gateway = zone->create_router(node + ".sw");  // routers need no route of their own
-    for (int g = 0; g < I; ++g) {
-      auto* gpu = zone->create_host(node + ".gpu" + std::to_string(g), p.gpu_speed_flops);
-      const std::string pcie = "pcie" + std::to_string(g);
-      zone->add_route(gpu->get_netpoint(), nullptr, nullptr, nullptr,
-                      {{duplex(zone, node + "." + pcie, c.intra_node.bandwidth_bytes_per_s,
-                               c.intra_node.latency_s / 2, n, 2 * g, pcie), up}},
-                      true);
-      p.gpus.push_back(gpu);
-    }
-    auto* host = zone->create_host(node + ".host", 1e9);  // runs nothing; speed is irrelevant
-    zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
-                    {{duplex(zone, node + ".mem", c.host.memory_bandwidth_bytes_per_s, 0, n, 2 * I, "host"), up}},
-                    true);
-    p.disks.push_back(host->create_disk(node + ".disk", c.host.disk_bandwidth_bytes_per_s,
-                                        c.host.disk_bandwidth_bytes_per_s)->seal());
-    p.hosts.push_back(host);
-    if (c.shared_cores > 0) {
-      // Never a route endpoint: devices only run their executions here.
-      auto* cpu = zone->create_host(node + ".cores", p.gpu_speed_flops);
-      cpu->set_core_count(c.shared_cores);
-      p.shared_cpus.push_back(cpu->seal());
-    }
-    zone->seal();
-
-    const std::string ib = "ib" + std::to_string(n);
-    root->add_route(zone->get_netpoint(), nullptr, gateway, nullptr,
-                    {{duplex(root, ib, c.inter_node.bandwidth_bytes_per_s, c.inter_node.latency_s / 2, -1, 2 * n, ib), up}},
-                    true);
+  const TopologySpec& t = c.topology;
+  if (t.flat(c.nodes)) {
+    for (int n = 0; n < c.nodes; ++n) add_node(p, c, root, n);
+  } else {
+    const int per_leaf = t.nodes_per_switch;
+    const int leaves = (c.nodes + per_leaf - 1) / per_leaf;
+    for (int s = 0; s < leaves; ++s)
+      add_leaf(p, c, root, s, s * per_leaf, std::min(per_leaf, c.nodes - s * per_leaf), leaves);
+    // A hop across leaves is a hop within one when the uplinks add no
+    // latency and are never narrower than a NIC.
+    const int smallest = c.nodes - (leaves - 1) * per_leaf;
+    if (t.uplink_latency_s > 0 || t.oversubscription > smallest) p.alike_nodes = per_leaf;
   }
   root->seal();
   return p;

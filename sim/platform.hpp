@@ -19,6 +19,15 @@
 // The analytic cost model charges a cross-node hop inter.latency + S/inter.bw
 // only; the simulator also pays the PCIe hops at both ends.
 //
+// With cluster.topology (nodes_per_switch < nodes) the nodes sit in leaf
+// star zones "switch<s>" under the root, each leaf reaching the root over
+// uplink<s> (its nodes' inter-node bandwidth / oversubscription,
+// uplink_latency_s; trace track Track{Link, -1, 2(nodes + s) / +1,
+// "uplink<s>.up/down"}) and, inside the leaf, through the leaf switch's
+// fabric (its nodes' inter-node bandwidth, no latency: never tighter than
+// the uplink). A node-to-node route across leaves is NIC, fabric, uplink,
+// uplink, fabric, NIC; within a leaf NIC, NIC as in the flat layout.
+//
 // Star zones hold one route per element (up/down link lists), so the
 // platform is O(nodes · GPUs): 32 nodes × 8 GPUs build in milliseconds.
 #pragma once
@@ -40,6 +49,11 @@ struct Platform {
   std::vector<simgrid::s4u::Host*> gpus;    // global GPU id = node · gpus_per_node + gpu
   std::vector<simgrid::s4u::Host*> hosts;   // per node: CPU and memory, holds the activation cache
   std::vector<simgrid::s4u::Disk*> disks;   // per node: the cache's spill tier
+  // Nodes that stand together for others in a coarse collective model
+  // (simulator.hpp): 1 where every node-to-node hop is alike (flat, or
+  // uplinks with no latency and at least a NIC's bandwidth), else a leaf
+  // switch's nodes.
+  int alike_nodes = 1;
   // With cluster.shared_cores: per node, one host of that many cores on
   // which all the node's devices compute (SimGrid shares its cores among
   // the executions running at once); empty otherwise.

@@ -90,34 +90,37 @@ void order_ring(Prepared& p) {
   for (int i = 0; i < p.R; ++i) p.ring_pos[p.at_pos[i]] = i;
 }
 
-// Keeps only the replicas of the ring's first two nodes when they stand for
-// all (simulator.hpp): every replica within one node, every node with the
-// same local GPUs in ring order, the ring entering each node once.
-void collapse_to_two_nodes(Prepared& p, int gpus_per_node) {
-  const auto node_of = [&](int r) { return p.replica_gpus[r].front() / gpus_per_node; };
-  std::map<int, std::vector<std::vector<int>>> local;  // node -> its replicas' local GPUs, in ring order
+// Keeps only the replicas of the ring's first two units when they stand
+// for all (simulator.hpp). A unit is `alike_nodes` consecutive nodes (one
+// node, or a leaf switch's nodes where hops across leaves differ): every
+// replica within one node, every unit with the same GPUs in ring order,
+// the ring entering each unit once.
+void collapse_to_two_units(Prepared& p, int gpus_per_node, int alike_nodes) {
+  const int unit_gpus = gpus_per_node * alike_nodes;
+  const auto unit_of = [&](int r) { return p.replica_gpus[r].front() / unit_gpus; };
   for (int r = 0; r < p.R; ++r)
     for (const int g : p.replica_gpus[r])
-      if (g / gpus_per_node != node_of(r)) return;  // a replica across nodes
+      if (g / gpus_per_node != p.replica_gpus[r].front() / gpus_per_node) return;  // a replica across nodes
+  std::map<int, std::vector<std::vector<int>>> local;  // unit -> its replicas' GPUs within it, in ring order
   int entries = 0;
   for (int i = 0; i < p.R; ++i) {
     const int r = p.at_pos[i];
-    if (node_of(r) != node_of(p.at_pos[(i + p.R - 1) % p.R])) ++entries;
+    if (unit_of(r) != unit_of(p.at_pos[(i + p.R - 1) % p.R])) ++entries;
     std::vector<int> gpus;
-    for (const int g : p.replica_gpus[r]) gpus.push_back(g % gpus_per_node);
-    local[node_of(r)].push_back(std::move(gpus));
+    for (const int g : p.replica_gpus[r]) gpus.push_back(g % unit_gpus);
+    local[unit_of(r)].push_back(std::move(gpus));
   }
   if (local.size() <= 2 || entries != static_cast<int>(local.size())) return;
-  for (const auto& [node, replicas] : local)
+  for (const auto& [unit, replicas] : local)
     if (replicas != local.begin()->second) return;
-  const int first = node_of(p.at_pos[0]);
-  const int second = node_of(p.at_pos[local.begin()->second.size()]);
+  const int first = unit_of(p.at_pos[0]);
+  const int second = unit_of(p.at_pos[local.begin()->second.size()]);
   Prepared kept = p;
   kept.replica_gpus.clear();
   kept.ranks.clear();
   for (int i = 0; i < p.R; ++i) {
     const int r = p.at_pos[i];
-    if (node_of(r) != first && node_of(r) != second) continue;
+    if (unit_of(r) != first && unit_of(r) != second) continue;
     kept.replica_gpus.push_back(p.replica_gpus[r]);
     kept.ranks.push_back(p.ranks[r]);
   }
@@ -172,7 +175,8 @@ Prepared prepare(const SimRequest& q, const Platform& platform) {
       throw Error("simulator: two replicas have rank " + std::to_string(p.ranks[p.at_pos[i]]));
   p.ring_n = p.R;
   p.collectives = q.collectives;
-  if (p.collectives != CollectiveModel::Steps && !q.every_replica) collapse_to_two_nodes(p, platform.gpus_per_node);
+  if (p.collectives != CollectiveModel::Steps && !q.every_replica)
+    collapse_to_two_units(p, platform.gpus_per_node, platform.alike_nodes);
   try {
     check_schedule(s);  // also guarantees every stage and micro-batch below is in range
   } catch (const Error& e) {

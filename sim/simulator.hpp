@@ -32,8 +32,9 @@
 //   rings closed between the two and each all-reduce still of all n ranks
 //   (bytes/n, n-1 steps per phase). Each node then sends and receives the
 //   same flows as in the whole ring, so every result below is the whole
-//   run's; a trace holds those two nodes. steps always simulates every
-//   replica;
+//   run's; a trace holds those two nodes. Where a hop across leaf switches
+//   differs from one within a leaf (Platform::alike_nodes), two leaves'
+//   nodes stand for all instead. steps always simulates every replica;
 // - OPT(s) waits for this iteration's all-reduces of stage s on the device;
 // - CR: (disk tier: disk read on the node's host, then) host -> GPU;
 //   CW: GPU -> host (then, disk tier: disk write);

@@ -108,7 +108,8 @@ TEST_CASE("the base config loads with documented defaults") {
 TEST_CASE("every shipped config loads") {
   const std::filesystem::path root(EP_SOURCE_DIR);
   int count = 0;
-  for (const auto& dir : {root / "configs" / "paper", root / "configs" / "small", root / "configs" / "finetune"})
+  for (const auto& dir : {root / "configs" / "paper", root / "configs" / "small", root / "configs" / "finetune",
+                          root / "configs" / "scale"})
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
       if (entry.path().extension() != ".toml") continue;
       INFO(entry.path());
@@ -237,6 +238,62 @@ TEST_CASE("inconsistent values are rejected") {
     const std::string text = with("K = 4", "K = 4\nM = 8");
     check_names(error_of(text), line_of(text, "M = 8"), "planner.M");
   }
+}
+
+TEST_CASE("a cluster preset fills the node type; the file's keys override it; the node count stays required") {
+  // The whole [cluster] of the base config replaced by a preset and two keys.
+  const std::string model = kBase.substr(kBase.find("[model]"));
+  const std::string text = "[cluster]\npreset = \"dgx_h100\"\nnodes = 4\n\n[cluster.inter_node]\n"
+                           "bandwidth_bytes_per_s = 100e9\n\n" + model;
+  const ep::Config c = ep::parse_config(text, "test.toml");
+  CHECK(c.cluster.preset == "dgx_h100");
+  CHECK(c.cluster.nodes == 4);
+  CHECK(c.cluster.gpus_per_node == 8);
+  CHECK(c.cluster.device.peak_flops_per_s == 989e12);
+  CHECK(c.cluster.intra_node.bandwidth_bytes_per_s == 450e9);
+  CHECK(c.cluster.inter_node.bandwidth_bytes_per_s == 100e9);  // the file's
+  CHECK(c.cluster.inter_node.latency_s == 5e-6);              // the preset's
+  // Every preset is a whole node the loader accepts, and the paper's is the
+  // paper configs' cluster.
+  for (const char* name : {"paper", "dgx_a100", "dgx_h100"}) {
+    CAPTURE(name);
+    const ep::Config p = ep::parse_config(with("nodes = 1", std::string("preset = \"") + name + "\"\nnodes = 2",
+                                               "[cluster]\nnodes = 1\n\n" + model),
+                                          "test.toml");
+    CHECK(p.cluster.gpus_per_node == 8);
+  }
+  const ep::Config paper = ep::test::paper_config("vit_imagenet");
+  CHECK(paper.cluster.preset == "paper");
+  CHECK(paper.cluster.device.peak_flops_per_s == 11.2e12);
+  CHECK(paper.cluster.host.memory_bandwidth_bytes_per_s == 12e9);
+  // An unknown preset lists the known ones; without nodes the preset is not enough.
+  const std::string unknown = "[cluster]\npreset = \"dgx_b200\"\nnodes = 4\n\n" + model;
+  const std::string msg = error_of(unknown);
+  check_names(msg, 2, "cluster.preset");
+  CHECK(msg.find("one of dgx_a100|dgx_h100|paper") != std::string::npos);
+  const std::string no_nodes = "[cluster]\npreset = \"dgx_a100\"\n\n" + model;
+  CHECK(error_of(no_nodes).find("'cluster.nodes'") != std::string::npos);
+}
+
+TEST_CASE("[cluster.topology] reads the leaf switches and refuses what cannot be") {
+  const ep::Config flat = ep::parse_config(kBase, "test.toml");
+  CHECK(flat.cluster.topology.flat(flat.cluster.nodes));
+  const std::string tree = with("[cluster.device]", "[cluster.topology]\nnodes_per_switch = 2\noversubscription = 4\n"
+                                                    "uplink_latency_s = 1e-6\n\n[cluster.device]");
+  const ep::Config c = ep::parse_config(tree, "test.toml", {"cluster.nodes=6"});
+  CHECK(c.cluster.topology.nodes_per_switch == 2);
+  CHECK(c.cluster.topology.oversubscription == 4);
+  CHECK(c.cluster.topology.uplink_latency_s == 1e-6);
+  CHECK_FALSE(c.cluster.topology.flat(6));
+  CHECK(c.cluster.topology.flat(2));
+  check_names(error_of(with("oversubscription = 4", "oversubscription = 0.5", tree)), line_of(tree, "oversubscription"),
+              "cluster.topology.oversubscription");
+  check_names(error_of(with("uplink_latency_s = 1e-6", "uplink_latency_s = 1e-12", tree)),
+              line_of(tree, "uplink_latency_s"), "cluster.topology.uplink_latency_s");
+  check_names(error_of(with("nodes_per_switch = 2", "nodes_per_switch = -1", tree)), line_of(tree, "nodes_per_switch"),
+              "cluster.topology.nodes_per_switch");
+  const std::string unknown = with("nodes_per_switch = 2", "spine = 1", tree);
+  check_names(error_of(unknown), line_of(unknown, "spine"), "cluster.topology.spine");
 }
 
 TEST_CASE("a missing required key points at its section") {

@@ -47,8 +47,10 @@ void place(sim::SimRequest& q, int nodes, int I, int K, int pipelines, bool drop
 }
 }  // namespace
 
-TEST_CASE("every collective model costs a lone ring all-reduce 2(n-1) (latency + S/n / bandwidth)",
-          "[sim][collectives]") {
+TEST_CASE(
+    "every collective model costs a lone ring all-reduce 2(n-1) (latency "
+    "+ S/n / bandwidth)",
+    "[sim][collectives]") {
   Simulator sim(test::cluster(1, 8, kPcie));
   const double S = 80e6;  // divisible by every n: chunks are whole bytes
   for (const CollectiveModel model : kModels)
@@ -80,15 +82,15 @@ TEST_CASE("across nodes a ring is paced by its slowest hop in every collective m
     }
 }
 
-TEST_CASE("phases and analytic: two nodes stand for all of them exactly, over random layouts and schedules",
-          "[sim][collectives]") {
-  constexpr int kNodes = 6, kI = 4;
-  ClusterSpec c = test::cluster(kNodes, kI, kPcie, kIb);
-  Simulator sim(c);
-  std::mt19937 rng(28);
+namespace {
+// Over random layouts and schedules on the first 3..nodes nodes: a coarse
+// run with two units standing for all gives what simulating every replica
+// gives (every result, relative 1e-9).
+void check_two_stand_for_all(Simulator& sim, int nodes, int I, unsigned seed) {
+  std::mt19937 rng(seed);
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   for (int instance = 0; instance < 24; ++instance) {
-    const int K = std::vector<int>{1, 2, 4}[pick(0, 2)];
+    const int K = std::vector<int>{1, 2, 4}[pick(0, I >= 4 ? 2 : 1)];  // K divides I (2 or 4)
     ScheduleOptions o;
     o.kind = pick(0, 1) ? ScheduleKind::GPipe : ScheduleKind::OneFOneB;
     o.K = K;
@@ -97,13 +99,14 @@ TEST_CASE("phases and analytic: two nodes stand for all of them exactly, over ra
     o.optimizer_step = true;
     o.frozen_input = pick(0, 1) ? FrozenInput::CacheRead : FrozenInput::None;
     const double t_f = 1e-3 * pick(1, 9), t_b = 2e-3 * pick(1, 9);
-    auto q = test::request(build_schedule(o), test::costs(unit_cost(t_f, t_b, 1), 1e6 * pick(1, 64), 1e6 * pick(1, 400)));
-    const int nodes = pick(3, kNodes);
+    auto q =
+        test::request(build_schedule(o), test::costs(unit_cost(t_f, t_b, 1), 1e6 * pick(1, 64), 1e6 * pick(1, 400)));
+    const int used = pick(3, nodes);
     const bool drop_last = pick(0, 3) == 0;
-    place(q, nodes, kI, K, kI / K, drop_last);
+    place(q, used, I, K, I / K, drop_last);
     q.iterations = pick(1, 2);
     q.collectives = pick(0, 1) ? CollectiveModel::Phases : CollectiveModel::Analytic;
-    CAPTURE(instance, K, o.M, nodes, drop_last, to_string(q.collectives), q.replica_gpus.size());
+    CAPTURE(instance, K, o.M, used, drop_last, to_string(q.collectives), q.replica_gpus.size());
     auto whole = q;
     whole.every_replica = true;
     const auto two = sim.run(q);
@@ -118,17 +121,51 @@ TEST_CASE("phases and analytic: two nodes stand for all of them exactly, over ra
   }
 }
 
+// The nodes whose GPUs a traced lone all-reduce over every GPU shows.
+std::set<int> traced_nodes(Simulator& sim, int gpus, CollectiveModel model) {
+  std::vector<int> first(gpus);
+  std::iota(first.begin(), first.end(), 0);
+  trace::Trace tr;
+  (void)sim.run(lone_allreduce(8e6, first, model), &tr);
+  std::set<int> nodes;
+  for (const auto& e : tr.events)
+    if (tr.tracks.at(e.track).kind == trace::TrackKind::Gpu) nodes.insert(tr.tracks.at(e.track).node);
+  return nodes;
+}
+}  // namespace
+
+TEST_CASE(
+    "phases and analytic: two nodes stand for all of them exactly, over "
+    "random layouts and schedules",
+    "[sim][collectives]") {
+  Simulator sim(test::cluster(6, 4, kPcie, kIb));
+  check_two_stand_for_all(sim, 6, 4, 28);
+}
+
+TEST_CASE(
+    "under non-blocking leaf switches without uplink latency two nodes "
+    "still stand for all",
+    "[sim][collectives]") {
+  ClusterSpec c = test::cluster(6, 4, kPcie, kIb);
+  c.topology.nodes_per_switch = 2;
+  Simulator sim(c);
+  check_two_stand_for_all(sim, 6, 4, 29);
+  CHECK(traced_nodes(sim, 24, CollectiveModel::Phases) == std::set<int>{0, 1});
+}
+
+TEST_CASE("where hops across leaves are slower two leaves stand for all", "[sim][collectives]") {
+  ClusterSpec c = test::cluster(8, 2, kPcie, kIb);
+  c.topology = {2, 4, 1e-6};  // leaves of 2 nodes, uplinks at half a NIC's bandwidth
+  Simulator sim(c);
+  check_two_stand_for_all(sim, 8, 2, 30);
+  CHECK(traced_nodes(sim, 16, CollectiveModel::Analytic) == std::set<int>{0, 1, 2, 3});
+}
+
 TEST_CASE("a traced coarse run holds the two nodes that stand for all", "[sim][collectives]") {
   Simulator sim(test::cluster(4, 2, kPcie, kIb));
   // steps simulates every replica (its outputs stay the golden ones).
   for (const CollectiveModel model : {CollectiveModel::Phases, CollectiveModel::Analytic}) {
     CAPTURE(to_string(model));
-    auto q = lone_allreduce(8e6, {0, 1, 2, 3, 4, 5, 6, 7}, model);
-    trace::Trace tr;
-    (void)sim.run(q, &tr);
-    std::set<int> nodes;
-    for (const auto& e : tr.events)
-      if (tr.tracks.at(e.track).kind == trace::TrackKind::Gpu) nodes.insert(tr.tracks.at(e.track).node);
-    CHECK(nodes == std::set<int>{0, 1});
+    CHECK(traced_nodes(sim, 8, model) == std::set<int>{0, 1});
   }
 }

@@ -130,3 +130,19 @@ TEST_CASE("cache IO crosses the host's memory link and the GPU's PCIe link, afte
     }
   }
 }
+
+TEST_CASE("leaf switches: a route across leaves adds both uplinks, which their nodes share", "[sim][network]") {
+  ClusterSpec c = test::cluster(4, 2, kPcie, kIb);
+  c.topology = {2, 2, 1e-6};  // two leaves of two nodes; uplink = 2 NICs / 2 = one NIC's bandwidth
+  Simulator sim(c);
+  const double S = 64e6, nic = kIb.bandwidth_bytes_per_s;
+  const double within = kPcie.latency_s + kIb.latency_s;
+  // Nodes 0 and 1 share leaf 0: NIC, NIC, as in the flat layout.
+  CHECK(sim.run_transfers({{0, 2, S}}) == Approx(within + S / nic).epsilon(1e-9));
+  // Node 0 to node 2: NIC, uplink 0, uplink 1, NIC.
+  CHECK(sim.run_transfers({{0, 4, S}}) == Approx(within + 2e-6 + S / nic).epsilon(1e-9));
+  // Both nodes of leaf 0 sending across: their uplink halves each flow.
+  CHECK(sim.run_transfers({{0, 4, S}, {2, 6, S}}) == Approx(within + 2e-6 + 2 * S / nic).epsilon(1e-6));
+  // Within the leaf they do not meet.
+  CHECK(sim.run_transfers({{0, 2, S}, {4, 6, S}}) == Approx(within + S / nic).epsilon(1e-9));
+}

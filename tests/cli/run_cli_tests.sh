@@ -118,7 +118,7 @@ expect_rc 2 "trace diff malformed" -- "$bin" trace diff "$tmp/broken.json" "$tmp
 expect_text "trace diff malformed names the file" "ERROR: $tmp/broken.json"
 
 # --- bad input: one ERROR line, exit 2, nothing else ------------------------
-sed 's/^gpus_per_node = 8/gpus_per_node = 8\nnodez = 3/' "$root/configs/paper/vit_imagenet.toml" > "$tmp/bad.toml"
+sed 's/^nodes = 2/nodes = 2\nnodez = 3/' "$root/configs/paper/vit_imagenet.toml" > "$tmp/bad.toml"
 line=$(grep -n '^nodez' "$tmp/bad.toml" | cut -d: -f1)
 expect_rc 2 "unknown key" -- "$bin" plan "$tmp/bad.toml"
 expect_text "unknown key names file:line and key" "ERROR: $tmp/bad.toml:$line:9: key 'cluster.nodez': expected a known key"

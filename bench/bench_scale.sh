@@ -9,13 +9,7 @@
 #   the 100-point sweep of bench_sim.sh with phases, then with steps.
 # One run each, in that order. Run after scripts/setup.sh:
 #   bash bench/bench_scale.sh [BINARY]   (default: $ELASTICPIPE, else ./build/elasticpipe)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=${1:-${ELASTICPIPE:-./build/elasticpipe}}
-[ -x "$bin" ] || { echo "bench_scale.sh: no executable $bin (build it, or pass its path)" >&2; exit 2; }
-cfg=configs/paper/vit_imagenet.toml
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source "$(dirname "$0")/sim_common.sh"
 
 measure() {  # label, command...: one line, wall seconds and peak resident memory
   local label=$1
@@ -38,7 +32,6 @@ measure "simulate configs/scale/vit_imagenet_dgx_h100.toml, all modes" "$bin" si
   configs/scale/vit_imagenet_dgx_h100.toml --mode all --out "$out/s"
 for model in phases steps; do
   measure "sweep, 100 points (baseline + autocache), $model" "$bin" sweep "$cfg" \
-    --set planner.alpha=0.1,0.2,0.25,0.3,0.333,0.4,0.5,0.6,0.7,0.8 \
-    --set cluster.inter_node.bandwidth_bytes_per_s=1e9,2e9,3e9,4e9,5e9,6e9,7e9,8e9,10e9,12.5e9 \
+    "${sweep_points[@]}" \
     --set sim.collectives=$model --out "$out/sweep"
 done

@@ -5,13 +5,7 @@
 # inter-node bandwidths, baseline + autocache per point). Run after
 # scripts/setup.sh: bash bench/bench_sim.sh [BINARY]
 # (default: $ELASTICPIPE, else ./build/elasticpipe).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=${1:-${ELASTICPIPE:-./build/elasticpipe}}
-[ -x "$bin" ] || { echo "bench_sim.sh: no executable $bin (build it, or pass its path)" >&2; exit 2; }
-cfg=configs/paper/vit_imagenet.toml
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source "$(dirname "$0")/sim_common.sh"
 
 wall() {  # wall seconds of a command, its output discarded
   local t0 t1
@@ -36,8 +30,7 @@ median=$(printf '%s\n' "${plans[@]}" | sort -g | sed -n 3p)
 printf 'plan %s: median %.3f s of 5\n' "$cfg" "$median"
 
 sweep=$(wall "$bin" sweep "$cfg" \
-  --set planner.alpha=0.1,0.2,0.25,0.3,0.333,0.4,0.5,0.6,0.7,0.8 \
-  --set cluster.inter_node.bandwidth_bytes_per_s=1e9,2e9,3e9,4e9,5e9,6e9,7e9,8e9,10e9,12.5e9 \
+  "${sweep_points[@]}" \
   --out "$out/sweep")
 printf 'sweep %s, 100 points (baseline + autocache each), %d jobs: %.1f s (%.2f s per point)\n' \
   "$cfg" "$(nproc)" "$sweep" "$(awk -v s="$sweep" 'BEGIN { print s / 100 }')"

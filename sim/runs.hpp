@@ -30,11 +30,11 @@ struct Measured {
 
 // Runs iterations of lowered programs on SimGrid, memoised across plans, modes and
 // trainings on the same platform: the key is the request itself (partition,
-// K, M, layout, cache mode, collective model and a hash of every action's duration and
-// bytes), so two
-// requests share a result exactly when SimGrid would be given the same
-// input. The misses of a batch run in parallel; a request another thread
-// is already running is waited for, not run twice. Thread-safe.
+// K, M, layout, cache mode, collective model and a hash of every action's
+// duration and bytes), so two requests share a result exactly when SimGrid
+// would be given the same input. The misses of a batch run in parallel; a
+// request another thread is already running is waited for, not run twice.
+// Thread-safe.
 class Runner {
  public:
   Runner(Simulator& sim, int jobs) : sim_(sim), jobs_(jobs) {}
@@ -119,14 +119,14 @@ class Runner {
   }
 
   // Everything of a request SimGrid's result depends on (the platform is
-  // the Simulator's): the collective model and the setup in words, then the action lists with every
-  // duration and byte count as exact doubles, hashed twice (FNV-1a and a
+  // the Simulator's): the collective model and the setup in words, then the
+  // action lists with every duration and byte count as exact doubles, hashed twice (FNV-1a and a
   // multiply-xorshift, 128 bits together) so that a memo of hundreds of
   // requests stays small (a fork copies the parent's page tables).
   static std::string signature(const SimRequest& q, const IterationSetup& s, int iterations) {
     std::ostringstream os;
-    os << static_cast<int>(q.collectives) << '/' << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/' << static_cast<int>(s.cache_tier) << '/'
-       << s.cache_valid_layers << '/' << s.partition.frozen_end << '/' << iterations << ':';
+    os << static_cast<int>(q.collectives) << '/' << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/'
+       << static_cast<int>(s.cache_tier) << '/' << s.cache_valid_layers << '/' << s.partition.frozen_end << '/' << iterations << ':';
     for (int b : s.partition.bounds) os << b << ',';
     for (std::size_t r = 0; r < q.replica_gpus.size(); ++r) {
       os << '|' << q.replica_rank[r];

@@ -273,7 +273,7 @@ struct Run {
   std::vector<int> send_event;            // trace: ((r * slots + slot) * iterations + it) -> SEND's event
   std::vector<s4u::Mailbox*> ring;        // d * R + ring position: that rank's incoming ring chunks
   std::vector<s4u::BarrierPtr> phase_end;  // phases: per device, its ring's ranks meet after each phase
-  std::vector<RingPace> pace;              // per device: its ring's slowest hop
+  std::vector<RingPace> pace;              // phases, analytic: per device, its ring's slowest hop
 
   Worker& worker(int r, int d) { return workers[r * p.K + d]; }
 };
@@ -384,18 +384,21 @@ void lane_actor(Run& run, Worker& w) {
   s4u::Mailbox* to_next = run.ring[w.d * members + (pos + 1) % members];
   s4u::Mailbox* mine = run.ring[w.d * members + pos];
   s4u::Host* prev = run.worker(run.p.at_pos[(pos + members - 1) % members], w.d).host;
-  const RingPace pace = run.pace[w.d];
+  const RingPace pace = run.pace.empty() ? RingPace{} : run.pace[w.d];
   const auto& list = run.p.lists[w.d];
   const int rank = run.p.ranks[w.r];
-  // One flow of `bytes` to the next rank while one arrives from the previous.
-  const auto exchange = [&](std::uint64_t bytes, const Action& a, int it, const std::string& what) {
+  // One flow of `bytes` to the next rank while one arrives from the previous;
+  // traced as "<what>" or "<what> <step>" (step >= 0), named only when traced.
+  const auto exchange = [&](std::uint64_t bytes, const Action& a, int it, const char* what, int step) {
     const s4u::CommPtr out = to_next->put_async(&token, bytes);
     int* payload = nullptr;
     const s4u::CommPtr in = mine->get_async(&payload);
     in->wait();
     if (run.rec) {
-      auto e = action_event(-1, a, in->get_start_time(), now(), rank, run.p.plan_id, it, static_cast<std::int64_t>(bytes));
-      e.name += " " + what;
+      auto e =
+          action_event(-1, a, in->get_start_time(), now(), rank, run.p.plan_id, it, static_cast<std::int64_t>(bytes));
+      e.name += std::string(" ") + what;
+      if (step >= 0) e.name += " " + std::to_string(step);
       run.rec.on_links(prev, w.host, e);
     }
     out->wait();
@@ -409,11 +412,11 @@ void lane_actor(Run& run, Worker& w) {
       if (chunk > 0) {
         switch (run.p.collectives) {
           case CollectiveModel::Steps:
-            for (int step = 0; step < 2 * (n - 1); ++step) exchange(chunk, st.a, it, "step " + std::to_string(step));
+            for (int step = 0; step < 2 * (n - 1); ++step) exchange(chunk, st.a, it, "step", step);
             break;
           case CollectiveModel::Phases:
             for (const char* phase : {"reduce-scatter", "all-gather"}) {
-              exchange(chunk * (n - 1), st.a, it, phase);
+              exchange(chunk * (n - 1), st.a, it, phase, -1);
               // A ring's step waits for its slowest link, so a phase ends
               // for all ranks when its slowest flow does.
               run.phase_end[w.d]->wait();
@@ -461,11 +464,13 @@ SimResult simulate_request(const Platform& P, const Prepared& p, Recorder& rec) 
   for (int d = 0; d < p.K; ++d)
     for (int pos = 0; pos < p.R; ++pos)
       run.ring.push_back(s4u::Mailbox::by_name("ring" + std::to_string(d) + "." + std::to_string(pos)));
-  for (int d = 0; d < p.K; ++d) {
-    std::vector<s4u::Host*> ring;
-    for (const int r : p.at_pos) ring.push_back(run.worker(r, d).host);
-    run.pace.push_back(ring_pace(ring));
-    if (p.collectives == CollectiveModel::Phases) run.phase_end.push_back(s4u::Barrier::create(p.R));
+  if (p.collectives != CollectiveModel::Steps) {  // the step model's flows find their own pace
+    for (int d = 0; d < p.K; ++d) {
+      std::vector<s4u::Host*> ring;
+      for (const int r : p.at_pos) ring.push_back(run.worker(r, d).host);
+      run.pace.push_back(ring_pace(ring));
+      if (p.collectives == CollectiveModel::Phases) run.phase_end.push_back(s4u::Barrier::create(p.R));
+    }
   }
   for (Worker& w : run.workers) {
     const std::string name = "r" + std::to_string(w.r) + ".d" + std::to_string(w.d);

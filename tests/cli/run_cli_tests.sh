@@ -35,7 +35,8 @@ golden() {
 }
 
 # --- plan -----------------------------------------------------------------
-for cfg in "$root"/configs/paper/*.toml "$root"/configs/small/*.toml "$root"/configs/scale/*.toml; do
+for cfg in "$root"/configs/paper/*.toml "$root"/configs/small/*.toml "$root"/configs/scale/*.toml \
+  "$root"/configs/gpu/*.toml; do
   expect_rc 0 "plan $(basename "$cfg")" -- "$bin" plan "$cfg"
   expect_text "plan $(basename "$cfg")" "predicted training time"
 done

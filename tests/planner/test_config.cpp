@@ -109,7 +109,7 @@ TEST_CASE("every shipped config loads") {
   const std::filesystem::path root(EP_SOURCE_DIR);
   int count = 0;
   for (const auto& dir : {root / "configs" / "paper", root / "configs" / "small", root / "configs" / "finetune",
-                          root / "configs" / "scale"})
+                          root / "configs" / "scale", root / "configs" / "gpu"})
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
       if (entry.path().extension() != ".toml") continue;
       INFO(entry.path());

@@ -2,16 +2,28 @@
 """The PyTorch peer: the executor's ViT (exec/model.cpp: fused QKV, pre-LN
 with eps 1e-12, GELU MLP, CLS head) written in torch.nn and trained with a
 plain eager loop (optionally torch.compile) on synthetic images, at the
-config's batch, optimizer and lr. It runs on the torch that scripts/setup.sh
-installs, so the peer is today's PyTorch:
+config's batch, optimizer, lr and weight decay. It runs on the torch that
+scripts/setup.sh installs, so the peer is today's PyTorch:
 
-    build/torch-venv/bin/python bench/pytorch_peer.py CONFIG [--device cpu|cuda]
-        [--iterations 30] [--warmup 5] [--repeats 5] [--frozen L] [--bf16]
-        [--attention sdpa|matmul] [--compile] [--threads N]
+    build/torch-venv/bin/python bench/pytorch_peer.py CONFIG [--set section.key=value ...]
+        [--device cpu|cuda] [--iterations 30] [--warmup 5] [--repeats 5] [--frozen L[,L...]]
+        [--bf16] [--attention sdpa|matmul] [--compile] [--threads N]
+
+The batch lives in host memory (pinned on CUDA) and is copied to the device
+with non_blocking at every step, as a training loop with a pinned DataLoader
+does; the loop never waits on the device between steps.
 
 --frozen L runs the stem and the first L layers without autograd and
-without their parameters in the optimizer (what freezing them does, without
-a cache). Prints samples/s per repeat and their median.
+without their parameters in the optimizer (what freezing them does in the
+executor, without a cache: its frozen prefix is the stem and layers
+0..L-1; at L = 0 nothing is frozen, the stem included). A list (--frozen
+0,4,6) measures each count in turn in one process, on the same weights.
+--compile compiles the frozen prefix and the trained part with
+torch.compile (forward and backward; the optimizer stays eager), once per
+frozen count. --set overrides a config key as `elasticpipe --set` does (the
+value read as TOML, a bare word as a string). Prints samples/s per repeat
+and, per frozen count, `frozen L: median X samples/s`; with one count also
+`median X samples/s`.
 """
 import argparse
 import math
@@ -98,74 +110,141 @@ def vit(m, sdpa):
     return layers
 
 
+def apply_set(cfg, assignment):
+    """One `--set section.key=value` on the parsed config, as elasticpipe reads it."""
+    key, eq, text = assignment.partition("=")
+    if not eq or not key.strip():
+        fail(f"--set {assignment!r}: expected section.key=value")
+    try:
+        value = tomllib.loads("v = " + text)["v"]
+    except tomllib.TOMLDecodeError:
+        value = text  # a bare word is a string
+    *path, last = key.strip().split(".")
+    node = cfg
+    for part in path:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            fail(f"--set {assignment!r}: '{part}' is not a section")
+    node[last] = value
+
+
+def frozen_counts(text, L):
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        fail(f"--frozen: expected a layer count or a comma-separated list, found {text!r}")
+    for n in counts:
+        if not 0 <= n <= L:
+            fail(f"--frozen: expected 0..{L}, found {n}")
+    return counts
+
+
+def optimizer(t, params):
+    lr, wd, kind = float(t.get("lr", 1e-3)), float(t.get("weight_decay", 0.0)), t.get("optimizer", "adamw")
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+    return torch.optim.SGD(params, lr=lr, momentum=float(t.get("momentum", 0.9)), weight_decay=wd)
+
+
+def measure(a, layers, n_frozen, t, x, y, dev, sync):
+    """Samples/s per repeat with the stem and the first n_frozen layers frozen."""
+    cut = 1 + 2 * n_frozen if n_frozen > 0 else 0  # the stem freezes with the first layer, as in the executor
+    frozen, active = nn.Sequential(*layers[:cut]), nn.Sequential(*layers[cut:])
+    frozen.requires_grad_(False)
+    active.requires_grad_(True)
+    opt = optimizer(t, list(active.parameters()))
+    run_frozen = torch.compile(frozen) if a.compile and cut > 0 else frozen
+    run_active = torch.compile(active) if a.compile else active
+
+    def step(x, y):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
+            with torch.no_grad():
+                h = run_frozen(x)
+            loss = F.cross_entropy(run_active(h), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    B = x.shape[0]
+    rates = []
+    for r in range(a.repeats):
+        t0 = time.perf_counter()
+        warm = a.warmup if r == 0 else 1
+        for _ in range(warm):
+            step(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
+        sync()
+        if r == 0:
+            print(f"frozen {n_frozen}: warm-up, {warm} iterations in {time.perf_counter() - t0:.2f} s"
+                  f"{' (compilation included)' if a.compile else ''}")
+        t0 = time.perf_counter()
+        for _ in range(a.iterations):
+            step(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
+        sync()
+        rates.append(a.iterations * B / (time.perf_counter() - t0))
+        print(f"repeat {r + 1}: {rates[-1]:.1f} samples/s")
+    del opt
+    return statistics.median(rates)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("config")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--frozen", type=int, default=0)
+    ap.add_argument("--frozen", default="0", help="frozen layers, or a comma-separated list of counts")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--attention", choices=["sdpa", "matmul"], default="sdpa")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
     a = ap.parse_args()
+    if a.iterations < 1 or a.repeats < 1 or a.warmup < 0:
+        fail("--iterations and --repeats: expected >= 1, --warmup >= 0")
     try:
         with open(a.config, "rb") as f:
             cfg = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
         fail(f"{a.config}: {e}")
+    for s in a.set:
+        apply_set(cfg, s)
     m, t = cfg.get("model", {}), cfg.get("training", {})
     if m.get("family") != "vit":
         fail(f"{a.config}: key 'model.family': expected \"vit\" (the peer is the ViT), found {m.get('family')!r}")
-    if not 0 <= a.frozen <= m["num_hidden_layers"]:
-        fail(f"--frozen: expected 0..{m['num_hidden_layers']}, found {a.frozen}")
+    m.setdefault("num_channels", 3)
+    counts = frozen_counts(a.frozen, m["num_hidden_layers"])
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         fail("--device cuda: no CUDA device is visible")
     if a.threads > 0:
         torch.set_num_threads(a.threads)
+    if a.compile:  # each frozen count compiles its own two modules: room for all of them
+        for knob in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
     dev = torch.device(a.device)
     torch.manual_seed(0)
-    layers = vit(m, a.attention == "sdpa")
-    cut = 1 + 2 * a.frozen  # the stem and the frozen layers' sublayers
-    frozen, active = nn.Sequential(*layers[:cut]).to(dev), nn.Sequential(*layers[cut:]).to(dev)
-    frozen.requires_grad_(False)
-    params = list(active.parameters())
-    lr = float(t.get("lr", 1e-3))
-    opt = torch.optim.AdamW(params, lr=lr) if t.get("optimizer", "adamw") == "adamw" else torch.optim.SGD(params, lr=lr)
+    layers = [mod.to(dev) for mod in vit(m, a.attention == "sdpa")]
     B = int(t.get("batch_size", 64))
+    # The batch in host memory, pinned on CUDA so that the copy each step is
+    # asynchronous, as a DataLoader with pin_memory=True hands it over.
     x = torch.randn(B, m["num_channels"], m["image_size"], m["image_size"])
     y = torch.randint(0, m["num_labels"], (B,))
     if dev.type == "cuda":
         x, y = x.pin_memory(), y.pin_memory()
-
-    def step(x, y):
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
-            with torch.no_grad():
-                h = frozen(x)
-            loss = F.cross_entropy(active(h), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    run = torch.compile(step) if a.compile else step
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     print(f"PyTorch {torch.__version__} eager{' + compile' if a.compile else ''}, {a.device}, "
-          f"{'bf16 autocast' if a.bf16 else 'fp32'}, attention {a.attention}, batch {B}, frozen layers {a.frozen}, "
-          f"{torch.get_num_threads()} intra-op threads")
-    rates = []
-    for r in range(a.repeats):
-        for _ in range(a.warmup if r == 0 else 1):
-            run(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(a.iterations):
-            run(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
-        sync()
-        rates.append(a.iterations * B / (time.perf_counter() - t0))
-        print(f"repeat {r + 1}: {rates[-1]:.1f} samples/s")
-    print(f"median {statistics.median(rates):.1f} samples/s")
+          f"{'bf16 autocast' if a.bf16 else 'fp32'}, attention {a.attention}, batch {B}, "
+          f"optimizer {t.get('optimizer', 'adamw')}, frozen layers {a.frozen}, "
+          f"{torch.get_num_threads()} intra-op threads, batch from {'pinned ' if dev.type == 'cuda' else ''}host memory")
+    medians = []
+    for n in counts:
+        medians.append(measure(a, layers, n, t, x, y, dev, sync))
+        print(f"frozen {n}: median {medians[-1]:.1f} samples/s")
+    if len(counts) == 1:
+        print(f"median {medians[0]:.1f} samples/s")
 
 
 if __name__ == "__main__":

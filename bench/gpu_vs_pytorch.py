@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""ElasticPipe against plain PyTorch on one GPU, runs alternated (the
+helper bench/gpu_vs_pytorch.sh runs; see there for the command line).
+
+Per round, in this order: ElasticPipe without freezing
+(planner.freeze_policy = "none"; K = 1 on one GPU), the PyTorch peer
+without freezing,
+ElasticPipe with freezing (the config as given), the peer at every frozen
+layer count that run met (and 0, its reference). After the rounds, one
+peer run with torch.compile (no freezing). ElasticPipe's samples/s are its
+epochs.csv rows (an epoch's training samples over its wall time: evaluation
+and checkpoints excluded, the epoch's first iterations included); the
+peer's are medians of timed repeats after warm-up iterations. Writes
+OUT/runs.csv (every measurement), OUT/summary.csv and OUT/table.md (the
+tables printed), OUT/logs/ (every run's output) and OUT/runs/ (each
+ElasticPipe run's epochs.csv and transitions.json).
+"""
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A model small enough for a CPU: proves the runs, the parsing and the
+# tables in seconds (the numbers mean nothing).
+SMOKE_SETS = [
+    "model.hidden_size=32", "model.intermediate_size=64", "model.num_attention_heads=2",
+    "model.image_size=32", "model.patch_size=8", "model.num_labels=10",
+    "data.num_train_samples=256", "data.num_test_samples=32", "training.batch_size=32",
+    'exec.device="cpu"',
+]
+
+
+def fail(msg):
+    print("ERROR: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def effective_config(path, sets):
+    """The config's keys this bench reads, after the --set overrides."""
+    try:
+        with open(path, "rb") as f:
+            cfg = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        fail(f"{path}: {e}")
+    for s in sets:
+        key, _, text = s.partition("=")
+        try:
+            value = tomllib.loads("v = " + text)["v"]
+        except tomllib.TOMLDecodeError:
+            value = text
+        *parts, last = key.split(".")
+        node = cfg
+        for p in parts:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return cfg
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.out = Path(a.out)
+        (self.out / "logs").mkdir(parents=True, exist_ok=True)
+        (self.out / "runs").mkdir(parents=True, exist_ok=True)
+        # Each train run checkpoints every epoch (weights and optimizer state:
+        # about 1 GB for ViT-B/16): written to memory when /dev/shm has room.
+        shm = Path("/dev/shm")
+        use_shm = shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 8 << 30
+        self.scratch = Path(tempfile.mkdtemp(prefix="gpu-bench.", dir=shm if use_shm else None))
+        self.rows = []  # runs.csv
+
+    def run(self, name, cmd, timeout=None, must_pass=True):
+        log = self.out / "logs" / f"{name}.log"
+        t0 = time.perf_counter()
+        # Its own process group, so that a timeout also ends what it started
+        # (torch.compile's worker processes).
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            text, _ = p.communicate(timeout=timeout)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            text, _ = p.communicate()
+            text += f"\n(timed out after {timeout} s)"
+            rc = None
+        except BaseException:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
+        log.write_text(" ".join(map(str, cmd)) + "\n" + text)
+        wall = time.perf_counter() - t0
+        print(f"  {name}: {wall:.1f} s", file=sys.stderr, flush=True)
+        if rc != 0 and must_pass:
+            print(text[-3000:], file=sys.stderr)
+            fail(f"{name} failed ({'timeout' if rc is None else f'exit code {rc}'}); log: {log}")
+        return text if rc == 0 else None, wall
+
+    def ep(self, name, sets):
+        out = self.scratch / name
+        cmd = [self.a.bin, "train", self.a.config, "--out", str(out), "--set", f'exec.chunk_memo="{self.out / "chunk_memo.json"}"']
+        for s in self.a.sets + sets:
+            cmd += ["--set", s]
+        self.run(name, cmd)
+        keep = self.out / "runs" / name
+        keep.mkdir(exist_ok=True)
+        for f in ("epochs.csv", "transitions.json", "plan.json"):
+            if (out / f).exists():
+                shutil.copy(out / f, keep / f)
+        shutil.rmtree(out, ignore_errors=True)
+        with open(keep / "epochs.csv") as f:
+            epochs = list(csv.DictReader(f))
+        if not epochs:
+            fail(f"{keep / 'epochs.csv'}: no epochs")
+        # A transition's warm-up: its first iteration minus the median of the
+        # next 5, inside the epoch it precedes.
+        transitions = json.loads((keep / "transitions.json").read_text()) if (keep / "transitions.json").exists() else []
+        warmup = {int(t["epoch"]): float(t["warmup_s"]) for t in transitions}
+        for e in epochs:
+            e["warmup_s"] = warmup.get(int(e["epoch"]))
+        return epochs
+
+    def peer(self, name, frozen, compile_=False, timeout=None):
+        cmd = [self.a.python, str(ROOT / "bench" / "pytorch_peer.py"), self.a.config, "--device", self.a.device,
+               "--frozen", ",".join(map(str, frozen)), "--iterations", str(self.a.iterations),
+               "--warmup", str(self.a.warmup), "--repeats", str(self.a.repeats)]
+        if self.a.bf16:
+            cmd.append("--bf16")
+        if compile_:
+            cmd.append("--compile")
+        for s in self.a.sets:
+            cmd += ["--set", s]
+        text, wall = self.run(name, cmd, timeout=timeout, must_pass=not compile_)
+        if text is None:
+            return None, wall
+        rates = {int(n): float(v) for n, v in re.findall(r"^frozen (\d+): median ([0-9.]+) samples/s", text, re.M)}
+        missing = [n for n in frozen if n not in rates]
+        if missing:
+            fail(f"{name}: no median for frozen {missing} in its output ({self.out / 'logs' / (name + '.log')})")
+        return rates, wall
+
+    def record(self, rnd, system, run, epoch, frozen, sps, K="", M="", note=""):
+        self.rows.append({"round": rnd, "system": system, "run": run, "epoch": epoch, "frozen_layers": frozen,
+                          "K": K, "M": M, "samples_per_s": f"{sps:.2f}", "note": note})
+
+    def rounds(self):
+        a = self.a
+        ep_nf, ep_fr, peer0, peerL = [], [], [], []
+        seen = []
+        for r in range(1, a.rounds + 1):
+            print(f"round {r} of {a.rounds}", file=sys.stderr, flush=True)
+            rows = self.ep(f"ep_nofreeze_r{r}", ['planner.freeze_policy="none"', f"training.epochs={a.nofreeze_epochs}"])
+            if any(int(e["frozen_layers"]) for e in rows):
+                fail(f"ep_nofreeze_r{r}: frozen layers with freeze_policy none ({self.out / 'runs'})")
+            ep_nf.append(rows)
+            for e in rows:
+                self.record(r, "elasticpipe", "nofreeze", e["epoch"], e["frozen_layers"], float(e["samples_per_s"]),
+                            e["K"], e["M"], "first epoch: warm-up" if e["epoch"] == "0" else "")
+            rates, _ = self.peer(f"peer_nofreeze_r{r}", [0])
+            peer0.append(rates[0])
+            self.record(r, "pytorch_eager", "nofreeze", "", 0, rates[0])
+            rows = self.ep(f"ep_freeze_r{r}", [])
+            ep_fr.append(rows)
+            for e in rows:
+                self.record(r, "elasticpipe", "freeze", e["epoch"], e["frozen_layers"], float(e["samples_per_s"]),
+                            e["K"], e["M"], "first epoch: warm-up" if e["epoch"] == "0" else "")
+            for e in rows:
+                if int(e["frozen_layers"]) not in seen:
+                    seen.append(int(e["frozen_layers"]))
+            counts = [0] + [n for n in seen if n != 0]
+            rates, _ = self.peer(f"peer_frozen_r{r}", counts)
+            peerL.append(rates)
+            for n, v in rates.items():
+                self.record(r, "pytorch_eager", "frozen", "", n, v)
+        compiled = None
+        if a.compile:
+            print("torch.compile run", file=sys.stderr, flush=True)
+            rates, wall = self.peer("peer_compile", [0], compile_=True, timeout=a.compile_timeout)
+            compiled = (rates[0] if rates else None, wall)
+            if rates:
+                self.record("", "pytorch_compile", "nofreeze", "", 0, rates[0])
+        return ep_nf, ep_fr, peer0, peerL, compiled
+
+
+def fmt(v, digits=1):
+    return "n/a" if v is None or v != v else f"{v:.{digits}f}"
+
+
+def report(a, ep_nf, ep_fr, peer0, peerL, compiled):
+    """The tables (markdown) and the summary rows."""
+    summary, md = [], []
+    first = [float(rows[0]["samples_per_s"]) for rows in ep_nf]
+    steady_runs = [median([float(e["samples_per_s"]) for e in rows[1:]]) for rows in ep_nf]
+    ep_steady, ep_first, p0 = median(steady_runs), median(first), median(peer0)
+    skew = 1 - ep_first / ep_steady if ep_steady > 0 else float("nan")
+    R = len(ep_nf)
+    md.append(f"### No freezing, K = {ep_nf[0][-1]['K']}: {a.model_text}; {R} round{'s' if R > 1 else ''} alternated, medians\n")
+    md.append("| run | samples/s | runs | vs PyTorch eager |")
+    md.append("| --- | ---: | ---: | ---: |")
+    later = f"epochs 2-{a.nofreeze_epochs}" if a.nofreeze_epochs > 2 else "epoch 2"
+    lines = [("ElasticPipe train, freeze_policy none, " + later, ep_steady, R),
+             ("PyTorch eager (bench/pytorch_peer.py)", p0, R)]
+    if compiled is not None:
+        lines.append(("PyTorch torch.compile (one run, after the rounds)", compiled[0], 1 if compiled[0] else 0))
+    for name, v, n in lines:
+        ratio = v / p0 if v and p0 else None
+        md.append(f"| {name} | {fmt(v)} | {n} | {fmt(ratio, 2)}{'x' if ratio else ''} |")
+        summary.append({"table": "nofreeze", "row": name, "frozen_layers": 0, "samples_per_s": fmt(v, 2),
+                        "gain": "", "vs_pytorch_eager": fmt(ratio, 3)})
+    md.append("")
+    md.append(f"ElasticPipe's first epoch: {fmt(ep_first)} samples/s, {fmt(100 * abs(skew))}% "
+              f"{'below' if skew >= 0 else 'above'} its later epochs "
+              "(it includes the process's first iterations: on CUDA the context, the cuBLAS and cuDNN handles "
+              "and the caching allocator's growth); "
+              + ("so the tables use the later epochs." if abs(skew) > 0.03 else
+                 "within 3% of them, yet the tables still use the later epochs."))
+    if compiled is not None and compiled[0] is None:
+        md.append(f"torch.compile: failed or timed out after {compiled[1]:.0f} s (log: logs/peer_compile.log).")
+    elif compiled is not None:
+        md.append(f"torch.compile run: {compiled[1]:.0f} s of wall time, compilation included.")
+    md.append("")
+
+    # Freezing: per epoch of the freeze runs (every run meets the same frozen counts with freeze_policy alpha).
+    md.append(f"### Freezing (the config as given: {a.freeze_text}); per epoch, medians over {R} round{'s' if R > 1 else ''}\n")
+    md.append("ElasticPipe's gain: an epoch's samples/s over its run without freezing (above, later epochs); "
+              "PyTorch's: `--frozen L` over `--frozen 0`, measured in the same process.\n")
+    md.append("| epoch | frozen layers | K | M | ElasticPipe samples/s | gain | transition warm-up (ms) "
+              "| PyTorch samples/s | gain | ElasticPipe / PyTorch |")
+    md.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    peer_ref = median([r[0] for r in peerL])
+    for i, e in enumerate(ep_fr[0]):
+        L = int(e["frozen_layers"])
+        same = [rows[i] for rows in ep_fr if i < len(rows) and int(rows[i]["frozen_layers"]) == L]
+        ep_v = median([float(x["samples_per_s"]) for x in same])
+        warm = [x["warmup_s"] * 1e3 for x in same if x["warmup_s"] is not None]
+        warm_text = fmt(median(warm), 0) if warm else "-"
+        pv = median([r[L] for r in peerL if L in r])
+        ep_gain, p_gain = ep_v / ep_steady if ep_steady else None, pv / peer_ref if peer_ref else None
+        note = " (warm-up)" if i == 0 else ""
+        md.append(f"| {i + 1}{note} | {L} | {e['K']} | {e['M']} | {fmt(ep_v)} | {fmt(ep_gain, 2)}x | {warm_text} | {fmt(pv)} | "
+                  f"{fmt(p_gain, 2)}x | {fmt(ep_v / pv if pv else None, 2)} |")
+        summary.append({"table": "freeze", "row": f"epoch {i + 1}{note}", "frozen_layers": L, "samples_per_s": fmt(ep_v, 2),
+                        "gain": fmt(ep_gain, 3), "vs_pytorch_eager": fmt(ep_v / pv if pv else None, 3)})
+        summary.append({"table": "freeze_pytorch", "row": f"--frozen {L}", "frozen_layers": L, "samples_per_s": fmt(pv, 2),
+                        "gain": fmt(p_gain, 3), "vs_pytorch_eager": ""})
+    md.append("")
+    md.append("Epochs are counted from 1, as train prints them; epoch 1 of the freeze runs includes the "
+              "process's warm-up, which is why the gains divide by the later epochs of the runs without freezing. "
+              "Transition warm-up: the first iteration after a freeze step minus the median of the next 5 "
+              "(transitions.json), part of that epoch's time.")
+    return "\n".join(md) + "\n", summary
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--python", required=True)
+    ap.add_argument("--config", default=str(ROOT / "configs" / "gpu" / "vit_b16_h100.toml"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--nofreeze-epochs", type=int, default=3)
+    ap.add_argument("--iterations", type=int, help="peer: timed iterations per repeat (10; --smoke: 3)")
+    ap.add_argument("--warmup", type=int, help="peer: warm-up iterations before the first repeat (5; --smoke: 1)")
+    ap.add_argument("--repeats", type=int, help="peer: timed repeats, the median kept (3; --smoke: 2)")
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                    help="one peer run with torch.compile (default: on, off with --smoke)")
+    ap.add_argument("--compile-timeout", type=float, default=150)
+    ap.add_argument("--smoke", action="store_true", help="a tiny model on the CPU: checks the bench itself in seconds")
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="a config override for both")
+    a = ap.parse_args()
+    if a.rounds < 1 or a.nofreeze_epochs < 2:
+        fail("--rounds: expected >= 1; --nofreeze-epochs: expected >= 2 (the first epoch includes the warm-up)")
+    if a.smoke:
+        a.sets = SMOKE_SETS + a.sets
+    for key, full, smoke in (("iterations", 10, 3), ("warmup", 5, 1), ("repeats", 3, 2)):
+        if getattr(a, key) is None:
+            setattr(a, key, smoke if a.smoke else full)
+    if a.compile is None:
+        a.compile = not a.smoke
+    cfg = effective_config(a.config, a.sets)
+    a.device = cfg.get("exec", {}).get("device", "cpu")
+    a.bf16 = cfg.get("training", {}).get("precision", "fp32") == "bf16"
+    m, t = cfg["model"], cfg["training"]
+    a.model_text = (f"ViT L={m['num_hidden_layers']} H={m['hidden_size']} {m['image_size']}x{m['image_size']}/"
+                    f"{m['patch_size']}, batch {t['batch_size']}, {t.get('precision', 'fp32')}, {t['optimizer']} "
+                    f"lr {t['lr']}, {a.device}")
+    p = cfg.get("planner", {})
+    a.freeze_text = f"freeze_policy {p.get('freeze_policy', 'alpha')}, alpha {float(p.get('alpha', 1 / 3)):.3g}"
+    if not (os.path.isfile(a.bin) and os.access(a.bin, os.X_OK)):
+        fail(f"--bin {a.bin}: not an executable (the elasticpipe binary)")
+    t0 = time.perf_counter()
+    b = Bench(a)
+    try:
+        results = b.rounds()
+    finally:
+        shutil.rmtree(b.scratch, ignore_errors=True)
+    with open(b.out / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(b.rows[0]))
+        w.writeheader()
+        w.writerows(b.rows)
+    md, summary = report(a, *results)
+    with open(b.out / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(summary[0]))
+        w.writeheader()
+        w.writerows(summary)
+    (b.out / "table.md").write_text(md)
+    print(md)
+    print(f"wall time {time.perf_counter() - t0:.0f} s; wrote {b.out}/{{runs.csv,summary.csv,table.md,logs/,runs/}}")
+
+
+if __name__ == "__main__":
+    main()

@@ -2,10 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/api/include/torch/version.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numbers>
+#include <tuple>
 
 #include "planner/error.hpp"
 
@@ -21,37 +24,86 @@ void Optimizer::to(const std::string& name, const at::Device& device) {
 void Optimizer::step(const std::vector<NamedTensor>& params, double lr) {
   constexpr double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   c10::NoGradGuard no_grad;
+  // One multi-tensor update per group of parameters on one device at one
+  // step count (Adam's bias correction): a handful of kernels per stage,
+  // not several per parameter.
+  struct Group {
+    std::vector<at::Tensor> params, grads, m, v;
+    std::vector<at::Tensor> dir;                     // SGD: each parameter's update direction
+    std::vector<at::Tensor> buf, buf_grad, buf_param;  // SGD: momentum buffers of earlier steps
+    std::int64_t step = 0;
+  };
+  std::map<std::tuple<int, int, std::int64_t>, Group> groups;
+  const bool sgd = t_.optimizer == ep::Optimizer::SGD;
   for (const auto& p : params) {
-    const at::Tensor& grad_ref = p.tensor.grad();
-    if (!grad_ref.defined()) continue;
+    const at::Tensor& grad = p.tensor.grad();
+    if (!grad.defined()) continue;
     const auto it = state_.find(p.name);
     if (it == state_.end()) throw Error("optimizer: parameter '" + p.name + "' was never added");
     ParamState& s = it->second;
-    at::Tensor param = p.tensor;
-    at::Tensor grad = grad_ref;
     ++s.step;
-    if (t_.optimizer == ep::Optimizer::SGD) {
-      if (t_.weight_decay != 0) grad = grad.add(param, t_.weight_decay);
-      if (t_.momentum != 0) {
-        if (!s.momentum.defined()) s.momentum = grad.clone();
-        else s.momentum.mul_(t_.momentum).add_(grad);
-        grad = s.momentum;
+    const at::Device d = p.tensor.device();
+    Group& g = groups[{static_cast<int>(d.type()), static_cast<int>(d.index()), sgd ? 0 : s.step}];
+    g.step = s.step;
+    g.params.push_back(p.tensor);
+    g.grads.push_back(grad);
+    if (sgd) {
+      if (t_.momentum == 0) continue;
+      if (!s.momentum.defined()) {  // the first buffer is the (decayed) gradient itself
+        s.momentum = t_.weight_decay != 0 ? grad.add(p.tensor, t_.weight_decay) : grad.clone();
+      } else {
+        g.buf.push_back(s.momentum);
+        g.buf_grad.push_back(grad);
+        g.buf_param.push_back(p.tensor);
       }
-      param.add_(grad, -lr);
+      g.dir.push_back(s.momentum);
       continue;
     }
-    if (t_.optimizer == ep::Optimizer::AdamW) param.mul_(1 - lr * t_.weight_decay);
-    else if (t_.weight_decay != 0) grad = grad.add(param, t_.weight_decay);
     if (!s.momentum.defined()) {
-      s.momentum = at::zeros_like(param);
-      s.second_moment = at::zeros_like(param);
+      s.momentum = at::zeros_like(p.tensor);
+      s.second_moment = at::zeros_like(p.tensor);
     }
-    s.momentum.lerp_(grad, 1 - beta1);
-    s.second_moment.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-    const double bias1 = 1 - std::pow(beta1, static_cast<double>(s.step));
-    const double bias2 = 1 - std::pow(beta2, static_cast<double>(s.step));
-    const at::Tensor denom = (s.second_moment.sqrt() / std::sqrt(bias2)).add_(eps);
-    param.addcdiv_(s.momentum, denom, -lr / bias1);
+    g.m.push_back(s.momentum);
+    g.v.push_back(s.second_moment);
+  }
+  for (auto& [key, g] : groups) {
+    if (sgd) {
+      if (t_.momentum == 0) {
+        g.dir = t_.weight_decay != 0 ? at::_foreach_add(g.grads, g.params, t_.weight_decay) : g.grads;
+      } else if (!g.buf.empty()) {  // buf = momentum * buf + (decayed) gradient
+        if (t_.weight_decay != 0) g.buf_grad = at::_foreach_add(g.buf_grad, g.buf_param, t_.weight_decay);
+        at::_foreach_mul_(g.buf, t_.momentum);
+        at::_foreach_add_(g.buf, g.buf_grad);
+      }
+      at::_foreach_add_(g.params, g.dir, -lr);
+      continue;
+    }
+    const bool adamw = t_.optimizer == ep::Optimizer::AdamW;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    // torch's fused Adam(W) kernel (CPU and CUDA): one pass over each
+    // parameter. Its step counts are tensors on the parameters' device.
+    const at::Tensor steps = at::full({static_cast<std::int64_t>(g.params.size())}, static_cast<double>(g.step),
+                                      at::TensorOptions().dtype(at::kFloat).device(g.params.front().device()));
+    const std::vector<at::Tensor> state_steps = steps.unbind(0);
+    if (adamw)
+      at::_fused_adamw_(g.params, g.grads, g.m, g.v, {}, state_steps, lr, beta1, beta2, t_.weight_decay, eps, false, false);
+    else
+      at::_fused_adam_(g.params, g.grads, g.m, g.v, {}, state_steps, lr, beta1, beta2, t_.weight_decay, eps, false, false);
+#else
+    std::vector<at::Tensor> grads = g.grads;
+    if (adamw) at::_foreach_mul_(g.params, 1 - lr * t_.weight_decay);
+    else if (t_.weight_decay != 0) grads = at::_foreach_add(grads, g.params, t_.weight_decay);
+    at::_foreach_mul_(g.m, beta1);
+    at::_foreach_add_(g.m, grads, 1 - beta1);
+    at::_foreach_mul_(g.v, beta2);
+    at::_foreach_addcmul_(g.v, grads, grads, 1 - beta2);
+    const double bias1 = 1 - std::pow(beta1, static_cast<double>(g.step));
+    const double bias2 = 1 - std::pow(beta2, static_cast<double>(g.step));
+    std::vector<at::Tensor> denom = at::_foreach_sqrt(g.v);
+    at::_foreach_div_(denom, std::sqrt(bias2));
+    at::_foreach_add_(denom, eps);
+    at::_foreach_addcdiv_(g.params, g.m, denom, -lr / bias1);
+#endif
   }
 }
 

@@ -9,6 +9,7 @@
 #include <Eigen/Dense>
 
 #include "planner/error.hpp"
+#include "planner/stats.hpp"
 
 namespace ep {
 
@@ -165,6 +166,10 @@ FittedCostModel::FittedCostModel(const Profile& profile, const CostModel& fallba
       }
       fits_.compute[static_cast<int>(kind)][static_cast<int>(op)] =
           fit(name, "a + c*samples", rows, "at least two distinct micro-batch sizes");
+      std::map<int, std::vector<double>> by_size;
+      for (const Row& r : rows) by_size[static_cast<int>(r.fc)].push_back(r.t);
+      auto& points = compute_points_[static_cast<int>(kind)][static_cast<int>(op)];
+      for (auto& [b, t] : by_size) points.emplace_back(b, median(std::move(t)));
     }
   }
   if (!missing.empty())
@@ -212,8 +217,16 @@ FittedCostModel::FittedCostModel(const Profile& profile, const CostModel& fallba
 }
 
 double FittedCostModel::compute_s(const Sublayer& s, ComputeOp op, int samples) const {
-  const LinearFit& f = fits_.compute_fit(s.kind, op);
-  return f.a + f.c * samples;
+  const double c = fits_.compute_fit(s.kind, op).c;
+  const auto& points = compute_points_[static_cast<int>(s.kind)][static_cast<int>(op)];
+  const auto above = std::lower_bound(points.begin(), points.end(), samples,
+                                      [](const std::pair<int, double>& p, int b) { return p.first < b; });
+  // Outside the measured sizes: the nearest one, moved along the fit's slope.
+  if (above == points.begin()) return std::max(0.0, above->second + c * (samples - above->first));
+  if (above == points.end()) return points.back().second + c * (samples - points.back().first);
+  const auto below = std::prev(above);
+  const double w = static_cast<double>(samples - below->first) / (above->first - below->first);
+  return below->second + w * (above->second - below->second);
 }
 
 double FittedCostModel::forward_s(const Sublayer& s, int samples) const {

@@ -95,8 +95,9 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
     t.state_s += cost.p2p_s(m.bytes, link) + cost.state_pack_s(m.bytes).value_or(0.0);
   }
   t.contexts_s = plan.woken_ranks.empty() ? 0.0 : k.context_creation_s;
-  // The simulator's rule: a transition rebuilds the active group and DDP.
-  t.rebuild_s = cost.group_rebuild_s(std::max(ranks, 1)).value_or(k.ddp_rebuild_s);
+  // A transition rebuilds the active group and DDP: there is none to
+  // rebuild for one replica (the executor measures ~0 s there).
+  t.rebuild_s = rebuild;
   t.warmup_s = moved ? k.pipeline_warmup_s : 0.0;
   return t;
 }

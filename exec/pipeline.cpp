@@ -3,9 +3,13 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "exec/cache.hpp"
 #include "exec/torch_compat.hpp"
@@ -156,6 +160,27 @@ at::Device Pipeline::device_of_sublayer(int sublayer) const {
 IterationResult Pipeline::run(const IterationProgram& program, std::span<const MicroBatch> batches,
                               double real_samples, double lr,
                               std::optional<std::chrono::steady_clock::time_point> origin) {
+  return launch(program, batches, real_samples, lr, origin).get();
+}
+
+// Per device, the iteration's scalars in one tensor, copied to the host
+// without waiting; the event after the copy says when they are there.
+struct IterationFuture::Gathered {
+  struct Part {
+    at::Tensor host;
+    std::optional<c10::Event> copied;
+  };
+  using DeviceKey = std::pair<int, int>;
+  std::map<DeviceKey, Part> parts;
+  // Where each value sits: (device, position), in the order of the fields below.
+  std::vector<std::optional<std::pair<DeviceKey, std::int64_t>>> loss, correct, sublayer_sq;
+  std::vector<int> layer;         // per sublayer: its Transformer layer, -1 for stem and head
+  int num_layers = 0;
+};
+
+IterationFuture Pipeline::launch(const IterationProgram& program, std::span<const MicroBatch> batches,
+                                 double real_samples, double lr,
+                                 std::optional<std::chrono::steady_clock::time_point> origin) {
   const Schedule& schedule = program.schedule;
   if (schedule.K != K_ || schedule.v != v_)
     throw Error("pipeline: schedule for K=" + std::to_string(schedule.K) + ", v=" + std::to_string(schedule.v) +
@@ -194,25 +219,63 @@ IterationResult Pipeline::run(const IterationProgram& program, std::span<const M
   }
   if (job.error) std::rethrow_exception(job.error);
 
-  IterationResult result;
+  IterationFuture future;
+  IterationResult& result = future.result_;
   for (const auto& stage : job.recomputed) result.recomputed.emplace_back(stage.begin(), stage.end());
+  for (auto& r : job.records) result.records.insert(result.records.end(), r.begin(), r.end());
+  // What the host reads of the iteration, in one copy per device.
+  auto g = std::make_shared<IterationFuture::Gathered>();
+  std::map<IterationFuture::Gathered::DeviceKey, std::vector<at::Tensor>> lists;
+  const auto place = [&](const at::Tensor& t) -> std::optional<std::pair<IterationFuture::Gathered::DeviceKey, std::int64_t>> {
+    if (!t.defined()) return std::nullopt;
+    const IterationFuture::Gathered::DeviceKey key{static_cast<int>(t.device().type()), static_cast<int>(t.device().index())};
+    auto& list = lists[key];
+    list.push_back(t.to(at::kDouble).reshape({1}));
+    return std::pair{key, static_cast<std::int64_t>(list.size() - 1)};
+  };
   for (int m = 0; m < schedule.M; ++m) {
-    if (job.loss[m].defined()) result.loss += job.loss[m].item<double>();
-    if (job.correct[m].defined()) result.correct += job.correct[m].item<std::int64_t>();
+    g->loss.push_back(place(job.loss[m]));
+    g->correct.push_back(place(job.correct[m]));
   }
-  const bool stepped = std::any_of(job.sublayer_grad_sq.begin(), job.sublayer_grad_sq.end(),
-                                   [](const at::Tensor& t) { return t.defined(); });
-  if (stepped) {
-    result.layer_grad_sq.assign(model_.spec().num_layers(), 0.0);
-    for (int i = 0; i < model_.num_sublayers(); ++i) {
-      const int layer = model_.spec().sublayers[i].layer;
-      const bool transformer = model_.spec().sublayers[i].kind == SublayerKind::Attention ||
-                               model_.spec().sublayers[i].kind == SublayerKind::Mlp;
-      if (transformer && job.sublayer_grad_sq[i].defined())
-        result.layer_grad_sq[layer] += job.sublayer_grad_sq[i].item<double>();
+  g->num_layers = model_.spec().num_layers();
+  for (int i = 0; i < model_.num_sublayers(); ++i) {
+    g->sublayer_sq.push_back(place(job.sublayer_grad_sq[i]));
+    const ep::Sublayer& sub = model_.spec().sublayers[i];
+    const bool transformer = sub.kind == SublayerKind::Attention || sub.kind == SublayerKind::Mlp;
+    g->layer.push_back(transformer ? sub.layer : -1);
+  }
+  for (auto& [key, list] : lists) {
+    IterationFuture::Gathered::Part& part = g->parts[key];
+    const at::Tensor values = at::cat(list);
+    part.host = values.to(at::kCPU, /*non_blocking=*/values.is_cuda());
+    if (values.is_cuda()) {
+      part.copied.emplace(values.device().type());
+      part.copied->record(c10::impl::getDeviceGuardImpl(values.device().type())->getStream(values.device()));
     }
   }
-  for (auto& r : job.records) result.records.insert(result.records.end(), r.begin(), r.end());
+  future.gathered_ = std::move(g);
+  return future;
+}
+
+IterationResult IterationFuture::get() {
+  if (!gathered_) throw Error("pipeline: an iteration's results are read once");
+  const std::shared_ptr<Gathered> g = std::move(gathered_);
+  for (auto& [key, part] : g->parts)
+    if (part.copied) part.copied->synchronize();
+  const auto value = [&](const std::pair<Gathered::DeviceKey, std::int64_t>& at) {
+    return g->parts.at(at.first).host.data_ptr<double>()[at.second];
+  };
+  IterationResult result = std::move(result_);
+  for (std::size_t m = 0; m < g->loss.size(); ++m) {
+    if (g->loss[m]) result.loss += value(*g->loss[m]);
+    if (g->correct[m]) result.correct += std::llround(value(*g->correct[m]));
+  }
+  // Per Transformer layer, when some stage stepped.
+  if (std::any_of(g->sublayer_sq.begin(), g->sublayer_sq.end(), [](const auto& v) { return v.has_value(); })) {
+    result.layer_grad_sq.assign(g->num_layers, 0.0);
+    for (std::size_t i = 0; i < g->sublayer_sq.size(); ++i)
+      if (g->sublayer_sq[i] && g->layer[i] >= 0) result.layer_grad_sq[g->layer[i]] += value(*g->sublayer_sq[i]);
+  }
   return result;
 }
 
@@ -237,6 +300,11 @@ void Pipeline::worker_main(int device) {
     if (want > 0 && want != threads) compat::set_thread_count(threads = want);
     try {
       run_device(device, *job);
+      // Autocast keeps one bf16 copy per trained weight until its cache is
+      // cleared: cleared after each iteration, as leaving PyTorch's autocast
+      // region does, or the next iteration would compute with the weights
+      // before this iteration's optimizer step.
+      if (options_.bf16_autocast) at::autocast::clear_cache();
     } catch (...) {
       {
         std::lock_guard lock(mutex_);
@@ -408,11 +476,25 @@ struct Pipeline::DeviceRun {
       }
     }
     job.buckets[s].clear();
+    // ‖g‖² per sublayer from one multi-tensor norm over the stage's
+    // gradients: a few kernels, not several per parameter.
+    std::vector<at::Tensor> grads;
+    std::vector<std::int64_t> per_sublayer;
     for (int i = part.active(s).first; i < part.active(s).last; ++i) {
-      at::Tensor sq = at::zeros({}, at::TensorOptions().device(dev).dtype(at::kDouble));
+      std::int64_t n = 0;
       for (const auto& p : pipe.model_.sublayer(i).params())
-        if (p.tensor.grad().defined()) sq = sq + p.tensor.grad().to(at::kDouble).square().sum();
-      job.sublayer_grad_sq[i] = sq;
+        if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad()), ++n;
+      per_sublayer.push_back(n);
+    }
+    const at::Tensor sq = grads.empty() ? at::zeros({0}, at::TensorOptions().device(dev).dtype(at::kDouble))
+                                        : at::stack(at::_foreach_norm(grads)).to(at::kDouble).square();
+    {
+      std::int64_t at = 0;
+      for (int i = part.active(s).first; i < part.active(s).last; ++i) {
+        const std::int64_t n = per_sublayer[i - part.active(s).first];
+        job.sublayer_grad_sq[i] = n == 0 ? at::zeros({}, sq.options()) : sq.narrow(0, at, n).sum();
+        at += n;
+      }
     }
     pipe.optimizer_.step(params, job.lr);
   }
@@ -472,13 +554,35 @@ struct Pipeline::DeviceRun {
 
 void Pipeline::run_device(int device, Job& job) {
   DeviceRun run(*this, job, device);
-  for (const Action& a : job.schedule->devices[device]) {
-    const double start = job.origin ? seconds_since(*job.origin) : 0;
-    run.run(a);
-    if (job.origin) {
-      if (run.dev.is_cuda()) compat::synchronize(run.dev);  // CUDA work is asynchronous: time what ran
-      job.records[device].push_back({a, device, start, seconds_since(*job.origin)});
+  const std::vector<Action>& actions = job.schedule->devices[device];
+  if (!job.origin) {
+    for (const Action& a : actions) run.run(a);
+    return;
+  }
+  std::vector<ActionRecord>& records = job.records[device];
+  if (!run.dev.is_cuda()) {  // CPU work has finished when it returns
+    for (const Action& a : actions) {
+      const double start = seconds_since(*job.origin);
+      run.run(a);
+      records.push_back({a, device, start, seconds_since(*job.origin)});
     }
+    return;
+  }
+  // A GPU's work is queued: an event before and after each action times
+  // what the device ran, with one wait for the whole iteration, not one per action.
+  compat::EventClock clock(run.dev, seconds_since(*job.origin));
+  for (const Action& a : actions) {
+    clock.mark();
+    run.run(a);
+    clock.mark();
+    records.push_back({a, device, 0, 0});
+  }
+  const std::vector<double> t = clock.marks_s();
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    ActionRecord& r = records[records.size() - actions.size() + i];
+    r.start_s = t[2 * i];
+    // A collective completes on its own stream: its PendingReduce says when.
+    if (r.end_s == 0) r.end_s = std::max(t[2 * i + 1], r.start_s);
   }
 }
 

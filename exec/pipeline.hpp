@@ -87,6 +87,20 @@ struct IterationResult {
   std::vector<std::vector<bool>> recomputed;
 };
 
+// An iteration whose device work may still be running: get() reads its
+// losses, hits and gradient norms on the host, waiting for them then, so
+// the host can queue the next iteration first.
+class IterationFuture {
+ public:
+  [[nodiscard]] IterationResult get();
+
+ private:
+  friend class Pipeline;
+  struct Gathered;
+  IterationResult result_;  // what the host already holds (records, recomputation)
+  std::shared_ptr<Gathered> gathered_;
+};
+
 // Threads and recomputation come with each program (IterationProgram).
 struct PipelineOptions {
   std::vector<at::Device> devices;  // K workers' devices
@@ -126,6 +140,11 @@ class Pipeline {
   // recorded when `origin` is given.
   IterationResult run(const IterationProgram& program, std::span<const MicroBatch> batches, double real_samples,
                       double lr, std::optional<std::chrono::steady_clock::time_point> origin = {});
+  // run() without waiting for the devices: returns once the iteration's
+  // work is queued (on a GPU; on the CPU it has run). `batches` may be
+  // released on return.
+  IterationFuture launch(const IterationProgram& program, std::span<const MicroBatch> batches, double real_samples,
+                         double lr, std::optional<std::chrono::steady_clock::time_point> origin = {});
 
   // Forward only, no autograd, all sublayers in order on their devices: the
   // logits of `input` (evaluation).

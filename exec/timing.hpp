@@ -1,11 +1,14 @@
 // The one way the executor times what a plan or a profile needs (chunk
 // candidates, the cache probe, the profiler's figures, `validate`'s
-// replicas): one warm-up run, then the median of `runs` timed runs.
+// replicas): one warm-up run, then the median of `runs` timed runs. On a
+// GPU the time is the device's, by events around the run (its queue empty
+// before), not the host's, which only enqueues the work.
 #pragma once
 
 #include <chrono>
 #include <vector>
 
+#include "exec/torch_compat.hpp"
 #include "planner/stats.hpp"
 
 namespace ep::exec {
@@ -38,6 +41,26 @@ double median_seconds(int runs, Prepare&& prepare, Run&& run) {
 template <class Run>
 double median_seconds(int runs, Run&& run) {
   return median_seconds(runs, [] {}, std::forward<Run>(run));
+}
+
+// median_seconds of the work `run` queues on `device`.
+template <class Prepare, class Run>
+double median_device_seconds(const c10::Device& device, int runs, Prepare&& prepare, Run&& run) {
+  if (!device.is_cuda()) return median_seconds(runs, std::forward<Prepare>(prepare), std::forward<Run>(run));
+  std::vector<double> t;
+  for (int i = 0; i < kWarmupRuns + std::max(1, runs); ++i) {
+    prepare();
+    compat::EventClock clock(device, 0);
+    run();
+    clock.mark();
+    if (i >= kWarmupRuns) t.push_back(clock.marks_s().back());
+  }
+  return median(std::move(t));
+}
+
+template <class Run>
+double median_device_seconds(const c10::Device& device, int runs, Run&& run) {
+  return median_device_seconds(device, runs, [] {}, std::forward<Run>(run));
 }
 
 }  // namespace ep::exec

@@ -12,6 +12,13 @@
 #include <torch/csrc/api/include/torch/version.h>
 
 #include <cmath>
+#include <vector>
+
+#include "planner/error.hpp"
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <c10/core/Event.h>
+#endif
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <ATen/ops/scaled_dot_product_attention.h>
@@ -52,6 +59,24 @@ inline void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType d
   if (!enabled) at::autocast::clear_cache();
 }
 
+// bf16 autocast on `device` (as a stage worker sets it) for this object's
+// lifetime in the calling thread.
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType device, bool bf16) : device_(device), on_(bf16) {
+    if (on_) set_autocast(device_, true, c10::ScalarType::BFloat16);
+  }
+  ~AutocastScope() {
+    if (on_) set_autocast(device_, false, c10::ScalarType::BFloat16);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool on_;
+};
+
 // Softmax attention over [B, heads, S, d]. torch 2.x has fused kernels (flash
 // and memory-efficient attention on CUDA, a blocked loop on CPU) that never
 // hold the S x S scores; 1.13 has none, so there it is two products and a softmax.
@@ -73,5 +98,48 @@ inline void synchronize(const c10::Device& device) {
   (void)device;
 #endif
 }
+
+// Times a device's queued work by events on its current stream, converted
+// to the host clock through an anchor taken where the queue is empty: a
+// recorded time is when the device reached that point, with no wait per
+// mark. CUDA only (on the CPU an operation has finished when it returns,
+// so the host clock times it); 1.13 builds are CPU-only.
+class EventClock {
+ public:
+  // Waits for the device's queued work, then anchors at `host_now_s`.
+  EventClock(const c10::Device& device, double host_now_s) : device_(device), anchor_s_(host_now_s) {
+#if TORCH_VERSION_MAJOR >= 2
+    synchronize(device);
+    mark();
+#else
+    throw Error("timing a " + device.str() + " device needs a torch 2.x build");
+#endif
+  }
+  // An event at this point of the device's stream.
+  void mark() {
+#if TORCH_VERSION_MAJOR >= 2
+    events_.emplace_back(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+    events_.back().record(c10::impl::getDeviceGuardImpl(device_.type())->getStream(device_));
+#endif
+  }
+  // Host-clock seconds of each mark() in order; waits for the last one.
+  [[nodiscard]] std::vector<double> marks_s() const {
+    std::vector<double> t;
+#if TORCH_VERSION_MAJOR >= 2
+    if (events_.size() < 2) return t;
+    events_.back().synchronize();
+    for (std::size_t i = 1; i < events_.size(); ++i)
+      t.push_back(anchor_s_ + events_.front().elapsedTime(events_[i]) / 1000.0);
+#endif
+    return t;
+  }
+
+ private:
+  c10::Device device_;
+  double anchor_s_;
+#if TORCH_VERSION_MAJOR >= 2
+  std::vector<c10::Event> events_;  // [0]: the anchor
+#endif
+};
 
 }  // namespace ep::exec::compat

@@ -319,3 +319,28 @@ TEST_CASE("the cached path gives recomputation's loss and gradients, and advanci
   // A read at the wrong depth is an error, not stale activations.
   CHECK_THROWS_WITH(cache.read({0}, 1, at::kCPU), Catch::Contains("holds depth 3, expected 1"));
 }
+
+TEST_CASE("bf16 autocast: every iteration computes with the weights the last optimizer step left") {
+  // Autocast caches one bf16 copy per trained weight; kept across
+  // iterations, the second iteration would still see the first one's weights.
+  const ModelConfig m = tiny(ModelFamily::ViT);
+  const at::Tensor x = inputs(m, 8, 6);
+  const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
+  const auto bf16_run = [&](Model& model, exec::Optimizer& opt, double lr_first) {
+    Pipeline pipe(model, opt, {cpus(1), true});
+    Partition all{0, 0, {0, model.num_sublayers()}};
+    pipe.configure(all, 1, 1);
+    const auto program = [&] { return testing::program_of(schedule_for(ScheduleKind::GPipe, 1, 1, 1, all, true)); };
+    if (lr_first > 0) (void)pipe.run(program(), split(x, y, 1), 8, lr_first);
+    return pipe.run(program(), split(x, y, 1), 8, 0).loss;  // lr 0: the loss at the weights as they are
+  };
+  Model trained(m, 7), fresh(m, 8);
+  exec::Optimizer a(sgd()), b(sgd());
+  const double second = bf16_run(trained, a, 0.5);
+  {
+    c10::NoGradGuard no_grad;
+    const auto from = trained.named_params(), to = fresh.named_params();
+    for (std::size_t i = 0; i < from.size(); ++i) to[i].tensor.copy_(from[i].tensor);
+  }
+  CHECK(second == bf16_run(fresh, b, 0));
+}

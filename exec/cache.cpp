@@ -250,7 +250,9 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
     }
     std::memcpy(dst, row(i), bytes);
   }
-  return out.to(device);
+  // Queued behind the stream's work, without waiting for it (the pinned
+  // block stays allocated until the copy is done).
+  return out.to(device, /*non_blocking=*/true);
 }
 
 void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth) {

@@ -5,7 +5,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
+
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "exec/trainer.hpp"
 #include "planner/random.hpp"
@@ -73,13 +78,30 @@ void check_runnable(const Config& c, const ProcessEnv& env) {
                 std::to_string(most_K) + "); one process trains one pipeline: run elasticpipe train --nproc " +
                 std::to_string(gpus) + " (or set planner.autodp = false)");
   check_memory(c);
+  if (c.exec.device != ExecDevice::CUDA) return;
+  const int visible = check_device(c);
+  check_gpus_not_shared(c, visible);
+  check_gpus_visible(c, visible);
+}
+
+int check_device(const Config& c) {
+  if (c.exec.device != ExecDevice::CUDA) return 0;
 #ifdef ELASTICPIPE_CUDA
   constexpr const char* no_cuda = "cpu (no CUDA device is visible: no GPU or driver, or CUDA_VISIBLE_DEVICES hides it)";
 #else
   constexpr const char* no_cuda = "cpu (this build has no CUDA path: scripts/setup.sh builds one where nvcc is found)";
 #endif
-  if (c.exec.device == ExecDevice::CUDA && !at::hasCUDA()) throw c.error("exec.device", no_cuda, "\"cuda\"");
-  if (c.exec.device == ExecDevice::CUDA) check_gpus_not_shared(c, static_cast<int>(at::getNumGPUs()));
+  if (!at::hasCUDA()) throw c.error("exec.device", no_cuda, "\"cuda\"");
+  return static_cast<int>(at::getNumGPUs());
+}
+
+void check_gpus_visible(const Config& c, int visible) {
+  const int I = c.cluster.gpus_per_node;
+  if (c.exec.device != ExecDevice::CUDA || visible >= I) return;
+  throw c.error("cluster.gpus_per_node",
+                "at most the " + std::to_string(visible) + " GPU(s) this process sees (the plans put each stage and "
+                "replica on a GPU of its own; sharing one, they would run slower than planned and simulated)",
+                std::to_string(I));
 }
 
 void check_gpus_not_shared(const Config& c, int visible) {
@@ -120,21 +142,23 @@ Data load_data(const Config& c) {
           synthetic_tokens(c.data.num_test_samples, m.seq_length, m.vocab_size, m.num_labels, seed, false)};
 }
 
-MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices) {
+MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool pinned, bool with_input) {
   const auto n = static_cast<std::int64_t>(indices.size());
   const std::int64_t numel = d.sample_numel();
+  const auto host = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).pinned_memory(pinned); };
   MicroBatch mb;
-  mb.labels = at::zeros({n}, at::kLong);
-  mb.weights = at::zeros({n}, at::kFloat);
+  mb.labels = at::zeros({n}, host(at::kLong));
+  mb.weights = at::zeros({n}, host(at::kFloat));
   auto* labels = mb.labels.data_ptr<std::int64_t>();
   auto* weights = mb.weights.data_ptr<float>();
-  if (d.kind == SampleKind::Image) {
-    mb.input = at::zeros({n, d.channels, d.height, d.width}, at::kFloat);
+  if (!with_input) {
+  } else if (d.kind == SampleKind::Image) {
+    mb.input = at::zeros({n, d.channels, d.height, d.width}, host(at::kFloat));
     float* out = mb.input.data_ptr<float>();
     for (std::int64_t i = 0; i < n; ++i)
       if (indices[i] >= 0) std::copy_n(d.pixels.data() + indices[i] * numel, numel, out + i * numel);
   } else {
-    mb.input = at::zeros({n, d.seq_length}, at::kLong);
+    mb.input = at::zeros({n, d.seq_length}, host(at::kLong));
     std::int64_t* out = mb.input.data_ptr<std::int64_t>();
     for (std::int64_t i = 0; i < n; ++i)
       if (indices[i] >= 0) std::copy_n(d.tokens.data() + indices[i] * numel, numel, out + i * numel);
@@ -146,6 +170,58 @@ MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices) {
     }
   mb.indices = std::move(indices);
   return mb;
+}
+
+// The copies' stream of each device and the event after its last copy.
+struct BatchLoader::Ready {
+  std::vector<MicroBatch> batches;
+  std::vector<std::pair<at::Device, c10::Event>> copied;
+};
+
+BatchLoader::~BatchLoader() {
+  if (pending_.valid()) pending_.wait();
+}
+
+void BatchLoader::request(Request r) {
+  if (pending_.valid()) throw Error("batch loader: a request is already pending");
+  pending_ = std::async(std::launch::async, [this, r = std::move(r)] {
+    auto ready = std::make_shared<Ready>();
+    const bool gpu = r.input_device.is_cuda() || r.label_device.is_cuda();
+    for (const auto& idx : r.micro_batches) ready->batches.push_back(make_batch(d_, idx, gpu, r.input_needed));
+    // Copies on a side stream of each device, non-blocking from pinned memory.
+    const auto copy = [&](const at::Device& dev, const std::function<void(MicroBatch&)>& move) {
+      if (!dev.is_cuda()) return;
+      const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(dev.type());
+      const c10::Stream side = impl->getStreamFromGlobalPool(dev);
+      c10::StreamGuard guard(side);
+      for (MicroBatch& mb : ready->batches) move(mb);
+      ready->copied.emplace_back(dev, c10::Event(dev.type()));
+      ready->copied.back().second.record(side);
+    };
+    if (r.input_needed)
+      copy(r.input_device, [&](MicroBatch& mb) { mb.input = mb.input.to(r.input_device, /*non_blocking=*/true); });
+    copy(r.label_device, [&](MicroBatch& mb) {
+      mb.labels = mb.labels.to(r.label_device, /*non_blocking=*/true);
+      mb.weights = mb.weights.to(r.label_device, /*non_blocking=*/true);
+    });
+    return ready;
+  });
+}
+
+std::vector<MicroBatch> BatchLoader::take() {
+  if (!pending_.valid()) throw Error("batch loader: nothing was requested");
+  const std::shared_ptr<Ready> ready = pending_.get();
+  for (const auto& [dev, event] : ready->copied) {
+    const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(dev.type());
+    const c10::Stream compute = impl->getStream(dev);
+    event.block(compute);
+    // The allocator must not hand these blocks to the side stream again
+    // before the compute stream is done with them.
+    for (const MicroBatch& mb : ready->batches)
+      for (const at::Tensor* t : {&mb.input, &mb.labels, &mb.weights})
+        if (t->defined() && t->device() == dev) impl->recordDataPtrOnStream(t->storage().data_ptr(), compute);
+  }
+  return std::move(ready->batches);
 }
 
 std::vector<std::int64_t> first_samples(const Dataset& d, int batch) {

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,13 +29,54 @@ void check_runnable(const Config& config, const ProcessEnv& env);
 // distinct GPUs. Refused naming the ranks, the device and the layout.
 void check_gpus_not_shared(const Config& config, int visible);
 
+// exec.device = "cuda" needs a CUDA build and a visible GPU (refused naming
+// the key otherwise); returns the GPUs visible (0 on the CPU).
+int check_device(const Config& config);
+
+// The planner gives each stage and replica a GPU of its own: a node of
+// cluster.gpus_per_node GPUs must have that many visible, or stages would
+// share one and run at a speed no plan predicts. Refused naming the key.
+void check_gpus_visible(const Config& config, int visible);
+
 struct Data {
   Dataset train, test;
 };
 [[nodiscard]] Data load_data(const Config& config);
 
 // The samples of `indices` (-1: a masked slot, zeros with weight 0).
-[[nodiscard]] MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices);
+// In pinned host memory (`pinned`; CUDA builds only) for copies that do not block the host.
+[[nodiscard]] MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool pinned = false,
+                                    bool with_input = true);
+
+// The next iteration's micro-batches, assembled on a thread of their own
+// while the current iteration runs. For a GPU they are assembled in pinned
+// host memory and copied on a side stream, so the compute stream finds them
+// on the device without waiting for the host or the copy.
+class BatchLoader {
+ public:
+  struct Request {
+    std::vector<std::vector<std::int64_t>> micro_batches;  // dataset indices, -1 masked
+    at::Device input_device = at::kCPU;  // the first stage's (the stem input)
+    at::Device label_device = at::kCPU;  // the last stage's (labels and weights)
+    bool input_needed = true;            // false: the activation cache stands in for the stem
+  };
+  explicit BatchLoader(const Dataset& d) : d_(d) {}
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // Starts assembling `r` (at most one request is pending).
+  void request(Request r);
+  // The pending request's batches, ordered before the devices' current
+  // streams' next work.
+  std::vector<MicroBatch> take();
+
+  struct Ready;
+
+ private:
+  const Dataset& d_;
+  std::future<std::shared_ptr<Ready>> pending_;
+};
 
 // `batch` samples of `d` from index 0 on (wrapping), for timing.
 [[nodiscard]] std::vector<std::int64_t> first_samples(const Dataset& d, int batch);

@@ -106,10 +106,10 @@ std::int64_t Trainer::per_epoch0() const { return planner_.run().plans.front().i
 // The lr schedule's position, in iterations of the initial plan: with more
 // replicas an iteration covers more samples, so the schedule follows the
 // samples seen, not the step count.
-std::int64_t Trainer::lr_position() const {
+std::int64_t Trainer::lr_position(std::int64_t consumed) const {
   const Plan& first = planner_.run().plans.front();
   return static_cast<std::int64_t>(p_.epoch) * per_epoch0() +
-         p_.consumed / (static_cast<std::int64_t>(first.layout.pipelines_per_node) * first.batch);
+         consumed / (static_cast<std::int64_t>(first.layout.pipelines_per_node) * first.batch);
 }
 
 // Whether this epoch fills (or advances) the cache rather than reading it.
@@ -118,18 +118,26 @@ bool Trainer::filling() const {
   return role == CacheRole::Fill || role == CacheRole::Advance;
 }
 
-// The replica's batch in the program's micro-batches.
-std::vector<MicroBatch> Trainer::split(const std::vector<std::int64_t>& idx, const IterationProgram& program) const {
-  std::vector<MicroBatch> mbs;
+// The replica's batch in the program's micro-batches, where the pipeline
+// reads them: the stem input on the first stage's device (unless the cache
+// stands in for it), labels and weights on the last stage's.
+BatchLoader::Request Trainer::batch_request(const std::vector<std::int64_t>& idx,
+                                            const IterationProgram& program) const {
+  BatchLoader::Request r;
   std::size_t at = 0;
   for (const int n : program.micro_batches) {
     if (at + n > idx.size())
       throw Error("rank " + std::to_string(env_.rank) + ": a batch of " + std::to_string(idx.size()) +
                   " samples for the plan's micro-batches of " + std::to_string(program.setup.batch));
-    mbs.push_back(make_batch(data_.train, {idx.begin() + at, idx.begin() + at + n}));
+    r.micro_batches.emplace_back(idx.begin() + at, idx.begin() + at + n);
     at += n;
   }
-  return mbs;
+  r.input_device = pipeline_->device_of_sublayer(0);
+  r.label_device = pipeline_->device_of_sublayer(model_.num_sublayers() - 1);
+  r.input_needed = std::none_of(program.schedule.devices.begin(), program.schedule.devices.end(), [](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::CacheRead; });
+  });
+  return r;
 }
 
 namespace {
@@ -185,20 +193,51 @@ void Trainer::train_epoch() {
   TracedMeasures traced;
   const Clock::time_point epoch_start = Clock::now();
   const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
-  for (std::int64_t done = 0; p_.consumed < slots; ++done) {
-    const Clock::time_point it0 = Clock::now();
-    const std::vector<std::int64_t> idx = replica_batch(order, p_.consumed, ppn, local, batch);
+  const int every = c_.exec.checkpoint_every;
+  // The devices run one iteration ahead of the host's bookkeeping: the host
+  // queues iteration i + 1 before it reads iteration i's loss and gradient
+  // norms, so a GPU never waits for it. Not with replicas (their loss
+  // all-reduce shares NCCL lane 0 with the gradients, in one order on every
+  // rank), nor before a checkpoint (it saves the weights after iteration i).
+  struct Launched {
+    IterationFuture future;
+    std::vector<std::int64_t> idx;
+    std::int64_t global_real = 0;
+    double lr = 0;
+    bool traced = false;
+    Clock::time_point start;
+  };
+  const bool ahead = !(dist_ && plan_->layout.replicas > 1);
+  const auto checkpoint_after = [&] {  // the oldest iteration in flight, once recorded
+    return every > 0 && (p_.iteration + 1) % every == 0 && p_.consumed + slot_step < slots;
+  };
+  BatchLoader loader(data_.train);
+  std::int64_t next = p_.consumed, launched = p_.iteration;  // the launch cursor
+  if (next < slots) loader.request(batch_request(replica_batch(order, next, ppn, local, batch), program));
+  const auto launch = [&] {
+    Launched l;
+    l.start = Clock::now();
+    l.idx = replica_batch(order, next, ppn, local, batch);
+    const std::vector<MicroBatch> batches = loader.take();
+    if (next + slot_step < slots)
+      loader.request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program));
     if (prefetch)  // the sampler's next window, read ahead by the kernel
       for (int w = 1; w <= c_.exec.prefetch_iterations; ++w)
-        if (p_.consumed + w * slot_step < slots)
-          cache_->prefetch(replica_batch(order, p_.consumed + w * slot_step, ppn, local, batch));
-    const auto global_real = iteration_real_samples(sampler_, p_.consumed, ppn, batch);
-    const double lr = learning_rate(c_.training, lr_position(), total0) * plan_->lr_scale;
-    const bool trace_it = rank0() && p_.iteration < c_.exec.trace_iterations;
-    const IterationResult r =
-        pipeline_->run(program, split(idx, program), static_cast<double>(global_real), lr,
-                       trace_it ? std::optional<Clock::time_point>(origin_) : std::nullopt);
-    if (trace_it) {
+        if (next + w * slot_step < slots) cache_->prefetch(replica_batch(order, next + w * slot_step, ppn, local, batch));
+    l.global_real = iteration_real_samples(sampler_, next, ppn, batch);
+    l.lr = learning_rate(c_.training, lr_position(next), total0) * plan_->lr_scale;
+    l.traced = rank0() && launched < c_.exec.trace_iterations;
+    l.future = pipeline_->launch(program, batches, static_cast<double>(l.global_real), l.lr,
+                                 l.traced ? std::optional<Clock::time_point>(origin_) : std::nullopt);
+    next += slot_step;
+    ++launched;
+    return l;
+  };
+  std::int64_t done = 0;
+  Clock::time_point last_recorded = epoch_start;
+  const auto record = [&](Launched& l) {
+    const IterationResult r = l.future.get();
+    if (l.traced) {
       timeline_.add(r, *plan_, p_.epoch, static_cast<int>(p_.iteration));
       traced.add(r, plan_->K);
     }
@@ -209,20 +248,30 @@ void Trainer::train_epoch() {
       loss = t[0].item<double>();
       correct = t[1].item<double>();
     }
-    check_finite(loss, r.layer_grad_sq, lr);  // before anything records the iteration
-    samples.add(p_.epoch, p_.consumed, idx);
+    check_finite(loss, r.layer_grad_sq, l.lr);  // before anything records the iteration
+    samples.add(p_.epoch, p_.consumed, l.idx);
     p_.iteration_losses.push_back(loss);
-    p_.epoch_loss_sum += loss * static_cast<double>(global_real);
-    p_.epoch_real += global_real;
+    p_.epoch_loss_sum += loss * static_cast<double>(l.global_real);
+    p_.epoch_real += l.global_real;
     p_.epoch_correct += static_cast<std::int64_t>(std::llround(correct));
-    for (int l = 0; l < L_ && !r.layer_grad_sq.empty(); ++l) p_.interval_norm_sum[l] += std::sqrt(r.layer_grad_sq[l]);
+    for (int l2 = 0; l2 < L_ && !r.layer_grad_sq.empty(); ++l2) p_.interval_norm_sum[l2] += std::sqrt(r.layer_grad_sq[l2]);
     ++p_.interval_iterations;
     p_.consumed += slot_step;
     ++p_.iteration;
-    if (warmup_.on()) warmup_.add(seconds(it0, Clock::now()), p_.consumed >= slots, p_.transitions.back().warmup_s);
-    if (opt_.progress && rank0()) opt_.progress(static_cast<double>(done + 1) / static_cast<double>(n));
-    const int every = c_.exec.checkpoint_every;
+    // The device ran it after the one before: its time starts when that one was done.
+    const Clock::time_point now = Clock::now();
+    if (warmup_.on()) warmup_.add(seconds(std::max(l.start, last_recorded), now), p_.consumed >= slots,
+                                  p_.transitions.back().warmup_s);
+    last_recorded = now;
+    if (opt_.progress && rank0()) opt_.progress(static_cast<double>(++done) / static_cast<double>(n));
     if (every > 0 && p_.iteration % every == 0 && p_.consumed < slots) checkpoint(seconds(epoch_start, Clock::now()));
+  };
+  std::optional<Launched> in_flight;
+  while (next < slots || in_flight) {
+    std::optional<Launched> queued;
+    if (next < slots && (!in_flight || (ahead && !checkpoint_after()))) queued = launch();
+    if (in_flight) record(*in_flight);
+    in_flight = std::move(queued);
   }
   samples.close();
   finish_epoch(p_.epoch_elapsed_s + seconds(epoch_start, Clock::now()), traced, fill);

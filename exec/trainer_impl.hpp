@@ -66,7 +66,8 @@ class Trainer final : RunBackend {
 
   // trainer.cpp: epochs.
   [[nodiscard]] std::int64_t per_epoch0() const;
-  [[nodiscard]] std::int64_t lr_position() const;
+  // At `consumed` slots into this epoch.
+  [[nodiscard]] std::int64_t lr_position(std::int64_t consumed) const;
   [[nodiscard]] bool filling() const;
   void train_epoch();
   void finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill);
@@ -74,7 +75,8 @@ class Trainer final : RunBackend {
   void check_finite_weights() const;
   [[noreturn]] void diverged(std::int64_t iteration, const std::string& what) const;
   double evaluate();
-  std::vector<MicroBatch> split(const std::vector<std::int64_t>& idx, const IterationProgram& program) const;
+  [[nodiscard]] BatchLoader::Request batch_request(const std::vector<std::int64_t>& idx,
+                                                   const IterationProgram& program) const;
 
   // resume.cpp: checkpoints.
   void checkpoint(double running_s = 0);

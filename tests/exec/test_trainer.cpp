@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "tests/exec/support.hpp"
+#include "exec/job.hpp"
 #include "exec/trainer.hpp"
 #include "planner/freeze.hpp"
 #include "traces/trace.hpp"
@@ -90,4 +91,39 @@ TEST_CASE("a BERT-style encoder trains on synthetic token sequences") {
   const exec::TrainResult r = exec::train(c, {});
   CHECK(r.epochs.back().loss < r.epochs.front().loss);
   CHECK(r.final_accuracy > 0.25);
+}
+
+TEST_CASE("the batch loader assembles the next iteration's micro-batches as make_batch does, one request at a time") {
+  using namespace ep::exec;
+  const Dataset d = synthetic_images(40, 1, 8, 4, 5, true);
+  BatchLoader loader(d);
+  CHECK_THROWS_WITH(loader.take(), Catch::Contains("nothing was requested"));
+  const std::vector<std::vector<std::int64_t>> mbs{{3, 1, -1}, {7, 39}};
+  loader.request({mbs, at::kCPU, at::kCPU, true});
+  CHECK_THROWS_WITH(loader.request({mbs, at::kCPU, at::kCPU, true}), Catch::Contains("already pending"));
+  const std::vector<MicroBatch> got = loader.take();
+  REQUIRE(got.size() == 2);
+  for (std::size_t i = 0; i < mbs.size(); ++i) {
+    const MicroBatch want = make_batch(d, mbs[i]);
+    CHECK(at::equal(got[i].input, want.input));
+    CHECK(at::equal(got[i].labels, want.labels));
+    CHECK(at::equal(got[i].weights, want.weights));
+    CHECK(got[i].indices == want.indices);
+  }
+  // Without the stem input (the cache stands in): labels and weights only.
+  loader.request({mbs, at::kCPU, at::kCPU, false});
+  const std::vector<MicroBatch> cached = loader.take();
+  CHECK_FALSE(cached[0].input.defined());
+  CHECK(at::equal(cached[1].labels, make_batch(d, mbs[1]).labels));
+}
+
+TEST_CASE("a node of more GPUs than this process sees is refused naming cluster.gpus_per_node") {
+  using namespace ep::exec;
+  const Config c = parse_config(testing::kTiny, "tiny.toml", {"exec.device=\"cuda\""});  // 4 GPUs per node
+  CHECK_NOTHROW(check_gpus_visible(c, 4));
+  CHECK_NOTHROW(check_gpus_visible(c, 8));
+  CHECK_THROWS_WITH(check_gpus_visible(c, 1), Catch::StartsWith("tiny.toml:") && Catch::Contains("cluster.gpus_per_node") &&
+                                                 Catch::Contains("at most the 1 GPU(s) this process sees") &&
+                                                 Catch::Contains("found 4"));
+  CHECK_NOTHROW(check_gpus_visible(parse_config(testing::kTiny, "tiny.toml"), 1));  // CPU: nothing to check
 }

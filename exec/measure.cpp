@@ -99,21 +99,24 @@ void ChunkMemo::add(const std::vector<IterationProgram>& programs, const std::ve
   write_file_atomically(path_, memo.dump(1) + "\n");
 }
 
-MeasuredCache probe_cache(Model& model, const Dataset& train, int batch, int frozen, const at::Device& dev,
+MeasuredCache probe_cache(Model& model, const Dataset& train, int batch, int frozen, const at::Device& dev, bool bf16,
                           const std::string& probe_path, const std::vector<std::int64_t>& entry_shape) {
-  const MicroBatch mb = make_batch(train, first_samples(train, batch));
+  // The frozen forward as a stage worker runs it: its input already on the
+  // device, at the training precision.
+  const at::Tensor input = make_batch(train, first_samples(train, batch)).input.to(dev);
   c10::NoGradGuard no_grad;
   at::Tensor out;
   MeasuredCache m;
-  m.frozen_forward_s = median_seconds(3, [&] {
-    out = model.forward(ModelSpec::frozen_prefix(frozen), mb.input.to(dev));
-    if (dev.is_cuda()) compat::synchronize(dev);
-  });
+  {
+    const compat::AutocastScope precision(dev.type(), bf16);
+    m.frozen_forward_s = median_device_seconds(dev, 3, [&] { out = model.forward(ModelSpec::frozen_prefix(frozen), input); });
+  }
+  out = out.to(at::kFloat);
   std::vector<std::int64_t> rows(static_cast<std::size_t>(batch));
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int64_t>(i);
   ActivationCache probe(probe_path, batch, entry_shape, true);
   probe.write(rows, out, frozen);
-  m.read_s = median_seconds(3, [&] { (void)probe.read(rows, frozen, dev); });
+  m.read_s = median_device_seconds(dev, 3, [&] { (void)probe.read(rows, frozen, dev); });
   probe.remove();
   return m;
 }

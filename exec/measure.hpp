@@ -39,8 +39,9 @@ class ChunkMemo {
 
 // AutoCache's measurement at `frozen` layers: reading a batch of entries
 // from a probe file (`probe_path`, removed after) vs running the batch
-// through the frozen prefix on `device`.
-MeasuredCache probe_cache(Model& model, const Dataset& train, int batch, int frozen, const at::Device& device,
+// through the frozen prefix on `device` at the training precision (`bf16`:
+// autocast), both timed on that device.
+MeasuredCache probe_cache(Model& model, const Dataset& train, int batch, int frozen, const at::Device& device, bool bf16,
                           const std::string& probe_path, const std::vector<std::int64_t>& entry_shape);
 
 }  // namespace ep::exec

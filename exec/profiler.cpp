@@ -16,6 +16,7 @@
 #include "exec/blas.hpp"
 #include "exec/cache.hpp"
 #include "exec/dist.hpp"
+#include "exec/job.hpp"
 #include "exec/launch.hpp"
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
@@ -28,58 +29,94 @@
 namespace ep::exec {
 namespace {
 
-at::Tensor stem_input(const ModelConfig& m, int b) {
-  if (m.family == ModelFamily::ViT) return at::randn({b, m.num_channels, m.image_size, m.image_size});
-  return at::randint(1, m.vocab_size, {b, m.seq_length}, at::kLong);
+at::Tensor stem_input(const ModelConfig& m, int b, const at::Device& dev) {
+  if (m.family == ModelFamily::ViT) return at::randn({b, m.num_channels, m.image_size, m.image_size}).to(dev);
+  return at::randint(1, m.vocab_size, {b, m.seq_length}, at::kLong).to(dev);
 }
 
-void profile_compute(const Config& c, const ProfileOptions& o, Profile& p) {
+// Where training runs: the first device of exec.device, refused when this
+// process cannot use it (never timed elsewhere instead).
+at::Device profiled_device(const Config& c) {
+  return check_device(c) > 0 ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+}
+
+// Sublayers of one kind timed as a chain of up to kChain of them (attention
+// of layers 0, 1, 2, ..., skipping the MLPs between; the shapes agree), per
+// sublayer the chain's time over its length: a lone sublayer's time on a
+// GPU holds the start-up of its launches and of autograd, which a training
+// iteration pays once, not per sublayer (seen on an H200: lone sublayers
+// added up to 12% more than the iteration they make up).
+constexpr int kChain = 4;
+
+void profile_compute(const Config& c, const ProfileOptions& o, const at::Device& dev, Profile& p) {
   Model model(c.model, c.training.seed);
   const int last = model.num_sublayers() - 1;
   at::manual_seed(1);
+  const compat::AutocastScope precision(dev.type(), c.training.precision == Precision::BF16);
+  for (int i = 0; i < model.num_sublayers(); ++i) model.sublayer(i).to(dev);
   for (const int i : {0, 1, 2, last}) {
-    Sublayer& sub = model.sublayer(i);
+    std::vector<Sublayer*> chain{&model.sublayer(i)};
+    if (i != 0 && i != last)
+      for (int j = i + 2; j < last && static_cast<int>(chain.size()) < kChain; j += 2) chain.push_back(&model.sublayer(j));
+    const auto n = static_cast<double>(chain.size());
+    const auto forward = [&](at::Tensor x) {
+      for (Sublayer* sub : chain) x = sub->forward(x);
+      return x;
+    };
+    const auto trainable = [&](bool on) {
+      for (Sublayer* sub : chain) sub->set_requires_grad(on);
+    };
     const std::string kind = to_string(model.spec().sublayers[i].kind);
     for (int b = 1; b <= c.training.batch_size; b *= 2) {
       at::Tensor x;
       {
         c10::NoGradGuard g;
-        x = model.forward({0, i}, stem_input(c.model, b));  // this sublayer's real input
+        x = model.forward({0, i}, stem_input(c.model, b, dev));  // the chain's real input
       }
       const bool float_input = x.is_floating_point();
-      sub.set_requires_grad(true);
+      trainable(true);
       const auto leaf = [&] { return float_input ? x.detach().requires_grad_(true) : x; };
-      p.compute.push_back({kind, "forward", b, median_seconds(o.repeats, [&] { (void)sub.forward(leaf()); })});
+      // Each timed forward casts its weights to bf16 afresh, as the first
+      // forward after an optimizer step does (the pipeline clears autocast's
+      // copies every iteration).
+      const auto fresh_casts = [] { at::autocast::clear_cache(); };
+      p.compute.push_back(
+          {kind, "forward", b, median_device_seconds(dev, o.repeats, fresh_casts, [&] { (void)forward(leaf()); }) / n});
       // Backward: autograd only on the clock (the forward before it is not).
       at::Tensor out, grad;
       const auto reset_grads = [&] {
-        for (auto& prm : sub.params()) prm.tensor.mutable_grad().reset();
+        for (Sublayer* sub : chain)
+          for (auto& prm : sub->params()) prm.tensor.mutable_grad().reset();
       };
-      const double bwd = median_seconds(
-          o.repeats,
+      const double bwd = median_device_seconds(
+          dev, o.repeats,
           [&] {
             reset_grads();
-            out = sub.forward(leaf());
+            fresh_casts();
+            out = forward(leaf());
             grad = at::ones_like(out);
           },
           [&] { torch::autograd::backward({out}, {grad}); });
       reset_grads();
-      p.compute.push_back({kind, "backward", b, bwd});
-      sub.set_requires_grad(false);
-      p.compute.push_back({kind, "frozen_forward", b, median_seconds(o.repeats, [&] {
-                             c10::NoGradGuard g;
-                             (void)sub.forward(x);
-                           })});
+      p.compute.push_back({kind, "backward", b, bwd / n});
+      trainable(false);
+      p.compute.push_back({kind, "frozen_forward", b, median_device_seconds(dev, o.repeats, [&] {
+                                                         c10::NoGradGuard g;
+                                                         (void)forward(x);
+                                                       }) / n});
     }
   }
 }
 
 // The pipeline's hand-over between stage workers: a tensor put into a
 // slot by one thread and taken by another (one hop, timed as half a round
-// trip), then `.to(device)` (a no-op between CPU workers).
-void profile_p2p(const ProfileOptions& o, Profile& p) {
+// trip), then `.to(device)` of the next stage's device: a no-op between
+// CPU workers, a copy between two GPUs (the second GPU when one is visible).
+void profile_p2p(const ProfileOptions& o, const at::Device& dev, Profile& p) {
+  const at::Device peer_dev =
+      dev.is_cuda() && at::getNumGPUs() > 1 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(1)) : dev;
   for (double bytes = 4096; bytes <= 16.0 * 1024 * 1024; bytes *= 4) {
-    const at::Tensor t = at::zeros({static_cast<std::int64_t>(bytes / 4)});
+    const at::Tensor t = at::zeros({static_cast<std::int64_t>(bytes / 4)}, at::TensorOptions().device(dev));
     std::mutex mu;
     std::condition_variable cv;
     at::Tensor slot;
@@ -90,8 +127,10 @@ void profile_p2p(const ProfileOptions& o, Profile& p) {
       while (true) {
         cv.wait(lock, [&] { return stop || turn == 1; });
         if (stop) return;
-        at::Tensor got = std::move(slot).to(at::kCPU);
-        slot = got;
+        at::Tensor got = std::move(slot).to(peer_dev);
+        compat::synchronize(peer_dev);
+        slot = got.to(dev);  // back, so each round starts alike
+        compat::synchronize(dev);
         turn = 0;
         cv.notify_all();
       }
@@ -140,8 +179,13 @@ void with_ranks(int n, std::chrono::milliseconds timeout, const std::function<vo
     if (e) std::rethrow_exception(e);
 }
 
-void profile_collectives(const Config& c, const ProfileOptions& o, Profile& p) {
-  const int most = std::max(2, std::min(4, c.cluster.total_gpus()));
+// On CUDA the ranks are GPUs and the all-reduce NCCL's, as the pipeline's
+// lanes run it: none is timed with fewer than two GPUs (the cost model's
+// analytic all-reduce stands in).
+void profile_collectives(const Config& c, const ProfileOptions& o, const at::Device& dev, Profile& p) {
+  const bool cuda = dev.is_cuda();
+  const int most = cuda ? std::min({4, c.cluster.total_gpus(), static_cast<int>(at::getNumGPUs())})
+                        : std::max(2, std::min(4, c.cluster.total_gpus()));
   const std::chrono::milliseconds timeout(static_cast<std::int64_t>(c.exec.collective_timeout_s * 1000));
   for (int n = 2; n <= most; ++n) {
     std::vector<double> rebuild(n);
@@ -151,13 +195,15 @@ void profile_collectives(const Config& c, const ProfileOptions& o, Profile& p) {
     with_ranks(n, timeout, [&](Dist& d, int r) {
       std::vector<int> ranks(n);
       for (int i = 0; i < n; ++i) ranks[i] = i;
-      rebuild[r] = d.rebuild_active(0, ranks, 1);
+      const at::Device mine = cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(r)) : dev;
+      rebuild[r] = d.rebuild_active(0, ranks, 1, {mine});
       for (const double bytes : sizes) {
-        at::Tensor t = at::ones({static_cast<std::int64_t>(bytes / 4)});
+        at::Tensor t = at::ones({static_cast<std::int64_t>(bytes / 4)}, at::TensorOptions().device(mine));
         // The barrier before each timed call starts the ranks together.
         times[r].push_back(median_seconds(o.repeats, [&] {
           d.barrier("profile");
-          d.allreduce_now(t, "profile all-reduce");
+          d.allreduce(0, t, "profile all-reduce")->wait();
+          compat::synchronize(mine);
         }));
       }
       // A barrier alone, to subtract.
@@ -170,12 +216,14 @@ void profile_collectives(const Config& c, const ProfileOptions& o, Profile& p) {
   }
 }
 
-void profile_cache(const Config& c, const ProfileOptions& o, Profile& p) {
+// Reads go to the training device and writes come from it, as the
+// pipeline's CacheRead and CacheWrite move them.
+void profile_cache(const Config& c, const ProfileOptions& o, const at::Device& dev, Profile& p) {
   Model model(c.model, c.training.seed);
   at::Tensor row;
   {
     c10::NoGradGuard g;
-    row = model.forward({0, 1}, stem_input(c.model, 1));
+    row = model.forward({0, 1}, stem_input(c.model, 1, at::kCPU));
   }
   const std::vector<std::int64_t> shape = row.sizes().slice(1).vec();
   const int n = std::max(64, c.training.batch_size);
@@ -195,17 +243,18 @@ void profile_cache(const Config& c, const ProfileOptions& o, Profile& p) {
         std::vector<std::int64_t> s{b};
         s.insert(s.end(), shape.begin(), shape.end());
         return s;
-      }());
+      }()).to(dev);
       const double bytes = static_cast<double>(b) * static_cast<double>(cache.entry_bytes());
       p.cache.push_back({tier, "write", bytes, median_seconds(o.repeats, [&] { cache.write(idx, values, 1); })});
-      p.cache.push_back({tier, "read", bytes, median_seconds(o.repeats, [&] { (void)cache.read(idx, 1, at::kCPU); })});
+      p.cache.push_back({tier, "read", bytes, median_device_seconds(dev, o.repeats, [&] { (void)cache.read(idx, 1, dev); })});
     }
     cache.remove();
   }
 }
 
-void profile_optimizer(const Config& c, const ProfileOptions& o, Profile& p) {
+void profile_optimizer(const Config& c, const ProfileOptions& o, const at::Device& dev, Profile& p) {
   Model model(c.model, c.training.seed);
+  for (int i = 0; i < model.num_sublayers(); ++i) model.sublayer(i).to(dev);
   // Growing prefixes of the parameter list: one sublayer, a layer, half, all.
   const auto all = model.named_params();
   for (const double share : {0.1, 0.25, 0.5, 1.0}) {
@@ -218,7 +267,7 @@ void profile_optimizer(const Config& c, const ProfileOptions& o, Profile& p) {
       q.tensor.mutable_grad() = at::randn_like(q.tensor) * 1e-3;
       params += static_cast<double>(q.tensor.numel());
     }
-    p.optimizer.push_back({params, median_seconds(o.repeats, [&] { opt.step(ps, 1e-6); })});
+    p.optimizer.push_back({params, median_device_seconds(dev, o.repeats, [&] { opt.step(ps, 1e-6); })});
     for (auto& q : ps) q.tensor.mutable_grad().reset();
   }
 }
@@ -235,20 +284,10 @@ void profile_state_transfer(const Config& c, const ProfileOptions& o, Profile& p
   p.transitions.push_back({"state_pack_unpack", 1, bytes, s});
 }
 
-// Both measure CPU tensors only: a profile of the CPU would predict a GPU
-// run wrongly (seen: 7.8 samples/s predicted for a run of ~1000), so a
-// config that trains on CUDA is refused rather than timed on the CPU.
-void require_cpu(const Config& c) {
-  if (c.exec.device != ExecDevice::CPU)
-    throw c.error("exec.device",
-                  "\"cpu\" (profile and validate time the executor on CPU tensors; timing on a GPU is not built)",
-                  "\"" + to_string(c.exec.device) + "\"");
-}
-
 }  // namespace
 
 Profile profile_executor(const Config& c, const ProfileOptions& o) {
-  require_cpu(c);
+  const at::Device dev = profiled_device(c);
   const auto log = [&](const std::string& s) {
     if (o.log) o.log(s);
   };
@@ -258,20 +297,22 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
   Profile p;
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  p.environment = std::string(host) + ", " + std::to_string(cores) + " cores, " + to_string(c.exec.device) +
-                  ", libtorch " + TORCH_VERSION + ", " + std::to_string(threads) + " intra-op threads, BLAS " +
-                  blas_library().name;
+  p.environment = std::string(host) + ", " + std::to_string(cores) + " cores, " + dev.str() +
+                  (dev.is_cuda() ? " (" + std::to_string(at::getNumGPUs()) + " GPU(s) visible)" : std::string()) +
+                  ", " + to_string(c.training.precision) + ", libtorch " + TORCH_VERSION + ", " +
+                  std::to_string(threads) + " intra-op threads, BLAS " + blas_library().name;
   p.model = profile_model(c.model);
-  log("compute (forward, backward, frozen forward per sublayer kind)...");
-  profile_compute(c, o, p);
+  log("compute on " + dev.str() + " (forward, backward, frozen forward per sublayer kind)...");
+  profile_compute(c, o, dev, p);
   log("point-to-point hand-over...");
-  profile_p2p(o, p);
-  log("all-reduce and group rebuild (Gloo, ranks as threads)...");
-  profile_collectives(c, o, p);
+  profile_p2p(o, dev, p);
+  log(dev.is_cuda() ? "all-reduce and group rebuild (NCCL, one rank per visible GPU)..."
+                    : "all-reduce and group rebuild (Gloo, ranks as threads)...");
+  profile_collectives(c, o, dev, p);
   log("activation cache (host and disk)...");
-  profile_cache(c, o, p);
+  profile_cache(c, o, dev, p);
   log("optimizer steps...");
-  profile_optimizer(c, o, p);
+  profile_optimizer(c, o, dev, p);
   log("state pack and unpack...");
   profile_state_transfer(c, o, p);
   return p;
@@ -281,21 +322,27 @@ namespace {
 
 // One replica's median iteration of the plan's program; with `dist`, its
 // gradients are all-reduced with the other replicas (rank `rank`).
+// Its K stages on devices of their own: GPUs rank * K + k on CUDA (the
+// caller checked that many are visible).
 double measure_replica(const Config& c, const ValidationPlan& plan, int iterations, Dist* dist, int rank) {
   const IterationSetup& s = plan.program.setup;
   Model model(c.model, c.training.seed);
   exec::Optimizer opt(c.training);
-  Pipeline pipe(model, opt, {std::vector<at::Device>(s.K, at::Device(at::kCPU)), c.training.precision == Precision::BF16});
+  std::vector<at::Device> devices;
+  for (int k = 0; k < s.K; ++k)
+    devices.push_back(c.exec.device == ExecDevice::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank * s.K + k))
+                                                        : at::Device(at::kCPU));
+  Pipeline pipe(model, opt, {devices, c.training.precision == Precision::BF16});
   pipe.configure(s.partition, s.K, s.v);
   pipe.set_reducer(dist);
   const int B = s.batch;
   std::vector<MicroBatch> mbs;
   at::manual_seed(2 + rank);
-  const at::Tensor x = stem_input(c.model, B);
-  const at::Tensor y = at::randint(0, c.model.num_labels, {B}, at::kLong);
+  const at::Tensor x = stem_input(c.model, B, devices.front());
+  const at::Tensor y = at::randint(0, c.model.num_labels, {B}, at::kLong).to(devices.back());
   std::int64_t at = 0;
   for (const int n : plan.program.micro_batches) {
-    MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
+    MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}, at::TensorOptions().device(devices.back())), {}};
     for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
     mbs.push_back(mb);
     at += n;
@@ -324,8 +371,20 @@ double measure_replica(const Config& c, const ValidationPlan& plan, int iteratio
 
 }  // namespace
 
+void check_measurable(const Config& c, const std::vector<ValidationPlan>& plans) {
+  const int visible = check_device(c);
+  for (const ValidationPlan& plan : plans) {
+    const int need = plan.program.setup.K * plan.program.setup.replicas;
+    if (visible > 0 && need > visible)
+      throw Error(c.source + ": plan '" + plan.name + "' runs " + std::to_string(plan.program.setup.replicas) +
+                  " replica(s) of K = " + std::to_string(plan.program.setup.K) + " stages on " + std::to_string(need) +
+                  " GPUs; this process sees " + std::to_string(visible) +
+                  ": validate where they are visible, or set cluster.gpus_per_node to " + std::to_string(visible));
+  }
+}
+
 std::vector<double> measure_iterations(const Config& c, const std::vector<ValidationPlan>& plans, int iterations) {
-  require_cpu(c);
+  check_measurable(c, plans);
   const std::chrono::milliseconds timeout(static_cast<std::int64_t>(c.exec.collective_timeout_s * 1000));
   std::vector<double> out;
   for (const ValidationPlan& plan : plans) {

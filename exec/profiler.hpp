@@ -1,15 +1,19 @@
 // `elasticpipe profile`: the measurements a fitted CostModel needs, taken on
 // the real executor of this machine (planner/profile.hpp has the format):
 //   - per sublayer kind (stem, attention, mlp, head; the Transformer layers
-//     are identical, so layer 0 stands for all) forward with autograd,
-//     backward, and forward without autograd (F_frozen), for micro-batch
-//     sizes 1, 2, 4, … up to the batch;
+//     are identical, so a chain of the first few stands for all) forward
+//     with autograd, backward, and forward without autograd (F_frozen), for
+//     micro-batch sizes 1, 2, 4, … up to the batch, on the configured device
+//     (exec.device; refused when this process cannot use it) at the training
+//     precision, timed by that device's events;
 //   - a point-to-point hand-over between two stage workers against bytes
-//     (on CPU the pipeline's mailbox between threads; the same code moves
-//     tensors between GPUs on CUDA);
-//   - sum all-reduce on Gloo (NCCL on CUDA) against bytes and ranks, ranks
-//     as threads of this process on loopback;
-//   - activation-cache reads and writes against bytes, host and disk tier;
+//     (on CPU the pipeline's mailbox between threads; on CUDA a copy to the
+//     second GPU, when one is visible);
+//   - sum all-reduce on Gloo against bytes and ranks, ranks as threads of
+//     this process on loopback; on CUDA NCCL with one rank per visible GPU
+//     (none with one GPU: the cost model's analytic all-reduce stands in);
+//   - activation-cache reads (into the device) and writes (from it) against
+//     bytes, host and disk tier;
 //   - optimizer steps against parameter count;
 //   - transition costs: active-group rebuild against ranks, state
 //     pack + unpack against bytes.
@@ -42,6 +46,11 @@ struct ProfileOptions {
 // replica), `iterations` timed after one warm-up (and its fill program
 // first when it reads the cache): the slowest replica's median seconds per
 // iteration.
+// What measure_iterations refuses, before any work: a device this process
+// cannot use, and on CUDA plans whose stages and replicas would share a GPU
+// (they would time something no plan describes).
+void check_measurable(const Config& config, const std::vector<ValidationPlan>& plans);
+
 [[nodiscard]] std::vector<double> measure_iterations(const Config& config, const std::vector<ValidationPlan>& plans,
                                                      int iterations);
 

@@ -72,6 +72,7 @@ std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
     const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
     p_.cache_measurements[frozen] =
         exec::probe_cache(model_, data_.train, c_.training.batch_size, frozen, pipeline_->device_of_sublayer(0),
+                          c_.training.precision == Precision::BF16,
                           cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)), entry_shape());
   }
   return p_.cache_measurements.at(frozen);

@@ -203,13 +203,14 @@ expect_text "validate reports held-out statistics" "held-out plans"
 expect_text "validate reports Kendall tau" "Kendall tau"
 expect_text "validate measures in passes" "pass 2 of 2"
 expect_text "validate reports the spread between passes" "the median of 2 passes"
-# profile and validate time CPU tensors: a config that trains on CUDA is refused, not timed on the CPU
-expect_rc 2 "profile of a CUDA config" -- "$bin" profile "$dp" --set 'exec.device="cuda"' --out "$tmp/cuda_profile.json"
-expect_text "profile's refusal names the key" "key 'exec.device': expected \"cpu\" (profile and validate time"
+# profile and validate time the configured device: a CUDA config where no GPU is visible is refused, never timed on the CPU
+CUDA_VISIBLE_DEVICES="" expect_rc 2 "profile of a CUDA config" -- "$bin" profile "$dp" --set 'exec.device="cuda"' \
+  --out "$tmp/cuda_profile.json"
+expect_text "profile's refusal names the key" "key 'exec.device': expected cpu ("
 [ ! -e "$tmp/cuda_profile.json" ] && ok || bad "a refused profile wrote its file"
-expect_rc 2 "validate of a CUDA config" -- "$bin" validate "$dp" --set 'exec.device="cuda"' --profile "$tmp/profile.json" \
-  --iterations 1 --rounds 1
-expect_text "validate's refusal names the key" "key 'exec.device': expected \"cpu\""
+CUDA_VISIBLE_DEVICES="" expect_rc 2 "validate of a CUDA config" -- "$bin" validate "$dp" --set 'exec.device="cuda"' \
+  --profile "$tmp/profile.json" --iterations 1 --rounds 1
+expect_text "validate's refusal names the key" "key 'exec.device': expected cpu ("
 printf '{"schema": "elasticpipe.profile/1", "environment": "x", "model": "y", "compute": [{"sublayer_kind": "mlp", "op": "forward", "samples": 2, "seconds": "abc"}], "p2p": [], "allreduce": [], "cache": [], "optimizer": [], "transitions": []}' > "$tmp/bad_profile.json"
 expect_rc 2 "a malformed profile" -- "$bin" simulate "$dp" --profile "$tmp/bad_profile.json" --out "$tmp/x"
 expect_text "malformed profile names the field" "compute[0].seconds"

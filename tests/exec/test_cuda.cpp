@@ -15,6 +15,7 @@
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
+#include "exec/profiler.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/iteration.hpp"
 #include "tests/exec/support.hpp"
@@ -120,6 +121,104 @@ TEST_CASE("CUDA: an NCCL lane of one rank builds and reduces a device tensor", "
   at::Tensor host = at::full({3}, 2.0);
   dist.allreduce_now(host, "host value through the NCCL lane");
   CHECK(at::equal(host, at::full({3}, 2.0)));
+}
+
+TEST_CASE("CUDA: batches loaded ahead onto the GPU equal the host's, and train to the CPU pipeline's loss", "[cuda]") {
+  if (no_gpu()) return;
+  const ModelConfig m = testing::tiny(ModelFamily::ViT);
+  const Dataset d = synthetic_images(64, m.num_channels, m.image_size, m.num_labels, 3, true);
+  const at::Device gpu(at::kCUDA, 0);
+  std::vector<std::vector<std::int64_t>> idx;
+  for (int b = 0; b < 4; ++b) idx.push_back({4 * b, 4 * b + 1, 4 * b + 2, b == 3 ? -1 : 4 * b + 3});
+  BatchLoader loader(d);
+  loader.request({idx, gpu, gpu, true});
+  const std::vector<MicroBatch> on_gpu = loader.take();
+  std::vector<MicroBatch> on_cpu;
+  for (const auto& i : idx) on_cpu.push_back(make_batch(d, i));
+  for (std::size_t b = 0; b < idx.size(); ++b) {
+    CHECK(on_gpu[b].input.device() == gpu);
+    CHECK(on_gpu[b].labels.device() == gpu);
+    CHECK(at::equal(on_gpu[b].input.cpu(), on_cpu[b].input));
+    CHECK(at::equal(on_gpu[b].weights.cpu(), on_cpu[b].weights));
+  }
+  const auto loss = [&](std::vector<at::Device> devices, const std::vector<MicroBatch>& batches) {
+    Model model(m, 7);
+    exec::Optimizer opt(testing::sgd());
+    Pipeline pipe(model, opt, {devices, false});
+    pipe.configure(halves(model.num_sublayers()), 2, 1);
+    return pipe.run(testing::program_of(one_f_one_b(2, 4)), batches, 15, 0).loss;
+  };
+  CHECK(loss({gpu, gpu}, on_gpu) == Approx(loss({at::kCPU, at::kCPU}, on_cpu)).epsilon(1e-4));
+}
+
+TEST_CASE("CUDA: a traced iteration times each action by events: in order, inside the host's window", "[cuda]") {
+  if (no_gpu()) return;
+  const ModelConfig m = testing::tiny(ModelFamily::ViT);
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({8, m.num_channels, m.image_size, m.image_size});
+  const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
+  const at::Device gpu(at::kCUDA, 0);
+  Model model(m, 7);
+  exec::Optimizer opt(testing::sgd());
+  Pipeline pipe(model, opt, {{gpu}, false});
+  Partition one;
+  one.bounds = {0, model.num_sublayers()};
+  pipe.configure(one, 1, 1);
+  const auto origin = std::chrono::steady_clock::now();
+  const IterationResult r = pipe.run(testing::program_of(one_f_one_b(1, 4)), split(x, y, 4), 8, 0, origin);
+  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count();
+  REQUIRE(r.records.size() == 8);  // 4 forwards, 4 backwards
+  double last_end = 0;
+  for (const ActionRecord& a : r.records) {
+    CHECK(a.start_s >= 0);
+    CHECK(a.end_s >= a.start_s);
+    CHECK(a.start_s >= last_end - 1e-6);  // one stream: each action starts after the last ended
+    CHECK(a.end_s <= after);
+    last_end = a.end_s;
+  }
+}
+
+TEST_CASE("CUDA: the optimizer's fused steps on the GPU equal its steps on the CPU", "[cuda]") {
+  if (no_gpu()) return;
+  for (const ep::Optimizer kind : {ep::Optimizer::SGD, ep::Optimizer::Adam, ep::Optimizer::AdamW}) {
+    INFO(to_string(kind));
+    TrainingConfig t;
+    t.optimizer = kind;
+    t.lr = 0.01;
+    t.momentum = 0.9;
+    t.weight_decay = 0.05;
+    at::manual_seed(5);
+    std::vector<NamedTensor> cpu, gpu;
+    for (int i = 0; i < 3; ++i) {
+      const at::Tensor w = at::randn({5 + i, 3});
+      cpu.push_back({"w" + std::to_string(i), w.clone()});
+      gpu.push_back({"w" + std::to_string(i), w.to(at::kCUDA)});
+    }
+    exec::Optimizer a(t), b(t);
+    for (int i = 0; i < 3; ++i) a.add(cpu[i].name), b.add(gpu[i].name);
+    for (int step = 0; step < 10; ++step)
+      for (int i = 0; i < 3; ++i) {
+        const at::Tensor g = at::randn(cpu[i].tensor.sizes());
+        cpu[i].tensor.mutable_grad() = g;
+        gpu[i].tensor.mutable_grad() = g.to(at::kCUDA);
+        if (i == 2) a.step(cpu, t.lr), b.step(gpu, t.lr);
+      }
+    for (int i = 0; i < 3; ++i) CHECK(at::allclose(gpu[i].tensor.cpu(), cpu[i].tensor, 1e-5, 1e-6));
+  }
+}
+
+TEST_CASE("CUDA: profile times the GPU at the training precision, and says so", "[cuda]") {
+  if (no_gpu()) return;
+  const Config c = parse_config(testing::kTiny, "tiny.toml",
+                                {"exec.device=\"cuda\"", "training.precision=\"bf16\"", "cluster.gpus_per_node=1",
+                                 "planner.K=1"});
+  ProfileOptions o;
+  o.repeats = 2;
+  const Profile p = profile_executor(c, o);
+  CHECK_THAT(p.environment, Catch::Contains("cuda:0") && Catch::Contains("bf16"));
+  CHECK_FALSE(p.compute.empty());
+  for (const auto& s : p.compute) CHECK(s.seconds > 0);
+  CHECK(p.allreduce.empty());  // one GPU: no NCCL ring to time
 }
 
 // No GPU needed: the layouts are plain data, checked before NCCL starts.

@@ -261,7 +261,7 @@ IterationResult IterationFuture::get() {
   if (!gathered_) throw Error("pipeline: an iteration's results are read once");
   const std::shared_ptr<Gathered> g = std::move(gathered_);
   for (auto& [key, part] : g->parts)
-    if (part.copied) part.copied->synchronize();
+    if (part.copied) compat::wait(*part.copied);
   const auto value = [&](const std::pair<Gathered::DeviceKey, std::int64_t>& at) {
     return g->parts.at(at.first).host.data_ptr<double>()[at.second];
   };

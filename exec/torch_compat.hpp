@@ -7,18 +7,16 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/Device.h>
 #include <c10/core/DeviceType.h>
+#include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/api/include/torch/version.h>
 
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "planner/error.hpp"
-
-#if TORCH_VERSION_MAJOR >= 2
-#include <c10/core/Event.h>
-#endif
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <ATen/ops/scaled_dot_product_attention.h>
@@ -96,6 +94,17 @@ inline void synchronize(const c10::Device& device) {
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
 #else
   (void)device;
+#endif
+}
+
+// Waits until the device has passed `event`. 1.13's Event has no
+// synchronize(): it polls (1.13 builds are CPU-only here, so no event is
+// ever pending there).
+inline void wait(const c10::Event& event) {
+#if TORCH_VERSION_MAJOR >= 2
+  event.synchronize();
+#else
+  while (!event.query()) std::this_thread::yield();
 #endif
 }
 

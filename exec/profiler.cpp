@@ -73,9 +73,11 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
         c10::NoGradGuard g;
         x = model.forward({0, i}, stem_input(c.model, b, dev));  // the chain's real input
       }
-      const bool float_input = x.is_floating_point();
+      // The executor never differentiates the stem's input (images or
+      // token ids): only the layers after it take their input's gradient.
+      const bool input_grad = i != 0 && x.is_floating_point();
       trainable(true);
-      const auto leaf = [&] { return float_input ? x.detach().requires_grad_(true) : x; };
+      const auto leaf = [&] { return input_grad ? x.detach().requires_grad_(true) : x; };
       // Each timed forward casts its weights to bf16 afresh, as the first
       // forward after an optimizer step does (the pipeline clears autocast's
       // copies every iteration).

@@ -98,6 +98,17 @@ inline TrainingConfig sgd() {
   return t;
 }
 
+// `kind` with momentum and weight decay both in play: the optimizer tests'
+// settings, so every term of each update rule is checked.
+inline TrainingConfig update_rule(ep::Optimizer kind) {
+  TrainingConfig t;
+  t.optimizer = kind;
+  t.lr = 0.01;
+  t.momentum = 0.9;
+  t.weight_decay = 0.05;
+  return t;
+}
+
 // x and y cut into M micro-batches of micro_batch_sizes, weight 1 each,
 // keyed by their row.
 inline std::vector<MicroBatch> split(const at::Tensor& x, const at::Tensor& y, int M) {

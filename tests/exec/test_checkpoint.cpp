@@ -16,6 +16,7 @@
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/state.hpp"
+#include "tests/exec/support.hpp"
 #include "tests/traces/damage.hpp"
 
 namespace {
@@ -37,14 +38,7 @@ ModelConfig small_vit(int hidden = 16, int layers = 2) {
   return m;
 }
 
-TrainingConfig training(ep::Optimizer kind) {
-  TrainingConfig t;
-  t.optimizer = kind;
-  t.lr = 0.01;
-  t.momentum = 0.9;
-  t.weight_decay = 0.01;
-  return t;
-}
+TrainingConfig training(ep::Optimizer kind) { return exec::testing::update_rule(kind); }
 
 // One optimizer step on random gradients for the parameters in `opt`,
 // except `skip` (added, never stepped). Gradients come from `seed`, so two

@@ -182,11 +182,7 @@ TEST_CASE("CUDA: the optimizer's fused steps on the GPU equal its steps on the C
   if (no_gpu()) return;
   for (const ep::Optimizer kind : {ep::Optimizer::SGD, ep::Optimizer::Adam, ep::Optimizer::AdamW}) {
     INFO(to_string(kind));
-    TrainingConfig t;
-    t.optimizer = kind;
-    t.lr = 0.01;
-    t.momentum = 0.9;
-    t.weight_decay = 0.05;
+    const TrainingConfig t = testing::update_rule(kind);
     at::manual_seed(5);
     std::vector<NamedTensor> cpu, gpu;
     for (int i = 0; i < 3; ++i) {

@@ -12,6 +12,7 @@
 
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
+#include "tests/exec/support.hpp"
 
 namespace {
 
@@ -140,11 +141,7 @@ TEST_CASE("initial weights: loaded by name, kept prefixes keep their seeded valu
 TEST_CASE("SGD, Adam and AdamW updates equal torch::optim's") {
   for (const ep::Optimizer kind : {ep::Optimizer::SGD, ep::Optimizer::Adam, ep::Optimizer::AdamW}) {
     INFO(to_string(kind));
-    TrainingConfig t;
-    t.optimizer = kind;
-    t.lr = 0.01;
-    t.momentum = 0.9;
-    t.weight_decay = 0.05;
+    const TrainingConfig t = exec::testing::update_rule(kind);
     at::manual_seed(2);
     at::Tensor ours = at::randn({7, 5}).requires_grad_(true);
     at::Tensor theirs = ours.detach().clone().requires_grad_(true);

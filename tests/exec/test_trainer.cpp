@@ -33,6 +33,23 @@ TEST_CASE("the same config and seed give the same loss sequence twice") {
   }
 }
 
+TEST_CASE("queuing each iteration before reading the last one's results changes nothing the run records") {
+  // Checkpoints every iteration make the host read each iteration before it
+  // queues the next; without them it runs one ahead. Same losses, same
+  // gradient norms (so the same freeze decisions).
+  const auto dir = std::filesystem::temp_directory_path() / ("ep_ahead_" + std::to_string(::getpid()));
+  exec::TrainOptions o;
+  o.out_dir = dir.string();
+  const exec::TrainResult ahead = exec::train(tiny(), {});
+  const exec::TrainResult in_step = exec::train(tiny({"exec.checkpoint_every=1"}), o);
+  std::filesystem::remove_all(dir);
+  REQUIRE(ahead.iteration_losses.size() == 45);
+  CHECK(ahead.iteration_losses == in_step.iteration_losses);
+  CHECK(ahead.grad_norms == in_step.grad_norms);
+  REQUIRE(ahead.epochs.size() == in_step.epochs.size());
+  for (std::size_t e = 0; e < ahead.epochs.size(); ++e) CHECK(ahead.epochs[e].frozen_layers == in_step.epochs[e].frozen_layers);
+}
+
 TEST_CASE("training freezes per the gradient-norm policy, and the simulator can replay the recorded norms") {
   const auto dir = std::filesystem::temp_directory_path() / ("ep_train_" + std::to_string(::getpid()));
   const Config c = tiny();

@@ -254,7 +254,8 @@ void Trainer::train_epoch() {
     p_.epoch_loss_sum += loss * static_cast<double>(l.global_real);
     p_.epoch_real += l.global_real;
     p_.epoch_correct += static_cast<std::int64_t>(std::llround(correct));
-    for (int l2 = 0; l2 < L_ && !r.layer_grad_sq.empty(); ++l2) p_.interval_norm_sum[l2] += std::sqrt(r.layer_grad_sq[l2]);
+    for (int layer = 0; layer < L_ && !r.layer_grad_sq.empty(); ++layer)
+      p_.interval_norm_sum[layer] += std::sqrt(r.layer_grad_sq[layer]);
     ++p_.interval_iterations;
     p_.consumed += slot_step;
     ++p_.iteration;

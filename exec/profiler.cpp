@@ -324,16 +324,21 @@ namespace {
 
 // One replica's median iteration of the plan's program; with `dist`, its
 // gradients are all-reduced with the other replicas (rank `rank`).
-// Its K stages on devices of their own: GPUs rank * K + k on CUDA (the
-// caller checked that many are visible).
+// Replica `rank`'s K stages on devices of their own: GPUs rank * K + k on
+// CUDA (check_measurable saw that many visible), its NCCL lanes on them.
+std::vector<at::Device> replica_devices(const Config& c, int K, int rank) {
+  std::vector<at::Device> devices;
+  for (int k = 0; k < K; ++k)
+    devices.push_back(c.exec.device == ExecDevice::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank * K + k))
+                                                        : at::Device(at::kCPU));
+  return devices;
+}
+
 double measure_replica(const Config& c, const ValidationPlan& plan, int iterations, Dist* dist, int rank) {
   const IterationSetup& s = plan.program.setup;
   Model model(c.model, c.training.seed);
   exec::Optimizer opt(c.training);
-  std::vector<at::Device> devices;
-  for (int k = 0; k < s.K; ++k)
-    devices.push_back(c.exec.device == ExecDevice::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank * s.K + k))
-                                                        : at::Device(at::kCPU));
+  const std::vector<at::Device> devices = replica_devices(c, s.K, rank);
   Pipeline pipe(model, opt, {devices, c.training.precision == Precision::BF16});
   pipe.configure(s.partition, s.K, s.v);
   pipe.set_reducer(dist);
@@ -401,7 +406,7 @@ std::vector<double> measure_iterations(const Config& c, const std::vector<Valida
     with_ranks(replicas, timeout, [&](Dist& d, int r) {
       std::vector<int> ranks(replicas);
       for (int i = 0; i < replicas; ++i) ranks[i] = i;
-      d.rebuild_active(0, ranks, plan.program.setup.K);
+      d.rebuild_active(0, ranks, plan.program.setup.K, replica_devices(c, plan.program.setup.K, r));
       t[r] = measure_replica(c, plan, iterations, &d, r);
     });
     out.push_back(*std::max_element(t.begin(), t.end()));

@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <torch/csrc/api/include/torch/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +9,7 @@
 #include <numbers>
 #include <tuple>
 
+#include "exec/torch_compat.hpp"
 #include "planner/error.hpp"
 
 namespace ep::exec {
@@ -22,7 +22,6 @@ void Optimizer::to(const std::string& name, const at::Device& device) {
 }
 
 void Optimizer::step(const std::vector<NamedTensor>& params, double lr) {
-  constexpr double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   c10::NoGradGuard no_grad;
   // One multi-tensor update per group of parameters on one device at one
   // step count (Adam's bias correction): a handful of kernels per stage,
@@ -78,32 +77,7 @@ void Optimizer::step(const std::vector<NamedTensor>& params, double lr) {
       at::_foreach_add_(g.params, g.dir, -lr);
       continue;
     }
-    const bool adamw = t_.optimizer == ep::Optimizer::AdamW;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    // torch's fused Adam(W) kernel (CPU and CUDA): one pass over each
-    // parameter. Its step counts are tensors on the parameters' device.
-    const at::Tensor steps = at::full({static_cast<std::int64_t>(g.params.size())}, static_cast<double>(g.step),
-                                      at::TensorOptions().dtype(at::kFloat).device(g.params.front().device()));
-    const std::vector<at::Tensor> state_steps = steps.unbind(0);
-    if (adamw)
-      at::_fused_adamw_(g.params, g.grads, g.m, g.v, {}, state_steps, lr, beta1, beta2, t_.weight_decay, eps, false, false);
-    else
-      at::_fused_adam_(g.params, g.grads, g.m, g.v, {}, state_steps, lr, beta1, beta2, t_.weight_decay, eps, false, false);
-#else
-    std::vector<at::Tensor> grads = g.grads;
-    if (adamw) at::_foreach_mul_(g.params, 1 - lr * t_.weight_decay);
-    else if (t_.weight_decay != 0) grads = at::_foreach_add(grads, g.params, t_.weight_decay);
-    at::_foreach_mul_(g.m, beta1);
-    at::_foreach_add_(g.m, grads, 1 - beta1);
-    at::_foreach_mul_(g.v, beta2);
-    at::_foreach_addcmul_(g.v, grads, grads, 1 - beta2);
-    const double bias1 = 1 - std::pow(beta1, static_cast<double>(g.step));
-    const double bias2 = 1 - std::pow(beta2, static_cast<double>(g.step));
-    std::vector<at::Tensor> denom = at::_foreach_sqrt(g.v);
-    at::_foreach_div_(denom, std::sqrt(bias2));
-    at::_foreach_add_(denom, eps);
-    at::_foreach_addcdiv_(g.params, g.m, denom, -lr / bias1);
-#endif
+    compat::adam_step(g.params, g.grads, g.m, g.v, g.step, lr, t_.weight_decay, t_.optimizer == ep::Optimizer::AdamW);
   }
 }
 

@@ -85,7 +85,10 @@ struct Pipeline::Job {
   Mailbox mailbox;
   std::vector<std::map<int, Saved>> saved;       // per stage, per micro-batch
   std::vector<at::Tensor> loss, correct;         // per micro-batch, on the last device
-  std::vector<at::Tensor> sublayer_grad_sq;      // per sublayer, at OptimizerStep
+  // Per stage, at its OptimizerStep: ‖g‖² of each parameter with a
+  // gradient, and each one's Transformer layer (-1: stem or head).
+  std::vector<at::Tensor> stage_grad_sq;
+  std::vector<std::vector<int>> stage_grad_layer;
   std::vector<std::vector<ActionRecord>> records;  // per device
   std::vector<std::vector<char>> recomputed;       // per stage, per micro-batch (each written by one worker)
   // Per stage: its launched bucket all-reduces, the flat buffers and where
@@ -171,10 +174,11 @@ struct IterationFuture::Gathered {
     std::optional<c10::Event> copied;
   };
   using DeviceKey = std::pair<int, int>;
+  using Place = std::pair<DeviceKey, std::int64_t>;  // a value's device and offset there
   std::map<DeviceKey, Part> parts;
-  // Where each value sits: (device, position), in the order of the fields below.
-  std::vector<std::optional<std::pair<DeviceKey, std::int64_t>>> loss, correct, sublayer_sq;
-  std::vector<int> layer;         // per sublayer: its Transformer layer, -1 for stem and head
+  std::vector<std::optional<Place>> loss, correct;  // per micro-batch
+  std::vector<std::optional<Place>> stage_sq;       // per stage: its first ‖g‖²
+  std::vector<std::vector<int>> stage_layer;        // per stage: each ‖g‖²'s layer
   int num_layers = 0;
 };
 
@@ -200,7 +204,8 @@ IterationFuture Pipeline::launch(const IterationProgram& program, std::span<cons
   job.saved.resize(schedule.num_stages());
   job.loss.resize(schedule.M);
   job.correct.resize(schedule.M);
-  job.sublayer_grad_sq.resize(model_.num_sublayers());
+  job.stage_grad_sq.resize(schedule.num_stages());
+  job.stage_grad_layer.resize(schedule.num_stages());
   job.records.resize(schedule.K);
   job.recomputed.assign(schedule.num_stages(), std::vector<char>(schedule.M, 0));
   job.buckets.resize(schedule.num_stages());
@@ -224,29 +229,27 @@ IterationFuture Pipeline::launch(const IterationProgram& program, std::span<cons
   for (const auto& stage : job.recomputed) result.recomputed.emplace_back(stage.begin(), stage.end());
   for (auto& r : job.records) result.records.insert(result.records.end(), r.begin(), r.end());
   // What the host reads of the iteration, in one copy per device.
-  auto g = std::make_shared<IterationFuture::Gathered>();
-  std::map<IterationFuture::Gathered::DeviceKey, std::vector<at::Tensor>> lists;
-  const auto place = [&](const at::Tensor& t) -> std::optional<std::pair<IterationFuture::Gathered::DeviceKey, std::int64_t>> {
+  using Gathered = IterationFuture::Gathered;
+  auto g = std::make_shared<Gathered>();
+  std::map<Gathered::DeviceKey, std::pair<std::vector<at::Tensor>, std::int64_t>> lists;  // values, their count
+  const auto place = [&](const at::Tensor& t) -> std::optional<Gathered::Place> {
     if (!t.defined()) return std::nullopt;
-    const IterationFuture::Gathered::DeviceKey key{static_cast<int>(t.device().type()), static_cast<int>(t.device().index())};
-    auto& list = lists[key];
-    list.push_back(t.to(at::kDouble).reshape({1}));
-    return std::pair{key, static_cast<std::int64_t>(list.size() - 1)};
+    const Gathered::DeviceKey key{static_cast<int>(t.device().type()), static_cast<int>(t.device().index())};
+    auto& [list, count] = lists[key];
+    list.push_back(t.to(at::kDouble).reshape({-1}));
+    count += list.back().numel();
+    return Gathered::Place{key, count - list.back().numel()};
   };
   for (int m = 0; m < schedule.M; ++m) {
     g->loss.push_back(place(job.loss[m]));
     g->correct.push_back(place(job.correct[m]));
   }
   g->num_layers = model_.spec().num_layers();
-  for (int i = 0; i < model_.num_sublayers(); ++i) {
-    g->sublayer_sq.push_back(place(job.sublayer_grad_sq[i]));
-    const ep::Sublayer& sub = model_.spec().sublayers[i];
-    const bool transformer = sub.kind == SublayerKind::Attention || sub.kind == SublayerKind::Mlp;
-    g->layer.push_back(transformer ? sub.layer : -1);
-  }
+  for (int s = 0; s < schedule.num_stages(); ++s) g->stage_sq.push_back(place(job.stage_grad_sq[s]));
+  g->stage_layer = std::move(job.stage_grad_layer);
   for (auto& [key, list] : lists) {
-    IterationFuture::Gathered::Part& part = g->parts[key];
-    const at::Tensor values = at::cat(list);
+    Gathered::Part& part = g->parts[key];
+    const at::Tensor values = at::cat(list.first);
     part.host = values.to(at::kCPU, /*non_blocking=*/values.is_cuda());
     if (values.is_cuda()) {
       part.copied.emplace(values.device().type());
@@ -262,8 +265,8 @@ IterationResult IterationFuture::get() {
   const std::shared_ptr<Gathered> g = std::move(gathered_);
   for (auto& [key, part] : g->parts)
     if (part.copied) compat::wait(*part.copied);
-  const auto value = [&](const std::pair<Gathered::DeviceKey, std::int64_t>& at) {
-    return g->parts.at(at.first).host.data_ptr<double>()[at.second];
+  const auto value = [&](const Gathered::Place& at, std::int64_t i = 0) {
+    return g->parts.at(at.first).host.data_ptr<double>()[at.second + i];
   };
   IterationResult result = std::move(result_);
   for (std::size_t m = 0; m < g->loss.size(); ++m) {
@@ -271,10 +274,12 @@ IterationResult IterationFuture::get() {
     if (g->correct[m]) result.correct += std::llround(value(*g->correct[m]));
   }
   // Per Transformer layer, when some stage stepped.
-  if (std::any_of(g->sublayer_sq.begin(), g->sublayer_sq.end(), [](const auto& v) { return v.has_value(); })) {
+  if (std::any_of(g->stage_sq.begin(), g->stage_sq.end(), [](const auto& v) { return v.has_value(); })) {
     result.layer_grad_sq.assign(g->num_layers, 0.0);
-    for (std::size_t i = 0; i < g->sublayer_sq.size(); ++i)
-      if (g->sublayer_sq[i] && g->layer[i] >= 0) result.layer_grad_sq[g->layer[i]] += value(*g->sublayer_sq[i]);
+    for (std::size_t s = 0; s < g->stage_sq.size(); ++s)
+      for (std::size_t i = 0; g->stage_sq[s] && i < g->stage_layer[s].size(); ++i)
+        if (g->stage_layer[s][i] >= 0)
+          result.layer_grad_sq[g->stage_layer[s][i]] += value(*g->stage_sq[s], static_cast<std::int64_t>(i));
   }
   return result;
 }
@@ -476,26 +481,19 @@ struct Pipeline::DeviceRun {
       }
     }
     job.buckets[s].clear();
-    // ‖g‖² per sublayer from one multi-tensor norm over the stage's
-    // gradients: a few kernels, not several per parameter.
+    // ‖g‖² per parameter from one multi-tensor norm over the stage's
+    // gradients (a few kernels, not several per parameter); the host sums
+    // them per layer when it reads the iteration.
     std::vector<at::Tensor> grads;
-    std::vector<std::int64_t> per_sublayer;
+    std::vector<int>& layer = job.stage_grad_layer[s];
     for (int i = part.active(s).first; i < part.active(s).last; ++i) {
-      std::int64_t n = 0;
+      const ep::Sublayer& sub = pipe.model_.spec().sublayers[i];
+      const bool transformer = sub.kind == SublayerKind::Attention || sub.kind == SublayerKind::Mlp;
       for (const auto& p : pipe.model_.sublayer(i).params())
-        if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad()), ++n;
-      per_sublayer.push_back(n);
+        if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad()), layer.push_back(transformer ? sub.layer : -1);
     }
-    const at::Tensor sq = grads.empty() ? at::zeros({0}, at::TensorOptions().device(dev).dtype(at::kDouble))
-                                        : at::stack(at::_foreach_norm(grads)).to(at::kDouble).square();
-    {
-      std::int64_t at = 0;
-      for (int i = part.active(s).first; i < part.active(s).last; ++i) {
-        const std::int64_t n = per_sublayer[i - part.active(s).first];
-        job.sublayer_grad_sq[i] = n == 0 ? at::zeros({}, sq.options()) : sq.narrow(0, at, n).sum();
-        at += n;
-      }
-    }
+    job.stage_grad_sq[s] = grads.empty() ? at::zeros({0}, at::TensorOptions().device(dev).dtype(at::kDouble))
+                                         : at::stack(at::_foreach_norm(grads)).to(at::kDouble).square();
     pipe.optimizer_.step(params, job.lr);
   }
 
@@ -581,8 +579,9 @@ void Pipeline::run_device(int device, Job& job) {
   for (std::size_t i = 0; i < actions.size(); ++i) {
     ActionRecord& r = records[records.size() - actions.size() + i];
     r.start_s = t[2 * i];
-    // A collective completes on its own stream: its PendingReduce says when.
-    if (r.end_s == 0) r.end_s = std::max(t[2 * i + 1], r.start_s);
+    // A collective completes on its own stream: the OptimizerStep that
+    // waited for it set its end (PendingReduce::completed_at).
+    if (r.action.kind != ActionKind::AllReduce) r.end_s = t[2 * i + 1];
   }
 }
 

@@ -23,37 +23,31 @@ using Clock = std::chrono::steady_clock;
 // thread-pool start-up and caches that later runs find warm.
 inline constexpr int kWarmupRuns = 1;
 
-// `prepare` runs untimed before every run (e.g. the forward before a timed
-// backward); `run` is on the clock. Median seconds of `runs` timed runs
-// (at least one) after kWarmupRuns.
-template <class Prepare, class Run>
-double median_seconds(int runs, Prepare&& prepare, Run&& run) {
-  std::vector<double> t;
-  for (int i = 0; i < kWarmupRuns + std::max(1, runs); ++i) {
-    prepare();
+// One run of `run` on the clock: the host's, or on a GPU the device's
+// events around the work it queues (the queue emptied first).
+template <class Run>
+double seconds_of(const c10::Device& device, Run&& run) {
+  if (!device.is_cuda()) {
     const Clock::time_point t0 = Clock::now();
     run();
-    if (i >= kWarmupRuns) t.push_back(seconds(t0, Clock::now()));
+    return seconds(t0, Clock::now());
   }
-  return median(std::move(t));
+  compat::EventClock clock(device, 0);
+  run();
+  clock.mark();
+  return clock.marks_s().back();
 }
 
-template <class Run>
-double median_seconds(int runs, Run&& run) {
-  return median_seconds(runs, [] {}, std::forward<Run>(run));
-}
-
-// median_seconds of the work `run` queues on `device`.
+// `prepare` runs untimed before every run (e.g. the forward before a timed
+// backward); `run` is on `device`'s clock. Median seconds of `runs` timed
+// runs (at least one) after kWarmupRuns.
 template <class Prepare, class Run>
 double median_device_seconds(const c10::Device& device, int runs, Prepare&& prepare, Run&& run) {
-  if (!device.is_cuda()) return median_seconds(runs, std::forward<Prepare>(prepare), std::forward<Run>(run));
   std::vector<double> t;
   for (int i = 0; i < kWarmupRuns + std::max(1, runs); ++i) {
     prepare();
-    compat::EventClock clock(device, 0);
-    run();
-    clock.mark();
-    if (i >= kWarmupRuns) t.push_back(clock.marks_s().back());
+    const double s = seconds_of(device, run);
+    if (i >= kWarmupRuns) t.push_back(s);
   }
   return median(std::move(t));
 }
@@ -61,6 +55,17 @@ double median_device_seconds(const c10::Device& device, int runs, Prepare&& prep
 template <class Run>
 double median_device_seconds(const c10::Device& device, int runs, Run&& run) {
   return median_device_seconds(device, runs, [] {}, std::forward<Run>(run));
+}
+
+// On the host's clock (CPU work, or host-side waits such as a collective's).
+template <class Prepare, class Run>
+double median_seconds(int runs, Prepare&& prepare, Run&& run) {
+  return median_device_seconds(c10::Device(c10::kCPU), runs, std::forward<Prepare>(prepare), std::forward<Run>(run));
+}
+
+template <class Run>
+double median_seconds(int runs, Run&& run) {
+  return median_seconds(runs, [] {}, std::forward<Run>(run));
 }
 
 }  // namespace ep::exec

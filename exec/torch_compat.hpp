@@ -13,10 +13,14 @@
 #include <torch/csrc/api/include/torch/version.h>
 
 #include <cmath>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
 #include "planner/error.hpp"
+
+// torch 2.4 renamed the autocast setters and brought fused Adam(W) to the CPU.
+#define EP_TORCH_2_4 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <ATen/ops/scaled_dot_product_attention.h>
@@ -24,11 +28,20 @@
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/softmax.h>
 #endif
+#if EP_TORCH_2_4
+#include <ATen/ops/_fused_adam.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/full.h>
+#else
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_addcdiv.h>
+#include <ATen/ops/_foreach_addcmul.h>
+#include <ATen/ops/_foreach_div.h>
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_sqrt.h>
+#endif
 
 namespace ep::exec::compat {
-
-inline constexpr bool kTorch24OrLater =
-    TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4);
 
 // Intra-op threads of the calling thread. ATen's first parallel region in a
 // thread re-applies the process-wide count (the last set_num_threads of any
@@ -42,7 +55,7 @@ inline void set_thread_count(int n) {
 
 // Autocast state is thread-local: each stage worker sets its own.
 inline void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if EP_TORCH_2_4
   at::autocast::set_autocast_enabled(device, enabled);
   at::autocast::set_autocast_dtype(device, dtype);
 #else
@@ -74,6 +87,40 @@ class AutocastScope {
   c10::DeviceType device_;
   bool on_;
 };
+
+// One Adam step (AdamW: `decoupled` weight decay) over parameters of one
+// device that share their step count `step` (>= 1), betas (0.9, 0.999), eps
+// 1e-8, torch.optim's equations: from torch 2.4 its fused kernel (CPU and
+// CUDA, one pass per parameter, step counts as tensors on the device),
+// before that multi-tensor ops.
+inline void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v, std::int64_t step,
+                      double lr, double weight_decay, bool decoupled) {
+  constexpr double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+#if EP_TORCH_2_4
+  const at::Tensor steps = at::full({static_cast<std::int64_t>(params.size())}, static_cast<double>(step),
+                                    at::TensorOptions().dtype(at::kFloat).device(params.front().device()));
+  const std::vector<at::Tensor> state_steps = steps.unbind(0);
+  if (decoupled)
+    at::_fused_adamw_(params, grads, m, v, {}, state_steps, lr, beta1, beta2, weight_decay, eps, false, false);
+  else
+    at::_fused_adam_(params, grads, m, v, {}, state_steps, lr, beta1, beta2, weight_decay, eps, false, false);
+#else
+  std::vector<at::Tensor> g = grads;
+  if (decoupled) at::_foreach_mul_(params, 1 - lr * weight_decay);
+  else if (weight_decay != 0) g = at::_foreach_add(g, params, weight_decay);
+  at::_foreach_mul_(m, beta1);
+  at::_foreach_add_(m, g, 1 - beta1);
+  at::_foreach_mul_(v, beta2);
+  at::_foreach_addcmul_(v, g, g, 1 - beta2);
+  const double bias1 = 1 - std::pow(beta1, static_cast<double>(step));
+  const double bias2 = 1 - std::pow(beta2, static_cast<double>(step));
+  std::vector<at::Tensor> denom = at::_foreach_sqrt(v);
+  at::_foreach_div_(denom, std::sqrt(bias2));
+  at::_foreach_add_(denom, eps);
+  at::_foreach_addcdiv_(params, m, denom, -lr / bias1);
+#endif
+}
 
 // Softmax attention over [B, heads, S, d]. torch 2.x has fused kernels (flash
 // and memory-efficient attention on CUDA, a blocked loop on CPU) that never

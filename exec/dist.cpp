@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "exec/torch_compat.hpp"
@@ -27,6 +29,17 @@ std::string join(const std::vector<int>& v) {
   std::string s;
   for (const int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
   return s;
+}
+
+// c10d's flight recorder (torch 2.x) inserts each process group into a map
+// before taking its lock, so two groups of one process enqueueing their
+// first collectives at once corrupt it (seen: a segfault in
+// FlightRecorder::recordWithResetEnabled with replicas as threads in
+// `validate`; the pipeline's K lanes do the same in training). It is off
+// unless the user asks for it (TORCH_FR_BUFFER_SIZE), before any group exists.
+void flight_recorder_off_by_default() {
+  static std::once_flag once;
+  std::call_once(once, [] { ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0); });
 }
 
 // Gloo binds to GLOO_SOCKET_IFNAME when given (multi-node), to loopback for
@@ -128,6 +141,7 @@ struct Dist::Impl {
 
 Dist::Dist(const ProcessEnv& env, std::chrono::milliseconds timeout)
     : env_(env), timeout_(timeout), impl_(std::make_unique<Impl>()) {
+  flight_recorder_off_by_default();
   if (env.master_port <= 0)
     throw Error("rank " + std::to_string(env.rank) + ": MASTER_PORT is not set; the job's processes meet at "
                 "MASTER_ADDR:MASTER_PORT (rank 0 hosts the store there)");

@@ -147,27 +147,29 @@ MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool 
   const std::int64_t numel = d.sample_numel();
   const auto host = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).pinned_memory(pinned); };
   MicroBatch mb;
-  mb.labels = at::zeros({n}, host(at::kLong));
-  mb.weights = at::zeros({n}, host(at::kFloat));
+  // Empty, not zeroed: every slot is written below (a masked one with zeros).
+  mb.labels = at::empty({n}, host(at::kLong));
+  mb.weights = at::empty({n}, host(at::kFloat));
   auto* labels = mb.labels.data_ptr<std::int64_t>();
   auto* weights = mb.weights.data_ptr<float>();
+  const auto fill = [&]<class T>(const std::vector<T>& from, T* out) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (indices[i] >= 0) std::copy_n(from.data() + indices[i] * numel, numel, out + i * numel);
+      else std::fill_n(out + i * numel, numel, T{0});
+    }
+  };
   if (!with_input) {
   } else if (d.kind == SampleKind::Image) {
-    mb.input = at::zeros({n, d.channels, d.height, d.width}, host(at::kFloat));
-    float* out = mb.input.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      if (indices[i] >= 0) std::copy_n(d.pixels.data() + indices[i] * numel, numel, out + i * numel);
+    mb.input = at::empty({n, d.channels, d.height, d.width}, host(at::kFloat));
+    fill(d.pixels, mb.input.data_ptr<float>());
   } else {
-    mb.input = at::zeros({n, d.seq_length}, host(at::kLong));
-    std::int64_t* out = mb.input.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < n; ++i)
-      if (indices[i] >= 0) std::copy_n(d.tokens.data() + indices[i] * numel, numel, out + i * numel);
+    mb.input = at::empty({n, d.seq_length}, host(at::kLong));
+    fill(d.tokens, mb.input.data_ptr<std::int64_t>());
   }
-  for (std::int64_t i = 0; i < n; ++i)
-    if (indices[i] >= 0) {
-      labels[i] = d.labels[indices[i]];
-      weights[i] = 1;
-    }
+  for (std::int64_t i = 0; i < n; ++i) {
+    labels[i] = indices[i] >= 0 ? d.labels[indices[i]] : 0;
+    weights[i] = indices[i] >= 0 ? 1.0F : 0.0F;
+  }
   mb.indices = std::move(indices);
   return mb;
 }
@@ -184,6 +186,7 @@ BatchLoader::~BatchLoader() {
 
 void BatchLoader::request(Request r) {
   if (pending_.valid()) throw Error("batch loader: a request is already pending");
+  pending_request_ = r;
   pending_ = std::async(std::launch::async, [this, r = std::move(r)] {
     auto ready = std::make_shared<Ready>();
     const bool gpu = r.input_device.is_cuda() || r.label_device.is_cuda();
@@ -208,8 +211,11 @@ void BatchLoader::request(Request r) {
   });
 }
 
-std::vector<MicroBatch> BatchLoader::take() {
-  if (!pending_.valid()) throw Error("batch loader: nothing was requested");
+std::vector<MicroBatch> BatchLoader::take(const Request& r) {
+  if (!pending_.valid() || !(pending_request_ == r)) {
+    if (pending_.valid()) pending_.get();  // its side-stream copies stay ordered before the blocks' reuse
+    request(r);
+  }
   const std::shared_ptr<Ready> ready = pending_.get();
   for (const auto& [dev, event] : ready->copied) {
     const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(dev.type());

@@ -59,6 +59,7 @@ class BatchLoader {
     at::Device input_device = at::kCPU;  // the first stage's (the stem input)
     at::Device label_device = at::kCPU;  // the last stage's (labels and weights)
     bool input_needed = true;            // false: the activation cache stands in for the stem
+    friend bool operator==(const Request&, const Request&) = default;
   };
   explicit BatchLoader(const Dataset& d) : d_(d) {}
   ~BatchLoader();
@@ -67,14 +68,17 @@ class BatchLoader {
 
   // Starts assembling `r` (at most one request is pending).
   void request(Request r);
-  // The pending request's batches, ordered before the devices' current
-  // streams' next work.
-  std::vector<MicroBatch> take();
+  // The batches of `r`, ordered before the devices' current streams' next
+  // work: the pending request's when it is `r`; otherwise (a guess that the
+  // plan proved wrong, e.g. the next epoch's first batch before a freeze
+  // step moved the stages) the pending one is dropped and `r` assembled now.
+  std::vector<MicroBatch> take(const Request& r);
 
   struct Ready;
 
  private:
   const Dataset& d_;
+  Request pending_request_;
   std::future<std::shared_ptr<Ready>> pending_;
 };
 

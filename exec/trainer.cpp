@@ -38,6 +38,7 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
       node_(env_.rank / c.cluster.gpus_per_node),
       leader_(env_.rank % c.cluster.gpus_per_node == 0),
       timeline_(c, env_, cores_) {
+  loader_ = std::make_unique<BatchLoader>(data_.train);
   if (env_.world_size > 1)
     dist_ = std::make_unique<Dist>(env_, std::chrono::milliseconds(static_cast<std::int64_t>(
                                              c.exec.collective_timeout_s * 1000)));
@@ -183,7 +184,9 @@ void Trainer::train_epoch() {
   const int local = replica().local_rank;
   const bool fill = filling();
   const IterationProgram& program = plan_->program_for(p_.epoch);
-  const std::vector<std::int64_t> order = node_order(sampler_, node_, p_.epoch);
+  const std::vector<std::int64_t> order =
+      next_order_epoch_ == p_.epoch ? std::move(next_order_) : node_order(sampler_, node_, p_.epoch);
+  next_order_epoch_ = -1;
   const auto slots = static_cast<std::int64_t>(order.size());
   const std::int64_t total0 = per_epoch0() * c_.training.epochs;
   const bool prefetch = plan_->cache.on && !fill && plan_->cache.tier == CacheTier::Disk && cache_;
@@ -211,16 +214,23 @@ void Trainer::train_epoch() {
   const auto checkpoint_after = [&] {  // the oldest iteration in flight, once recorded
     return every > 0 && (p_.iteration + 1) % every == 0 && p_.consumed + slot_step < slots;
   };
-  BatchLoader loader(data_.train);
   std::int64_t next = p_.consumed, launched = p_.iteration;  // the launch cursor
-  if (next < slots) loader.request(batch_request(replica_batch(order, next, ppn, local, batch), program));
   const auto launch = [&] {
     Launched l;
     l.start = Clock::now();
     l.idx = replica_batch(order, next, ppn, local, batch);
-    const std::vector<MicroBatch> batches = loader.take();
-    if (next + slot_step < slots)
-      loader.request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program));
+    const std::vector<MicroBatch> batches = loader_->take(batch_request(l.idx, program));
+    if (next + slot_step < slots) {
+      loader_->request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program));
+    } else if (p_.epoch + 1 < c_.training.epochs) {
+      // The next epoch's first batch, as this plan would run it (a freeze
+      // step that changes the program or the devices drops the guess).
+      const int following = p_.epoch + 1;
+      next_order_ = node_order(sampler_, node_, following);
+      next_order_epoch_ = following;
+      loader_->request(batch_request(replica_batch(next_order_, 0, ppn, local, batch),
+                                     following < plan_->end_epoch ? plan_->program_for(following) : program));
+    }
     if (prefetch)  // the sampler's next window, read ahead by the kernel
       for (int w = 1; w <= c_.exec.prefetch_iterations; ++w)
         if (next + w * slot_step < slots) cache_->prefetch(replica_batch(order, next + w * slot_step, ppn, local, batch));

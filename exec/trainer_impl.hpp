@@ -104,6 +104,12 @@ class Trainer final : RunBackend {
   std::unique_ptr<Dist> dist_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<ActivationCache> cache_;
+  // Across epochs: the last iteration of an epoch starts assembling the
+  // next epoch's first batch (and its sampler order), so the device does
+  // not wait for it after the evaluation and the freeze step.
+  std::unique_ptr<BatchLoader> loader_;
+  int next_order_epoch_ = -1;
+  std::vector<std::int64_t> next_order_;
   std::vector<std::int64_t> entry_shape_;
   Plan plan_storage_, prev_storage_;
   const Plan* plan_ = nullptr;

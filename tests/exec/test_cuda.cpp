@@ -132,7 +132,7 @@ TEST_CASE("CUDA: batches loaded ahead onto the GPU equal the host's, and train t
   for (int b = 0; b < 4; ++b) idx.push_back({4 * b, 4 * b + 1, 4 * b + 2, b == 3 ? -1 : 4 * b + 3});
   BatchLoader loader(d);
   loader.request({idx, gpu, gpu, true});
-  const std::vector<MicroBatch> on_gpu = loader.take();
+  const std::vector<MicroBatch> on_gpu = loader.take({idx, gpu, gpu, true});
   std::vector<MicroBatch> on_cpu;
   for (const auto& i : idx) on_cpu.push_back(make_batch(d, i));
   for (std::size_t b = 0; b < idx.size(); ++b) {

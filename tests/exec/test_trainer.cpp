@@ -110,28 +110,35 @@ TEST_CASE("a BERT-style encoder trains on synthetic token sequences") {
   CHECK(r.final_accuracy > 0.25);
 }
 
-TEST_CASE("the batch loader assembles the next iteration's micro-batches as make_batch does, one request at a time") {
+TEST_CASE("the batch loader assembles the requested micro-batches as make_batch does, one request at a time") {
   using namespace ep::exec;
   const Dataset d = synthetic_images(40, 1, 8, 4, 5, true);
   BatchLoader loader(d);
-  CHECK_THROWS_WITH(loader.take(), Catch::Contains("nothing was requested"));
-  const std::vector<std::vector<std::int64_t>> mbs{{3, 1, -1}, {7, 39}};
+  const std::vector<std::vector<std::int64_t>> mbs{{3, 1, -1}, {7, 39}}, other{{0, 2}, {5, -1}};
+  const auto same_as_make_batch = [&](const std::vector<MicroBatch>& got, const std::vector<std::vector<std::int64_t>>& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const MicroBatch m = make_batch(d, want[i]);
+      CHECK(at::equal(got[i].input, m.input));
+      CHECK(at::equal(got[i].labels, m.labels));
+      CHECK(at::equal(got[i].weights, m.weights));
+      CHECK(got[i].indices == m.indices);
+    }
+  };
+  // Nothing requested: assembled on the spot.
+  same_as_make_batch(loader.take({other, at::kCPU, at::kCPU, true}), other);
   loader.request({mbs, at::kCPU, at::kCPU, true});
   CHECK_THROWS_WITH(loader.request({mbs, at::kCPU, at::kCPU, true}), Catch::Contains("already pending"));
-  const std::vector<MicroBatch> got = loader.take();
-  REQUIRE(got.size() == 2);
-  for (std::size_t i = 0; i < mbs.size(); ++i) {
-    const MicroBatch want = make_batch(d, mbs[i]);
-    CHECK(at::equal(got[i].input, want.input));
-    CHECK(at::equal(got[i].labels, want.labels));
-    CHECK(at::equal(got[i].weights, want.weights));
-    CHECK(got[i].indices == want.indices);
-  }
-  // Without the stem input (the cache stands in): labels and weights only.
-  loader.request({mbs, at::kCPU, at::kCPU, false});
-  const std::vector<MicroBatch> cached = loader.take();
+  same_as_make_batch(loader.take({mbs, at::kCPU, at::kCPU, true}), mbs);
+  // A guess the plan proved wrong (other samples, or the cache now standing
+  // in for the stem input) is dropped: the batch taken is the one asked for.
+  loader.request({mbs, at::kCPU, at::kCPU, true});
+  same_as_make_batch(loader.take({other, at::kCPU, at::kCPU, true}), other);
+  loader.request({mbs, at::kCPU, at::kCPU, true});
+  const std::vector<MicroBatch> cached = loader.take({mbs, at::kCPU, at::kCPU, false});
   CHECK_FALSE(cached[0].input.defined());
   CHECK(at::equal(cached[1].labels, make_batch(d, mbs[1]).labels));
+  CHECK(at::equal(cached[0].weights, make_batch(d, mbs[0]).weights));
 }
 
 TEST_CASE("a node of more GPUs than this process sees is refused naming cluster.gpus_per_node") {

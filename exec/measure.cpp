@@ -109,7 +109,7 @@ MeasuredCache probe_cache(Model& model, const Dataset& train, int batch, int fro
   MeasuredCache m;
   {
     const compat::AutocastScope precision(dev.type(), bf16);
-    m.frozen_forward_s = median_device_seconds(dev, 3, [&] { out = model.forward(ModelSpec::frozen_prefix(frozen), input); });
+    m.frozen_forward_s = median_compute_seconds(dev, 3, [&] { out = model.forward(ModelSpec::frozen_prefix(frozen), input); });
   }
   out = out.to(at::kFloat);
   std::vector<std::int64_t> rows(static_cast<std::size_t>(batch));

@@ -83,14 +83,14 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
       // copies every iteration).
       const auto fresh_casts = [] { at::autocast::clear_cache(); };
       p.compute.push_back(
-          {kind, "forward", b, median_device_seconds(dev, o.repeats, fresh_casts, [&] { (void)forward(leaf()); }) / n});
+          {kind, "forward", b, median_compute_seconds(dev, o.repeats, fresh_casts, [&] { (void)forward(leaf()); }) / n});
       // Backward: autograd only on the clock (the forward before it is not).
       at::Tensor out, grad;
       const auto reset_grads = [&] {
         for (Sublayer* sub : chain)
           for (auto& prm : sub->params()) prm.tensor.mutable_grad().reset();
       };
-      const double bwd = median_device_seconds(
+      const double bwd = median_compute_seconds(
           dev, o.repeats,
           [&] {
             reset_grads();
@@ -102,7 +102,7 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
       reset_grads();
       p.compute.push_back({kind, "backward", b, bwd / n});
       trainable(false);
-      p.compute.push_back({kind, "frozen_forward", b, median_device_seconds(dev, o.repeats, [&] {
+      p.compute.push_back({kind, "frozen_forward", b, median_compute_seconds(dev, o.repeats, [&] {
                                                          c10::NoGradGuard g;
                                                          (void)forward(x);
                                                        }) / n});
@@ -269,7 +269,7 @@ void profile_optimizer(const Config& c, const ProfileOptions& o, const at::Devic
       q.tensor.mutable_grad() = at::randn_like(q.tensor) * 1e-3;
       params += static_cast<double>(q.tensor.numel());
     }
-    p.optimizer.push_back({params, median_device_seconds(dev, o.repeats, [&] { opt.step(ps, 1e-6); })});
+    p.optimizer.push_back({params, median_compute_seconds(dev, o.repeats, [&] { opt.step(ps, 1e-6); })});
     for (auto& q : ps) q.tensor.mutable_grad().reset();
   }
 }

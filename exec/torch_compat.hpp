@@ -12,8 +12,10 @@
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/api/include/torch/version.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,10 @@
 #else
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/softmax.h>
+#endif
+#ifdef ELASTICPIPE_CUDA
+#include <ATen/cuda/Sleep.h>
+#include <c10/core/DeviceGuard.h>
 #endif
 #if EP_TORCH_2_4
 #include <ATen/ops/_fused_adam.h>
@@ -197,5 +203,59 @@ class EventClock {
   std::vector<c10::Event> events_;  // [0]: the anchor
 #endif
 };
+
+// `device`'s current stream held busy for about `seconds` by a kernel that
+// spins, so what the host queues next starts behind it. CUDA builds only.
+inline void hold_stream(const c10::Device& device, double seconds) {
+#ifdef ELASTICPIPE_CUDA
+  const c10::DeviceGuard guard(device);
+  // The spin kernel counts clock cycles: their rate, measured once by events.
+  static std::once_flag once;
+  static double cycles_per_s = 0;
+  std::call_once(once, [&] {
+    constexpr std::int64_t kCycles = 20'000'000;  // ~10 ms at 2 GHz
+    at::cuda::sleep(1000);                        // loads the kernel
+    synchronize(device);
+    const c10::Stream stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+    c10::Event a(device.type(), c10::EventFlag::BACKEND_DEFAULT), b(device.type(), c10::EventFlag::BACKEND_DEFAULT);
+    a.record(stream);
+    at::cuda::sleep(kCycles);
+    b.record(stream);
+    b.synchronize();
+    cycles_per_s = static_cast<double>(kCycles) / (a.elapsedTime(b) / 1000.0);
+  });
+  if (seconds > 0) at::cuda::sleep(static_cast<std::int64_t>(seconds * cycles_per_s));
+#else
+  (void)seconds;
+  throw Error("holding a " + device.str() + " device's stream needs a CUDA build (-DELASTICPIPE_CUDA=ON)");
+#endif
+}
+
+// One run of `run` on `device` with its queue busy: queued behind a spin
+// kernel of `hold_s`, so its kernels run back to back, none waiting for its
+// launch. The device's seconds between events around it, and the host's
+// seconds queuing it.
+struct QueuedTime {
+  double device_s = 0, host_s = 0;
+};
+template <class Run>
+QueuedTime queued_seconds(const c10::Device& device, double hold_s, Run&& run) {
+  synchronize(device);
+  hold_stream(device, hold_s);
+#if TORCH_VERSION_MAJOR >= 2
+  const c10::Stream stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+  c10::Event start(device.type(), c10::EventFlag::BACKEND_DEFAULT), end(device.type(), c10::EventFlag::BACKEND_DEFAULT);
+  start.record(stream);
+  const auto t0 = std::chrono::steady_clock::now();
+  run();
+  const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  end.record(stream);
+  end.synchronize();
+  return {start.elapsedTime(end) / 1000.0, host_s};
+#else
+  (void)run;
+  return {};  // not reached: hold_stream refuses a build without CUDA
+#endif
+}
 
 }  // namespace ep::exec::compat

@@ -16,6 +16,7 @@
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
 #include "exec/profiler.hpp"
+#include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/iteration.hpp"
 #include "tests/exec/support.hpp"
@@ -215,6 +216,31 @@ TEST_CASE("CUDA: profile times the GPU at the training precision, and says so", 
   CHECK_FALSE(p.compute.empty());
   for (const auto& s : p.compute) CHECK(s.seconds > 0);
   CHECK(p.allreduce.empty());  // one GPU: no NCCL ring to time
+}
+
+TEST_CASE("CUDA: compute timed behind a held stream leaves out kernel launches, not the kernels", "[cuda]") {
+  if (no_gpu()) return;
+  const at::Device gpu(at::kCUDA, 0);
+  // The spin holds the stream about as long as asked.
+  compat::hold_stream(gpu, 0);  // measures its clock rate once
+  const compat::QueuedTime spin = compat::queued_seconds(gpu, 0, [&] { compat::hold_stream(gpu, 5e-3); });
+  CHECK(spin.device_s == Approx(5e-3).epsilon(0.3));
+  CHECK(spin.host_s < 1e-3);  // queued, not waited for
+  // Many tiny kernels: from an empty queue each waits for its launch;
+  // queued behind a spin they run back to back.
+  const at::Tensor t = at::zeros({1}, at::TensorOptions().device(gpu));
+  const auto tiny = [&] {
+    for (int i = 0; i < 200; ++i) t.add_(1);
+  };
+  const double empty = median_device_seconds(gpu, 5, tiny);
+  const compat::QueuedTime held = compat::queued_seconds(gpu, 0.05, tiny);
+  CHECK(held.device_s < 0.8 * empty);
+  CHECK(median_compute_seconds(gpu, 5, tiny) >= held.device_s * 0.5);
+  // One long kernel: nothing to hide, the same time either way.
+  const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(gpu));
+  const auto product = [&] { (void)at::mm(a, a); };
+  const double alone = median_device_seconds(gpu, 5, product);
+  CHECK(median_compute_seconds(gpu, 5, product) == Approx(alone).epsilon(0.1));
 }
 
 // No GPU needed: the layouts are plain data, checked before NCCL starts.

@@ -167,7 +167,8 @@ void Trainer::transition(const Plan& previous) {
   const int frozen_before = previous.frozen_layers, K_before = previous.K, replicas_before = previous.layout.replicas;
   TransitionCost cost;
   cost.epoch = p_.epoch;
-  cost.planning_s = planning_s_;
+  cost.cache_probe_s = probe_s_;
+  cost.planning_s = planning_s_ - probe_s_;
   enter_plan(&cost);
   std::fill(p_.interval_norm_sum.begin(), p_.interval_norm_sum.end(), 0.0);
   p_.interval_iterations = 0;
@@ -190,10 +191,11 @@ void Trainer::transition(const Plan& previous) {
   warmup_.start();
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "transition frozen %d->%d K %d->%d replicas %d->%d (%.3f s: planning %.3f, state transfer %.3f, "
-                "group rebuild %.3f, repartition %.3f)",
+                "transition frozen %d->%d K %d->%d replicas %d->%d (%.3f s: cache probe %.3f, planning %.3f, "
+                "state transfer %.3f, group rebuild %.3f, repartition %.3f)",
                 frozen_before, plan_->frozen_layers, K_before, plan_->K, replicas_before, plan_->layout.replicas,
-                pending_transition_s_, cost.planning_s, cost.state_transfer_s, cost.rebuild_s, cost.repartition_s);
+                pending_transition_s_, cost.cache_probe_s, cost.planning_s, cost.state_transfer_s, cost.rebuild_s,
+                cost.repartition_s);
   log(buf);
 }
 

@@ -69,16 +69,21 @@ std::vector<double> Trainer::grad_norms() {
 // run state, so a resumed run plans with the same measurement).
 std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
   if (!p_.cache_measurements.count(frozen)) {
+    const Clock::time_point t0 = Clock::now();
     const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
     p_.cache_measurements[frozen] =
         exec::probe_cache(model_, data_.train, c_.training.batch_size, frozen, pipeline_->device_of_sublayer(0),
                           c_.training.precision == Precision::BF16,
                           cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)), entry_shape());
+    probe_s_ += seconds(t0, Clock::now());
   }
   return p_.cache_measurements.at(frozen);
 }
 
-void Trainer::begin_step(int) { step_start_ = Clock::now(); }
+void Trainer::begin_step(int) {
+  step_start_ = Clock::now();
+  probe_s_ = 0;
+}
 
 namespace {
 std::string step_key(int step) { return "step/" + std::to_string(step); }

@@ -118,6 +118,7 @@ class Trainer final : RunBackend {
   std::vector<double> pending_chunk_times_;
   Clock::time_point step_start_ = Clock::now();  // the freeze step being planned began
   double planning_s_ = 0, pending_transition_s_ = 0;
+  double probe_s_ = 0;  // of the step being planned: AutoCache's probe (inside planning_s_)
   bool resumed_ = false, ever_active_ = false;
   WarmupMeter warmup_;
   TraceRecorder timeline_;

@@ -32,6 +32,15 @@ struct MeasuredCache {
                                          int frozen_layers, int micro_batch,
                                          const MeasuredCache* measured = nullptr);
 
+// AutoCache's probe at a new frozen depth (a back end's measurement before
+// the step is planned): one batch through the frozen prefix and one read
+// back from the cache tier, each run once untimed and kCacheProbeRuns times
+// on the clock, after the batch is written to the tier once.
+inline constexpr int kCacheProbeRuns = 3;
+// The probe's predicted seconds at `frozen_layers` with batches of `batch`.
+[[nodiscard]] double predict_cache_probe_s(const Config&, const ModelSpec&, const CostModel&, int frozen_layers,
+                                           int batch);
+
 [[nodiscard]] std::string to_string(CacheTier);
 
 }  // namespace ep

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <map>
 
+#include "planner/cache_policy.hpp"
 #include "planner/memory.hpp"
+#include "planner/run_loop.hpp"
 
 namespace ep {
 
@@ -99,6 +101,8 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
   // rebuild for one replica (the executor measures ~0 s there).
   t.rebuild_s = rebuild;
   t.warmup_s = moved ? k.pipeline_warmup_s : 0.0;
+  if (plan.frozen_layers != prev->frozen_layers && probes_cache(ctx.config, plan.frozen_layers))
+    t.cache_probe_s = predict_cache_probe_s(ctx.config, ctx.spec, cost, plan.frozen_layers, ctx.config.training.batch_size);
   return t;
 }
 

@@ -1,14 +1,15 @@
 #!/usr/bin/python3
 """Transition overhead (SPEC §7): seconds per pipeline transformation
 (initialisation, K 8->4, ...) from trace.json, split into the parts nested
-in it on the same GPU track: moving weights, creating device contexts, DDP
-(re)construction, pipeline warm-up, and whatever else ("other"). One row per
+in it on the same GPU track: AutoCache's probe, moving weights, creating
+device contexts, DDP (re)construction, pipeline warm-up, and whatever else
+("other"). One row per
 transition, read on the first GPU track that has it. Writes FILE.png
 (stacked bars), FILE.csv, FILE.md."""
 from eptrace import load_run
 from figure import Figure, Panel, Series, Table, main, runs_title
 
-PARTS = ("weights", "contexts", "ddp", "warmup")
+PARTS = ("cache probe", "weights", "contexts", "ddp", "warmup")
 
 
 def is_transition(span):

@@ -55,22 +55,24 @@ double period_without_comm(const PlanContext& ctx, const IterationProgram& p) {
 
 // The overhead before a plan's first epoch, in the parts SPEC §7's
 // transition table dissects: the planner's moves of weights and state run on
-// the simulated network; creating device contexts, rebuilding DDP and
-// warming the new pipeline up as the planner predicts them.
+// the simulated network; AutoCache's probe, creating device contexts,
+// rebuilding DDP and warming the new pipeline up as the planner predicts them.
 struct Transition {
+  double probe_s = 0;
   double weights_s = 0;
   double contexts_s = 0;
   double ddp_s = 0;
   double warmup_s = 0;
-  [[nodiscard]] double total_s() const { return weights_s + contexts_s + ddp_s + warmup_s; }
+  [[nodiscard]] double total_s() const { return probe_s + weights_s + contexts_s + ddp_s + warmup_s; }
 };
 
 Transition transition(const PlanContext& ctx, const Plan* prev, const Plan& plan, Simulator& sim) {
   const TransitionCost t = predict_transition(ctx, prev, plan);
-  if (!prev || t.total_s() == 0) return {0.0, t.contexts_s, t.rebuild_s, t.warmup_s};
+  if (!prev || t.total_s() == 0) return {t.cache_probe_s, 0.0, t.contexts_s, t.rebuild_s, t.warmup_s};
   std::vector<Simulator::Transfer> transfers;
   for (const StateMove& m : state_moves(ctx, *prev, plan)) transfers.push_back({m.src_gpu, m.dst_gpu, m.bytes});
-  return {transfers.empty() ? 0.0 : sim.run_transfers(transfers), t.contexts_s, t.rebuild_s, t.warmup_s};
+  return {t.cache_probe_s, transfers.empty() ? 0.0 : sim.run_transfers(transfers), t.contexts_s, t.rebuild_s,
+          t.warmup_s};
 }
 
 // Steady-state periods: the last iteration of warm-up + measured ones,
@@ -108,7 +110,8 @@ void add_transition_events(trace::Trace& t, const Config& c, const Plan& p, cons
   const std::string name = prev ? "transition K " + std::to_string(prev->K) + "->" + std::to_string(p.K)
                                 : "initialisation K=" + std::to_string(p.K);
   const std::pair<const char*, double> parts[] = {
-      {"weights", tr.weights_s}, {"contexts", tr.contexts_s}, {"ddp", tr.ddp_s}, {"warmup", tr.warmup_s}};
+      {"cache probe", tr.probe_s}, {"weights", tr.weights_s}, {"contexts", tr.contexts_s},
+      {"ddp", tr.ddp_s},           {"warmup", tr.warmup_s}};
   const int I = c.cluster.gpus_per_node;
   for (const auto& r : p.layout.replica)
     for (int gpu : r.gpus) {

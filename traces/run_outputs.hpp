@@ -23,13 +23,14 @@ struct TransitionCost {
   int frozen_before = 0, frozen_after = 0;
   int K_before = 0, K_after = 0;
   int replicas_before = 0, replicas_after = 0;
-  double planning_s = 0;        // freeze decision, cache and chunk timing, RunPlanner
+  double cache_probe_s = 0;     // AutoCache's probe at the new frozen depth
+  double planning_s = 0;        // freeze decision, chunk timing, RunPlanner
   double state_transfer_s = 0;  // onboarding the woken replicas (pack, send, unpack)
   double rebuild_s = 0;         // tearing down and rebuilding the active process group
   double repartition_s = 0;     // moving sublayers, schedules, cache files, replica check
   double warmup_s = 0;          // first iteration of the new plan minus the median of the next ones
   [[nodiscard]] double total_s() const {
-    return planning_s + state_transfer_s + rebuild_s + repartition_s + warmup_s;
+    return cache_probe_s + planning_s + state_transfer_s + rebuild_s + repartition_s + warmup_s;
   }
   friend bool operator==(const TransitionCost&, const TransitionCost&) = default;
 };

@@ -19,6 +19,7 @@ void visit_transition(T& t, F&& f) {
   f("K_after", t.K_after);
   f("replicas_before", t.replicas_before);
   f("replicas_after", t.replicas_after);
+  f("cache_probe_s", t.cache_probe_s);
   f("planning_s", t.planning_s);
   f("state_transfer_s", t.state_transfer_s);
   f("rebuild_s", t.rebuild_s);
@@ -43,6 +44,8 @@ TransitionCost transition_from_json(const json& j, const std::string& where) {
     keys.emplace_back(name);
     if constexpr (std::is_same_v<std::decay_t<decltype(v)>, int>)
       v = static_cast<int>(get_int(j, name, where, 0, 1 << 30));
+    else if (std::string_view(name) == "cache_probe_s" && !j.contains(name))
+      v = 0;  // written before the probe had a part of its own (it was in planning_s)
     else
       v = get_number(j, name, where);
   });

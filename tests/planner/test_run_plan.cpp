@@ -6,7 +6,9 @@
 #include <random>
 #include <string>
 
+#include "planner/cache_policy.hpp"
 #include "planner/run_plan.hpp"
+#include "planner/transition.hpp"
 #include "tests/planner/support.hpp"
 
 namespace {
@@ -197,6 +199,32 @@ TEST_CASE("the cache policy follows the predicted costs") {
   CHECK(ep::decide_cache(paper_config("vit_imagenet", {"planner.cache=on",
                                                 "cluster.host.disk_bandwidth_bytes_per_s=1e8"}),
                          spec, slow_cost, 1, 400).on);
+}
+
+TEST_CASE("a transition to a new frozen depth charges AutoCache's probe there, and only where AutoCache probes") {
+  for (const char* policy : {"auto", "on", "off"}) {
+    INFO(policy);
+    const ep::Config c = paper_config("vit_imagenet", {std::string("planner.cache=") + policy});
+    const ep::AnalyticCostModel cost(c.cluster, c.training);
+    const ep::PlanContext ctx(c, cost);
+    const ep::RunPlan run = ep::plan_run(c, cost);
+    REQUIRE(run.plans.size() > 2);
+    for (std::size_t i = 1; i < run.plans.size(); ++i) {
+      const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
+      const ep::TransitionCost t = ep::predict_transition(ctx, &prev, p);
+      if (std::string(policy) != "auto" || p.frozen_layers == prev.frozen_layers) {
+        CHECK(t.cache_probe_s == 0);
+        continue;
+      }
+      // A batch written once; the frozen forward and the read of a batch,
+      // each once untimed and three times on the clock.
+      const ep::CacheDecision d = ep::decide_cache(c, ctx.spec, cost, p.frozen_layers, c.training.batch_size);
+      const double bytes = ctx.spec.sublayers[ep::ModelSpec::frozen_prefix(p.frozen_layers).last - 1].out_activation_bytes_per_sample * c.training.batch_size;
+      CHECK(t.cache_probe_s == Approx(4 * (d.read_s + d.frozen_forward_s) + cost.cache_write_s(bytes, d.tier)));
+      CHECK(t.cache_probe_s > 0);
+      CHECK(t.total_s() == Approx(t.state_s + t.contexts_s + t.rebuild_s + t.warmup_s + t.cache_probe_s));
+    }
+  }
 }
 
 TEST_CASE("the JSON form carries every plan field under a versioned schema") {

@@ -41,6 +41,7 @@ trace::TransitionCost sample_transition(int epoch) {
   t.K_after = 2;
   t.replicas_before = 1;
   t.replicas_after = 2;
+  t.cache_probe_s = 0.25;
   t.planning_s = 0.1;
   t.state_transfer_s = 0.30000000000000004;
   t.rebuild_s = 1e-7;
@@ -162,13 +163,19 @@ TEST_CASE("transitions JSON: exact round trip, sorted keys, byte-identical rewri
   test::TempDir dir;
   const std::vector<trace::TransitionCost> t = {sample_transition(1), sample_transition(3)};
   const std::string text = transitions_text(t);
-  REQUIRE(text.rfind("[\n  {\n    \"K_after\": 2,\n    \"K_before\": 4,\n    \"epoch\": 1,\n", 0) == 0);
+  REQUIRE(text.rfind("[\n  {\n    \"K_after\": 2,\n    \"K_before\": 4,\n    \"cache_probe_s\": 0.25,\n    \"epoch\": 1,\n", 0) == 0);
   REQUIRE_THAT(text, Contains("\"total_s\": "));
   put(dir.file("transitions.json"), text);
   const auto back = trace::read_transitions_json(dir.file("transitions.json"));
   REQUIRE(back == t);
   REQUIRE(transitions_text(back) == text);
   REQUIRE(transitions_text({}) == "[]\n");
+  // Files from before the cache probe had a part of its own (it was in
+  // planning_s) read with a probe of 0.
+  trace::TransitionCost old = sample_transition(1);
+  old.cache_probe_s = 0;
+  put(dir.file("old.json"), edit(transitions_text({old}), "\"cache_probe_s\": 0.0,", ""));
+  CHECK(trace::read_transitions_json(dir.file("old.json")) == std::vector<trace::TransitionCost>{old});
 }
 
 TEST_CASE("transitions JSON: malformed files name the file, the transition and the key", "[traces]") {

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "exec/cache.hpp"
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/input_file.hpp"
@@ -99,25 +98,36 @@ void ChunkMemo::add(const std::vector<IterationProgram>& programs, const std::ve
   write_file_atomically(path_, memo.dump(1) + "\n");
 }
 
-MeasuredCache probe_cache(Model& model, const Dataset& train, int batch, int frozen, const at::Device& dev, bool bf16,
-                          const std::string& probe_path, const std::vector<std::int64_t>& entry_shape) {
-  // The frozen forward as a stage worker runs it: its input already on the
-  // device, at the training precision.
-  const at::Tensor input = make_batch(train, first_samples(train, batch)).input.to(dev);
+static_assert(kWarmupRuns == 1, "predict_cache_probe_s counts one untimed run before the timed ones");
+
+CacheProbe::CacheProbe(const Dataset& train, int batch, const at::Device& device, bool bf16, std::string path,
+                       std::vector<std::int64_t> entry_shape)
+    // The frozen forward as a stage worker runs it: its input already on the device.
+    : input_(make_batch(train, first_samples(train, batch)).input.to(device)),
+      device_(device),
+      bf16_(bf16),
+      file_(std::make_unique<ActivationCache>(std::move(path), batch, std::move(entry_shape), true)) {
+  for (int i = 0; i < batch; ++i) rows_.push_back(i);
+}
+
+CacheProbe::~CacheProbe() {
+  try {
+    file_->remove();
+  } catch (...) {  // a destructor does not throw; the launcher removes a job's leftover files
+  }
+}
+
+MeasuredCache CacheProbe::measure(Model& model, int frozen) {
   c10::NoGradGuard no_grad;
   at::Tensor out;
   MeasuredCache m;
   {
-    const compat::AutocastScope precision(dev.type(), bf16);
-    m.frozen_forward_s = median_compute_seconds(dev, 3, [&] { out = model.forward(ModelSpec::frozen_prefix(frozen), input); });
+    const compat::AutocastScope precision(device_.type(), bf16_);
+    m.frozen_forward_s =
+        median_compute_seconds(device_, kCacheProbeRuns, [&] { out = model.forward(ModelSpec::frozen_prefix(frozen), input_); });
   }
-  out = out.to(at::kFloat);
-  std::vector<std::int64_t> rows(static_cast<std::size_t>(batch));
-  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int64_t>(i);
-  ActivationCache probe(probe_path, batch, entry_shape, true);
-  probe.write(rows, out, frozen);
-  m.read_s = median_device_seconds(dev, 3, [&] { (void)probe.read(rows, frozen, dev); });
-  probe.remove();
+  file_->write(rows_, out, frozen);
+  m.read_s = median_device_seconds(device_, kCacheProbeRuns, [&] { (void)file_->read(rows_, frozen, device_); });
   return m;
 }
 

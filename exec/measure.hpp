@@ -4,10 +4,12 @@
 // exec/timing.hpp's rule.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "exec/cache.hpp"
 #include "exec/job.hpp"
 #include "exec/model.hpp"
 #include "exec/pipeline.hpp"
@@ -37,11 +39,28 @@ class ChunkMemo {
   std::string environment_, path_;
 };
 
-// AutoCache's measurement at `frozen` layers: reading a batch of entries
-// from a probe file (`probe_path`, removed after) vs running the batch
-// through the frozen prefix on `device` at the training precision (`bf16`:
-// autocast), both timed on that device.
-MeasuredCache probe_cache(Model& model, const Dataset& train, int batch, int frozen, const at::Device& device, bool bf16,
-                          const std::string& probe_path, const std::vector<std::int64_t>& entry_shape);
+// AutoCache's measurement at a frozen depth: reading a batch of entries
+// from a probe file vs running the batch through the frozen prefix on
+// `device` at the training precision (`bf16`: autocast), both timed on that
+// device. The batch (on the device) and the probe file (`path`, removed
+// with this object) are kept for the next, deeper depth, so a freeze step
+// pays for what it measures, not for a new file's first writes.
+class CacheProbe {
+ public:
+  CacheProbe(const Dataset& train, int batch, const at::Device& device, bool bf16, std::string path,
+             std::vector<std::int64_t> entry_shape);
+  ~CacheProbe();
+  CacheProbe(const CacheProbe&) = delete;
+  CacheProbe& operator=(const CacheProbe&) = delete;
+  // At `frozen` layers (deeper than any measured before).
+  MeasuredCache measure(Model& model, int frozen);
+
+ private:
+  at::Tensor input_;
+  at::Device device_;
+  bool bf16_;
+  std::vector<std::int64_t> rows_;
+  std::unique_ptr<ActivationCache> file_;
+};
 
 }  // namespace ep::exec

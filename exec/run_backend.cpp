@@ -70,11 +70,14 @@ std::vector<double> Trainer::grad_norms() {
 std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
   if (!p_.cache_measurements.count(frozen)) {
     const Clock::time_point t0 = Clock::now();
-    const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
-    p_.cache_measurements[frozen] =
-        exec::probe_cache(model_, data_.train, c_.training.batch_size, frozen, pipeline_->device_of_sublayer(0),
-                          c_.training.precision == Precision::BF16,
-                          cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)), entry_shape());
+    if (!probe_) {
+      const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
+      probe_ = std::make_unique<CacheProbe>(data_.train, c_.training.batch_size, pipeline_->device_of_sublayer(0),
+                                            c_.training.precision == Precision::BF16,
+                                            cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)),
+                                            entry_shape());
+    }
+    p_.cache_measurements[frozen] = probe_->measure(model_, frozen);
     probe_s_ += seconds(t0, Clock::now());
   }
   return p_.cache_measurements.at(frozen);

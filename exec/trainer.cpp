@@ -141,6 +141,24 @@ BatchLoader::Request Trainer::batch_request(const std::vector<std::int64_t>& idx
   return r;
 }
 
+// The next epoch's first batch, as this plan would run it (a freeze step
+// that changes the program or the devices drops the guess).
+void Trainer::request_next_epoch(const IterationProgram& program, int ppn, int local, int batch) {
+  const int following = p_.epoch + 1;
+  if (following >= c_.training.epochs) return;
+  next_order_ = node_order(sampler_, node_, following);
+  next_order_epoch_ = following;
+  loader_->request(batch_request(replica_batch(next_order_, 0, ppn, local, batch),
+                                 following < plan_->end_epoch ? plan_->program_for(following) : program));
+}
+
+// This epoch's sampler order (drawn at the last epoch's end, where it was).
+std::vector<std::int64_t> Trainer::epoch_order() {
+  const bool drawn = next_order_epoch_ == p_.epoch;
+  next_order_epoch_ = -1;
+  return drawn ? std::move(next_order_) : node_order(sampler_, node_, p_.epoch);
+}
+
 namespace {
 
 // The sample audit log of one rank: it grows by appending (a kill keeps
@@ -184,9 +202,7 @@ void Trainer::train_epoch() {
   const int local = replica().local_rank;
   const bool fill = filling();
   const IterationProgram& program = plan_->program_for(p_.epoch);
-  const std::vector<std::int64_t> order =
-      next_order_epoch_ == p_.epoch ? std::move(next_order_) : node_order(sampler_, node_, p_.epoch);
-  next_order_epoch_ = -1;
+  const std::vector<std::int64_t> order = epoch_order();
   const auto slots = static_cast<std::int64_t>(order.size());
   const std::int64_t total0 = per_epoch0() * c_.training.epochs;
   const bool prefetch = plan_->cache.on && !fill && plan_->cache.tier == CacheTier::Disk && cache_;
@@ -220,17 +236,10 @@ void Trainer::train_epoch() {
     l.start = Clock::now();
     l.idx = replica_batch(order, next, ppn, local, batch);
     const std::vector<MicroBatch> batches = loader_->take(batch_request(l.idx, program));
-    if (next + slot_step < slots) {
+    if (next + slot_step < slots)
       loader_->request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program));
-    } else if (p_.epoch + 1 < c_.training.epochs) {
-      // The next epoch's first batch, as this plan would run it (a freeze
-      // step that changes the program or the devices drops the guess).
-      const int following = p_.epoch + 1;
-      next_order_ = node_order(sampler_, node_, following);
-      next_order_epoch_ = following;
-      loader_->request(batch_request(replica_batch(next_order_, 0, ppn, local, batch),
-                                     following < plan_->end_epoch ? plan_->program_for(following) : program));
-    }
+    else
+      request_next_epoch(program, ppn, local, batch);
     if (prefetch)  // the sampler's next window, read ahead by the kernel
       for (int w = 1; w <= c_.exec.prefetch_iterations; ++w)
         if (next + w * slot_step < slots) cache_->prefetch(replica_batch(order, next + w * slot_step, ppn, local, batch));

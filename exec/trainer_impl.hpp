@@ -14,6 +14,7 @@
 #include "exec/cache.hpp"
 #include "exec/dist.hpp"
 #include "exec/job.hpp"
+#include "exec/measure.hpp"
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
@@ -77,6 +78,8 @@ class Trainer final : RunBackend {
   double evaluate();
   [[nodiscard]] BatchLoader::Request batch_request(const std::vector<std::int64_t>& idx,
                                                    const IterationProgram& program) const;
+  void request_next_epoch(const IterationProgram& program, int ppn, int local, int batch);
+  [[nodiscard]] std::vector<std::int64_t> epoch_order();
 
   // resume.cpp: checkpoints.
   void checkpoint(double running_s = 0);
@@ -104,6 +107,7 @@ class Trainer final : RunBackend {
   std::unique_ptr<Dist> dist_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<ActivationCache> cache_;
+  std::unique_ptr<CacheProbe> probe_;  // rank 0's, kept from one freeze step to the next
   // Across epochs: the last iteration of an epoch starts assembling the
   // next epoch's first batch (and its sampler order), so the device does
   // not wait for it after the evaluation and the freeze step.

@@ -17,6 +17,11 @@
 #include <thread>
 
 #include "exec/cache.hpp"
+#include "exec/data.hpp"
+#include "exec/job.hpp"
+#include "exec/measure.hpp"
+#include "exec/model.hpp"
+#include "tests/exec/support.hpp"
 
 namespace {
 
@@ -275,4 +280,31 @@ TEST_CASE("entries larger than a page work, prefetch accepts the window, remove(
   CHECK_FALSE(fs::exists(cache.path()));
   CHECK_THROWS_WITH((cache.read({0}, 1, at::kCPU)), Catch::Contains("used after remove()"));
   CHECK_THROWS_WITH((cache.remove()), Catch::Contains("cannot delete"));
+}
+
+TEST_CASE("AutoCache's probe keeps its batch and file from one frozen depth to the next, and removes the file after",
+          "[cache]") {
+  using namespace ep;
+  using namespace ep::exec;
+  TempDir tmp;
+  const ModelConfig m = testing::tiny(ModelFamily::ViT);
+  const Dataset d = synthetic_images(16, m.num_channels, m.image_size, m.num_labels, 3, true);
+  Model model(m, 7);
+  c10::NoGradGuard no_grad;
+  const at::Tensor stem = model.forward({0, 1}, make_batch(d, first_samples(d, 8)).input);
+  const std::string path = tmp.file("probe");
+  {
+    CacheProbe probe(d, 8, at::kCPU, false, path, stem.sizes().slice(1).vec());
+    for (int frozen = 1; frozen < m.num_hidden_layers; ++frozen) {
+      INFO("frozen " << frozen);
+      const MeasuredCache got = probe.measure(model, frozen);
+      CHECK(got.read_s > 0);
+      CHECK(got.frozen_forward_s > 0);
+      // The file holds the batch's frozen output at this depth.
+      const at::Tensor want = model.forward(ModelSpec::frozen_prefix(frozen), make_batch(d, first_samples(d, 8)).input);
+      ActivationCache file(path, 8, stem.sizes().slice(1).vec(), false);
+      CHECK(at::allclose(file.read({0, 3, 7}, frozen, at::kCPU), rows_of(want, {0, 3, 7})));
+    }
+  }
+  CHECK_FALSE(fs::exists(path));
 }

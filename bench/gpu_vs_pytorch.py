@@ -6,7 +6,9 @@ Per round, in this order: ElasticPipe without freezing
 (planner.freeze_policy = "none"; K = 1 on one GPU), the PyTorch peer
 without freezing,
 ElasticPipe with freezing (the config as given), the peer at every frozen
-layer count that run met (and 0, its reference). After the rounds, one
+layer count that run met (and 0, its reference), then the peer freezing as
+it goes (`--epochs`: one epoch per ElasticPipe epoch, timed whole as
+ElasticPipe's are, first steps after each freeze included). After the rounds, one
 peer run with torch.compile (no freezing). ElasticPipe's samples/s are its
 epochs.csv rows (an epoch's training samples over its wall time: evaluation
 and checkpoints excluded, the epoch's first iterations included); the
@@ -153,13 +155,28 @@ class Bench:
             fail(f"{name}: no median for frozen {missing} in its output ({self.out / 'logs' / (name + '.log')})")
         return rates, wall
 
+    def peer_epochs(self, name, frozen):
+        """The peer freezing as it goes: one epoch per count of `frozen` (ElasticPipe's per epoch), in order."""
+        cmd = [self.a.python, str(ROOT / "bench" / "pytorch_peer.py"), self.a.config, "--device", self.a.device,
+               "--frozen", ",".join(map(str, frozen)), "--epochs", "--iterations", str(self.a.epoch_iterations),
+               "--warmup", str(self.a.warmup)]
+        if self.a.bf16:
+            cmd.append("--bf16")
+        for s in self.a.sets:
+            cmd += ["--set", s]
+        text, _ = self.run(name, cmd)
+        rates = [float(v) for v in re.findall(r"^epoch \d+ frozen \d+: ([0-9.]+) samples/s", text, re.M)]
+        if len(rates) != len(frozen):
+            fail(f"{name}: {len(rates)} epochs in its output for {len(frozen)} asked ({self.out / 'logs' / (name + '.log')})")
+        return rates
+
     def record(self, rnd, system, run, epoch, frozen, sps, K="", M="", note=""):
         self.rows.append({"round": rnd, "system": system, "run": run, "epoch": epoch, "frozen_layers": frozen,
                           "K": K, "M": M, "samples_per_s": f"{sps:.2f}", "note": note})
 
     def rounds(self):
         a = self.a
-        ep_nf, ep_fr, peer0, peerL = [], [], [], []
+        ep_nf, ep_fr, peer0, peerL, peerE = [], [], [], [], []
         seen = []
         for r in range(1, a.rounds + 1):
             print(f"round {r} of {a.rounds}", file=sys.stderr, flush=True)
@@ -186,6 +203,11 @@ class Bench:
             peerL.append(rates)
             for n, v in rates.items():
                 self.record(r, "pytorch_eager", "frozen", "", n, v)
+            per_epoch = [int(e["frozen_layers"]) for e in rows]
+            epochs = self.peer_epochs(f"peer_epochs_r{r}", per_epoch)
+            peerE.append(epochs)
+            for i, (n, v) in enumerate(zip(per_epoch, epochs)):
+                self.record(r, "pytorch_eager", "epochs", i, n, v)
         compiled = None
         if a.compile:
             print("torch.compile run", file=sys.stderr, flush=True)
@@ -193,14 +215,14 @@ class Bench:
             compiled = (rates[0] if rates else None, wall)
             if rates:
                 self.record("", "pytorch_compile", "nofreeze", "", 0, rates[0])
-        return ep_nf, ep_fr, peer0, peerL, compiled
+        return ep_nf, ep_fr, peer0, peerL, peerE, compiled
 
 
 def fmt(v, digits=1):
     return "n/a" if v is None or v != v else f"{v:.{digits}f}"
 
 
-def report(a, ep_nf, ep_fr, peer0, peerL, compiled):
+def report(a, ep_nf, ep_fr, peer0, peerL, peerE, compiled):
     """The tables (markdown) and the summary rows."""
     summary, md = [], []
     first = [float(rows[0]["samples_per_s"]) for rows in ep_nf]
@@ -236,12 +258,16 @@ def report(a, ep_nf, ep_fr, peer0, peerL, compiled):
 
     # Freezing: per epoch of the freeze runs (every run meets the same frozen counts with freeze_policy alpha).
     md.append(f"### Freezing (the config as given: {a.freeze_text}); per epoch, medians over {R} round{'s' if R > 1 else ''}\n")
-    md.append("ElasticPipe's gain: an epoch's samples/s over its run without freezing (above, later epochs); "
-              "PyTorch's: `--frozen L` over `--frozen 0`, measured in the same process.\n")
+    md.append("ElasticPipe's gain: an epoch's samples/s over its run without freezing (above, later epochs). "
+              "PyTorch steady: `--frozen L` over `--frozen 0`, measured in the same process after warm-up steps. "
+              "PyTorch as epochs: `--epochs`, one epoch per ElasticPipe epoch's frozen count in one process, "
+              "each timed whole with its first steps as ElasticPipe's are, over its first epoch.\n")
     md.append("| epoch | frozen layers | K | M | ElasticPipe samples/s | gain | transition warm-up (ms) "
-              "| PyTorch samples/s | gain | ElasticPipe / PyTorch |")
-    md.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+              "| PyTorch steady samples/s | gain | ElasticPipe / PyTorch steady "
+              "| PyTorch as epochs samples/s | gain | ElasticPipe / PyTorch as epochs |")
+    md.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     peer_ref = median([r[0] for r in peerL])
+    epochs_ref = median([r[0] for r in peerE])
     for i, e in enumerate(ep_fr[0]):
         L = int(e["frozen_layers"])
         same = [rows[i] for rows in ep_fr if i < len(rows) and int(rows[i]["frozen_layers"]) == L]
@@ -249,14 +275,20 @@ def report(a, ep_nf, ep_fr, peer0, peerL, compiled):
         warm = [x["warmup_s"] * 1e3 for x in same if x["warmup_s"] is not None]
         warm_text = fmt(median(warm), 0) if warm else "-"
         pv = median([r[L] for r in peerL if L in r])
+        ev = median([r[i] for r in peerE if i < len(r)])
         ep_gain, p_gain = ep_v / ep_steady if ep_steady else None, pv / peer_ref if peer_ref else None
+        e_gain = ev / epochs_ref if epochs_ref else None
         note = " (warm-up)" if i == 0 else ""
         md.append(f"| {i + 1}{note} | {L} | {e['K']} | {e['M']} | {fmt(ep_v)} | {fmt(ep_gain, 2)}x | {warm_text} | {fmt(pv)} | "
-                  f"{fmt(p_gain, 2)}x | {fmt(ep_v / pv if pv else None, 2)} |")
+                  f"{fmt(p_gain, 2)}x | {fmt(ep_v / pv if pv else None, 2)} | {fmt(ev)} | {fmt(e_gain, 2)}x | "
+                  f"{fmt(ep_v / ev if ev else None, 2)} |")
         summary.append({"table": "freeze", "row": f"epoch {i + 1}{note}", "frozen_layers": L, "samples_per_s": fmt(ep_v, 2),
                         "gain": fmt(ep_gain, 3), "vs_pytorch_eager": fmt(ep_v / pv if pv else None, 3)})
         summary.append({"table": "freeze_pytorch", "row": f"--frozen {L}", "frozen_layers": L, "samples_per_s": fmt(pv, 2),
                         "gain": fmt(p_gain, 3), "vs_pytorch_eager": ""})
+        summary.append({"table": "freeze_pytorch_epochs", "row": f"--epochs, epoch {i + 1}", "frozen_layers": L,
+                        "samples_per_s": fmt(ev, 2), "gain": fmt(e_gain, 3),
+                        "vs_pytorch_eager": fmt(ep_v / ev if ev else None, 3)})
     md.append("")
     md.append("Epochs are counted from 1, as train prints them; epoch 1 of the freeze runs includes the "
               "process's warm-up, which is why the gains divide by the later epochs of the runs without freezing. "
@@ -276,6 +308,8 @@ def main():
     ap.add_argument("--iterations", type=int, help="peer: timed iterations per repeat (10; --smoke: 3)")
     ap.add_argument("--warmup", type=int, help="peer: warm-up iterations before the first repeat (5; --smoke: 1)")
     ap.add_argument("--repeats", type=int, help="peer: timed repeats, the median kept (3; --smoke: 2)")
+    ap.add_argument("--epoch-iterations", type=int,
+                    help="peer --epochs: steps per epoch (default: the config's, its training samples over the batch)")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                     help="one peer run with torch.compile (default: on, off with --smoke)")
     ap.add_argument("--compile-timeout", type=float, default=150)
@@ -295,6 +329,11 @@ def main():
     a.device = cfg.get("exec", {}).get("device", "cpu")
     a.bf16 = cfg.get("training", {}).get("precision", "fp32") == "bf16"
     m, t = cfg["model"], cfg["training"]
+    if a.epoch_iterations is None:
+        samples = int(cfg.get("data", {}).get("num_train_samples", 0))
+        if samples <= 0:
+            fail(f"{a.config}: key 'data.num_train_samples' is needed for the peer's epochs (or --epoch-iterations)")
+        a.epoch_iterations = -(-samples // int(t["batch_size"]))
     a.model_text = (f"ViT L={m['num_hidden_layers']} H={m['hidden_size']} {m['image_size']}x{m['image_size']}/"
                     f"{m['patch_size']}, batch {t['batch_size']}, {t.get('precision', 'fp32')}, {t['optimizer']} "
                     f"lr {t['lr']}, {a.device}")

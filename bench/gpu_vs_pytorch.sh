@@ -7,7 +7,9 @@
 #     torch.compile: samples/s, ratio of medians;
 #   - the config as shipped (freezing at alpha = 1/3): each epoch's samples/s
 #     and frozen layers from epochs.csv, against the peer with --frozen L
-#     for every L met; the gain of each frozen epoch over the unfrozen one.
+#     for every L met (steady state), and the peer freezing as it goes
+#     (--epochs: an epoch per ElasticPipe epoch, each timed whole); the gain
+#     of each frozen epoch over the unfrozen one.
 # Prints markdown tables; writes OUT/{runs.csv,summary.csv,table.md}, every
 # run's log (OUT/logs/) and each train run's epochs.csv (OUT/runs/).
 #

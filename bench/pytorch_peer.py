@@ -7,7 +7,7 @@ scripts/setup.sh installs, so the peer is today's PyTorch:
 
     build/torch-venv/bin/python bench/pytorch_peer.py CONFIG [--set section.key=value ...]
         [--device cpu|cuda] [--iterations 30] [--warmup 5] [--repeats 5] [--frozen L[,L...]]
-        [--bf16] [--attention sdpa|matmul] [--compile] [--threads N]
+        [--epochs] [--bf16] [--attention sdpa|matmul] [--compile] [--threads N]
 
 The batch lives in host memory (pinned on CUDA) and is copied to the device
 with non_blocking at every step, as a training loop with a pinned DataLoader
@@ -18,6 +18,12 @@ without their parameters in the optimizer (what freezing them does in the
 executor, without a cache: its frozen prefix is the stem and layers
 0..L-1; at L = 0 nothing is frozen, the stem included). A list (--frozen
 0,4,6) measures each count in turn in one process, on the same weights.
+--epochs instead trains one epoch of --iterations steps at each count of
+the list in turn, as a training that freezes as it goes (one optimizer
+throughout, whose state the still-trained parameters keep), timing each
+epoch whole with its first steps, as ElasticPipe's epochs.csv does; only
+the first count has --warmup steps before it. Prints `epoch E frozen L: X
+samples/s` per epoch.
 --compile compiles the frozen prefix and the trained part with
 torch.compile (forward and backward; the optimizer stays eager), once per
 frozen count. --set overrides a config key as `elasticpipe --set` does (the
@@ -148,14 +154,17 @@ def optimizer(t, params):
     return torch.optim.SGD(params, lr=lr, momentum=float(t.get("momentum", 0.9)), weight_decay=wd)
 
 
-def measure(a, layers, n_frozen, t, x, y, dev, sync):
-    """Samples/s per repeat with the stem and the first n_frozen layers frozen."""
+def split_at(layers, n_frozen):
+    """The frozen prefix (the stem and the first n_frozen layers; nothing at 0) and the trained rest."""
     cut = 1 + 2 * n_frozen if n_frozen > 0 else 0  # the stem freezes with the first layer, as in the executor
     frozen, active = nn.Sequential(*layers[:cut]), nn.Sequential(*layers[cut:])
     frozen.requires_grad_(False)
     active.requires_grad_(True)
-    opt = optimizer(t, list(active.parameters()))
-    run_frozen = torch.compile(frozen) if a.compile and cut > 0 else frozen
+    return frozen, active
+
+
+def make_step(a, frozen, active, opt, dev):
+    run_frozen = torch.compile(frozen) if a.compile and len(frozen) else frozen
     run_active = torch.compile(active) if a.compile else active
 
     def step(x, y):
@@ -167,6 +176,14 @@ def measure(a, layers, n_frozen, t, x, y, dev, sync):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    return step
+
+
+def measure(a, layers, n_frozen, t, x, y, dev, sync):
+    """Samples/s per repeat with the stem and the first n_frozen layers frozen."""
+    frozen, active = split_at(layers, n_frozen)
+    opt = optimizer(t, list(active.parameters()))
+    step = make_step(a, frozen, active, opt, dev)
     B = x.shape[0]
     rates = []
     for r in range(a.repeats):
@@ -188,6 +205,28 @@ def measure(a, layers, n_frozen, t, x, y, dev, sync):
     return statistics.median(rates)
 
 
+def measure_epochs(a, layers, counts, t, x, y, dev, sync):
+    """One epoch of --iterations steps per frozen count, in order, as a training that freezes as it goes
+    runs them in one process: one optimizer throughout (a frozen parameter gets no gradient, so the
+    optimizer skips it and keeps the others' state), each epoch timed whole, its first steps included."""
+    opt = optimizer(t, [p for mod in layers for p in mod.parameters()])
+    B = x.shape[0]
+    rates = []
+    for i, n in enumerate(counts):
+        step = make_step(a, *split_at(layers, n), opt, dev)
+        if i == 0:
+            for _ in range(a.warmup):
+                step(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
+            sync()
+        t0 = time.perf_counter()
+        for _ in range(a.iterations):
+            step(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
+        sync()
+        rates.append(a.iterations * B / (time.perf_counter() - t0))
+        print(f"epoch {i + 1} frozen {n}: {rates[-1]:.1f} samples/s")
+    return rates
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("config")
@@ -197,6 +236,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--frozen", default="0", help="frozen layers, or a comma-separated list of counts")
+    ap.add_argument("--epochs", action="store_true",
+                    help="one epoch of --iterations steps per --frozen count, in order, each timed whole")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--attention", choices=["sdpa", "matmul"], default="sdpa")
     ap.add_argument("--compile", action="store_true")
@@ -216,6 +257,9 @@ def main():
         fail(f"{a.config}: key 'model.family': expected \"vit\" (the peer is the ViT), found {m.get('family')!r}")
     m.setdefault("num_channels", 3)
     counts = frozen_counts(a.frozen, m["num_hidden_layers"])
+    if a.epochs and (a.compile or any(c < b for b, c in zip(counts, counts[1:]))):
+        fail(f"--epochs: expected frozen counts that never go down and no --compile, found --frozen {a.frozen}"
+             f"{' --compile' if a.compile else ''}")
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         fail("--device cuda: no CUDA device is visible")
     if a.threads > 0:
@@ -239,6 +283,9 @@ def main():
           f"{'bf16 autocast' if a.bf16 else 'fp32'}, attention {a.attention}, batch {B}, "
           f"optimizer {t.get('optimizer', 'adamw')}, frozen layers {a.frozen}, "
           f"{torch.get_num_threads()} intra-op threads, batch from {'pinned ' if dev.type == 'cuda' else ''}host memory")
+    if a.epochs:
+        measure_epochs(a, layers, counts, t, x, y, dev, sync)
+        return
     medians = []
     for n in counts:
         medians.append(measure(a, layers, n, t, x, y, dev, sync))

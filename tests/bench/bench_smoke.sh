@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# bench/gpu_vs_pytorch.sh's plumbing, on a tiny model on the CPU (--smoke):
+# every run, the parsing of both systems' outputs and the tables. Needs the
+# Python with PyPI's torch (scripts/setup.sh's build/torch-venv); CTest
+# reports the test skipped where there is none.
+#   bench_smoke.sh ELASTICPIPE SOURCE_DIR
+set -euo pipefail
+bin=$1 src=$2
+py=$src/build/torch-venv/bin/python
+if ! [ -x "$py" ] || ! "$py" -c 'import torch' 2>/dev/null; then
+  echo "skipped: no Python with torch at $py (scripts/setup.sh installs it)"
+  exit 77
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+bash "$src/bench/gpu_vs_pytorch.sh" "$out" --smoke --rounds 1 --bin "$bin" --python "$py" > "$out/stdout" 2>&1 ||
+  { tail -40 "$out/stdout"; exit 1; }
+fail() { echo "FAIL: $*"; cat "$out/table.md"; exit 1; }
+for f in runs.csv summary.csv table.md logs/peer_epochs_r1.log runs/ep_freeze_r1/epochs.csv; do
+  [ -s "$out/$f" ] || fail "missing $f"
+done
+grep -q "PyTorch as epochs samples/s" "$out/table.md" || fail "no 'as epochs' column"
+# One row per epoch of the freeze run, each with a number in every column.
+epochs=$(($(wc -l < "$out/runs/ep_freeze_r1/epochs.csv") - 1))
+rows=$(grep -cE '^\| [0-9]+( \(warm-up\))? \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| [0-9.]+x \|' "$out/table.md")
+[ "$rows" -eq "$epochs" ] || fail "$rows freeze rows for $epochs epochs"
+! grep -q "n/a" "$out/table.md" || fail "a value is missing (n/a)"
+echo "bench smoke: $epochs epochs, tables complete"

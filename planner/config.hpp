@@ -41,7 +41,7 @@ struct HostSpec {
 // "time") and the simulator charges them.
 struct TransitionSpec {
   double context_creation_s = 3.0;  // a woken process: device context + communicator setup
-  double pipeline_warmup_s = 1.0;   // first iteration after a repartition (allocator, autotuning)
+  double pipeline_warmup_s = 1.0;   // first iteration after a freeze step or repartition (allocator, autotuning)
   double ddp_rebuild_s = 1.0;       // active training group torn down and rebuilt, DDP buckets re-made
 };
 

@@ -100,7 +100,10 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
   // A transition rebuilds the active group and DDP: there is none to
   // rebuild for one replica (the executor measures ~0 s there).
   t.rebuild_s = rebuild;
-  t.warmup_s = moved ? k.pipeline_warmup_s : 0.0;
+  // The executor meets a first slow iteration whenever the frozen count or
+  // the partition changes (what runs without autograd changes, and with it
+  // the kernels and the allocations), so it is charged for both.
+  t.warmup_s = moved || prev->frozen_layers != plan.frozen_layers ? k.pipeline_warmup_s : 0.0;
   if (plan.frozen_layers != prev->frozen_layers && probes_cache(ctx.config, plan.frozen_layers))
     t.cache_probe_s = predict_cache_probe_s(ctx.config, ctx.spec, cost, plan.frozen_layers, ctx.config.training.batch_size);
   return t;

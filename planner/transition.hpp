@@ -36,7 +36,7 @@ struct TransitionCost {
   double state_s = 0;     // state_moves over the links (and packing, when a profile measured it)
   double contexts_s = 0;  // woken processes create device contexts (cluster.transition.context_creation_s)
   double rebuild_s = 0;   // the active group and DDP buckets rebuilt (profile or cluster.transition.ddp_rebuild_s)
-  double warmup_s = 0;    // first iteration of a repartitioned pipeline (cluster.transition.pipeline_warmup_s)
+  double warmup_s = 0;    // first iteration after a freeze step or repartition (cluster.transition.pipeline_warmup_s)
   double cache_probe_s = 0;  // AutoCache's probe at the new frozen depth, before the step is planned
   [[nodiscard]] double total_s() const { return state_s + contexts_s + rebuild_s + warmup_s + cache_probe_s; }
 };

@@ -1,5 +1,7 @@
 // elasticpipe trace diff: align two traces of the same config (simulated
-// and real) and print the per-action-kind time error.
+// and real) and print the per-action-kind time error, then, from the
+// epochs.csv beside each trace, the per-epoch time error.
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -17,7 +19,9 @@ Command add_trace_diff(CLI::App& app) {
   auto* trace = app.add_subcommand("trace", "Work with trace files");
   trace->require_subcommand(1);
   auto* cmd = trace->add_subcommand(
-      "diff", "Align two traces of the same config (e.g. simulated vs real) and print per-action-kind time error");
+      "diff",
+      "Align two traces of the same config (e.g. simulated vs real) and print per-action-kind time error, then "
+      "per-epoch time error from the epochs.csv beside each trace");
   cmd->add_option("first", a->first, "trace.json (e.g. simulated)")->required();
   cmd->add_option("second", a->second, "trace.json (e.g. real; the reference for MAPE)")->required();
   return {cmd, [a](int, char**) {
@@ -30,6 +34,25 @@ Command add_trace_diff(CLI::App& app) {
               throw e.with_context("trace diff " + a->first + " " + a->second);
             }
             std::cout << trace::format_diff(d, x, y);
+            // Each run's epochs.csv, where it sits beside the trace (what
+            // train and simulate write into one folder).
+            const auto epochs_of = [](const std::string& trace_path) {
+              return (std::filesystem::path(trace_path).parent_path() / "epochs.csv").string();
+            };
+            const std::string ea = epochs_of(a->first), eb = epochs_of(a->second);
+            std::error_code ec;
+            const bool have_a = std::filesystem::exists(ea, ec), have_b = std::filesystem::exists(eb, ec);
+            if (!have_a || !have_b) {
+              std::cout << "\nper epoch: left out, there is no " << (have_a ? eb : ea) << "\n";
+              return 0;
+            }
+            std::vector<trace::EpochDiff> epochs;
+            try {
+              epochs = trace::diff_epochs(trace::read_epoch_csv(ea), x.mode, trace::read_epoch_csv(eb), y.mode);
+            } catch (const Error& e) {
+              throw e.with_context("trace diff " + a->first + " " + a->second);
+            }
+            std::cout << "\n" << trace::format_epoch_diff(epochs);
             return 0;
           }};
 }

@@ -1,5 +1,6 @@
 #include "traces/diff.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -121,6 +122,66 @@ std::string format_diff(const TraceDiff& d, const Trace& first, const Trace& sec
   };
   for (const auto& c : d.categories) row(c);
   row(d.total);
+  return os.str();
+}
+
+std::vector<EpochDiff> diff_epochs(const std::vector<EpochMetrics>& first, const std::string& first_mode,
+                                   const std::vector<EpochMetrics>& second, const std::string& second_mode) {
+  const auto of_mode = [](const std::vector<EpochMetrics>& rows, const std::string& mode, const char* which) {
+    std::vector<const EpochMetrics*> out;
+    for (const EpochMetrics& e : rows)
+      if (e.mode == mode) out.push_back(&e);
+    if (out.empty()) throw Error(std::string("the ") + which + " run's epochs.csv has no epoch of mode '" + mode + "'");
+    return out;
+  };
+  const auto a = of_mode(first, first_mode, "first"), b = of_mode(second, second_mode, "second");
+  std::vector<EpochDiff> out;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    out.push_back({a[i]->epoch, a[i]->frozen_layers, b[i]->frozen_layers, a[i]->K, b[i]->K, a[i]->replicas,
+                   b[i]->replicas, a[i]->epoch_s + a[i]->transition_s, b[i]->epoch_s + b[i]->transition_s,
+                   a[i]->iteration_s, b[i]->iteration_s});
+  return out;
+}
+
+std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
+  const auto error = [](double a, double b) { return b > 0 ? (a - b) / b : 0.0; };
+  // "a" where both runs agree, "a|b" where they do not.
+  const auto both = [](const std::string& a, const std::string& b) { return a == b ? a : a + "|" + b; };
+  std::ostringstream os;
+  os << "per epoch (the epochs.csv beside each trace; an epoch with the transition charged to its start):\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%5s %7s %9s %11s %11s %8s %15s %16s %8s\n", "epoch", "frozen", "K x rep",
+                "first (s)", "second (s)", "error", "iter first (ms)", "iter second (ms)", "error");
+  os << line;
+  double sum_a = 0, sum_b = 0, worst = 0, worst_iteration = 0;
+  bool same_frozen = true, same_layout = true;
+  for (const EpochDiff& e : d) {
+    const std::string frozen = both(std::to_string(e.frozen_first), std::to_string(e.frozen_second));
+    const std::string layout = both(std::to_string(e.K_first) + "x" + std::to_string(e.replicas_first),
+                                    std::to_string(e.K_second) + "x" + std::to_string(e.replicas_second));
+    same_frozen = same_frozen && e.frozen_first == e.frozen_second;
+    same_layout = same_layout && e.K_first == e.K_second && e.replicas_first == e.replicas_second;
+    const double err = error(e.first_s, e.second_s), iteration_err = error(e.first_iteration_s, e.second_iteration_s);
+    std::snprintf(line, sizeof line, "%5d %7s %9s %11.3f %11.3f %+7.1f%% %15.3f %16.3f %+7.1f%%\n", e.epoch + 1,
+                  frozen.c_str(), layout.c_str(), e.first_s, e.second_s, err * 100, e.first_iteration_s * 1e3,
+                  e.second_iteration_s * 1e3, iteration_err * 100);
+    os << line;
+    sum_a += e.first_s;
+    sum_b += e.second_s;
+    worst = std::max(worst, std::abs(err));
+    worst_iteration = std::max(worst_iteration, std::abs(iteration_err));
+  }
+  std::snprintf(line, sizeof line, "%5s %7s %9s %11.3f %11.3f %+7.1f%%\n", "all", "", "", sum_a, sum_b,
+                error(sum_a, sum_b) * 100);
+  os << line;
+  std::snprintf(line, sizeof line, "largest |error|: %.1f%% per epoch, %.1f%% per iteration\n", worst * 100,
+                worst_iteration * 100);
+  os << line;
+  if (!same_frozen)
+    os << "the runs froze different layers (first|second): replay the real run's gradient norms "
+          "(planner.freeze_policy = \"replay\") to compare like with like\n";
+  if (!same_layout)
+    os << "the runs' layouts differ (K x replicas, first|second): their iterations are not the same work\n";
   return os.str();
 }
 

@@ -37,4 +37,24 @@ struct TraceDiff {
 // A table for the terminal.
 [[nodiscard]] std::string format_diff(const TraceDiff&, const Trace& first, const Trace& second);
 
+// Two runs' epochs side by side (each run's rows of its trace's mode in an
+// epochs.csv): what an epoch adds to the run, with the transition charged
+// to its start, and its mean iteration.
+struct EpochDiff {
+  int epoch = 0;  // from 0, as epochs.csv counts
+  int frozen_first = 0, frozen_second = 0;
+  int K_first = 0, K_second = 0, replicas_first = 0, replicas_second = 0;
+  double first_s = 0, second_s = 0;  // epoch_s + transition_s
+  double first_iteration_s = 0, second_iteration_s = 0;
+};
+// The epochs both runs have, in order (a run cut short is compared as far
+// as it goes). Throws ep::Error naming the mode when a run has no row of it.
+[[nodiscard]] std::vector<EpochDiff> diff_epochs(const std::vector<EpochMetrics>& first,
+                                                 const std::string& first_mode,
+                                                 const std::vector<EpochMetrics>& second,
+                                                 const std::string& second_mode);
+// A table for the terminal: each epoch's error relative to the second run,
+// the whole run's, and the largest.
+[[nodiscard]] std::string format_epoch_diff(const std::vector<EpochDiff>&);
+
 }  // namespace ep::trace

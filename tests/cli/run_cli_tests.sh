@@ -114,6 +114,7 @@ if [ ! -e "$tmp/sweepbad" ]; then ok; else bad "a sweep with a bad point wrote o
 expect_rc 0 "trace diff" -- "$bin" trace diff "$tmp/sim/trace.json" "$tmp/sim/trace.json"
 expect_text "trace diff table" "forward"
 expect_text "trace diff self is exact" "0.00%"
+expect_text "trace diff per epoch" "largest |error|: 0.0% per epoch, 0.0% per iteration"
 printf '{"traceEvents": [' > "$tmp/broken.json"
 expect_rc 2 "trace diff malformed" -- "$bin" trace diff "$tmp/broken.json" "$tmp/sim/trace.json"
 expect_text "trace diff malformed names the file" "ERROR: $tmp/broken.json"
@@ -158,6 +159,7 @@ expect_rc 0 "simulate replays train's grad norms" -- "$bin" simulate "$fm" "${sm
   --out "$tmp/replay"
 # A simulated and a real trace of the same config align.
 expect_rc 0 "trace diff sim vs exec" -- "$bin" trace diff "$tmp/replay/trace.json" "$tmp/train/trace.json"
+expect_text "trace diff sim vs exec per epoch" "per epoch (the epochs.csv beside each trace"
 # Fine-tuning from the weights a training wrote: a new classifier (head.)
 # keeps its seeded values; another model's file is a config error naming the key.
 # The new task: five held-apart classes, relabelled 0..4 (a 5-way head).

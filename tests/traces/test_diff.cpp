@@ -1,4 +1,5 @@
-// trace diff: alignment by (plan, replica, action) and per-kind error.
+// trace diff: alignment by (plan, replica, action) and per-kind error;
+// epochs side by side.
 #include <catch2/catch.hpp>
 
 #include "traces/diff.hpp"
@@ -77,4 +78,55 @@ TEST_CASE("diff refuses traces with nothing to compare instead of reporting no e
   Trace other = run(1, 1e-3);
   for (Event& e : other.events) e.plan_id = 7;  // another run's plans: nothing in common
   CHECK_THROWS_WITH(diff_traces(run(1, 1e-3), other), Contains("no action of the first trace matches"));
+}
+
+namespace {
+
+EpochMetrics epoch_row(const std::string& mode, int epoch, int frozen, double epoch_s, double transition_s,
+                       double iteration_s, int K = 1, int replicas = 1) {
+  EpochMetrics e;
+  e.mode = mode;
+  e.epoch = epoch;
+  e.frozen_layers = frozen;
+  e.K = K;
+  e.replicas = replicas;
+  e.epoch_s = epoch_s;
+  e.transition_s = transition_s;
+  e.iteration_s = iteration_s;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("epochs diff: each run's rows of its mode, epoch plus transition, as far as both go", "[traces][diff]") {
+  // A simulation of every mode against a real run cut short after 2 epochs.
+  std::vector<EpochMetrics> sim;
+  for (const char* mode : {"baseline", "autocache"})
+    for (int e = 0; e < 3; ++e)
+      sim.push_back(epoch_row(mode, e, mode[0] == 'b' ? 0 : 2 * e, 10.0 - e, e == 0 ? 2.0 : 0.5, 0.1));
+  const std::vector<EpochMetrics> real = {epoch_row("train", 0, 0, 11.0, 1.0, 0.11),
+                                          epoch_row("train", 1, 2, 8.0, 0.5, 0.09)};
+  const std::vector<EpochDiff> d = diff_epochs(sim, "autocache", real, "train");
+  REQUIRE(d.size() == 2);
+  CHECK(d[0].first_s == Approx(12.0));  // 10 s + its 2 s transition
+  CHECK(d[0].second_s == Approx(12.0));
+  CHECK(d[1].first_s == Approx(9.5));
+  CHECK(d[1].second_s == Approx(8.5));
+  CHECK(d[1].frozen_first == 2);
+  CHECK(d[1].second_iteration_s == Approx(0.09));
+  const std::string table = format_epoch_diff(d);
+  CHECK_THAT(table, Catch::Contains("+0.0%"));   // epoch 1
+  CHECK_THAT(table, Catch::Contains("+11.8%"));  // epoch 2: 9.5 against 8.5
+  CHECK_THAT(table, Catch::Contains("+4.9%"));   // the run: 21.5 against 20.5
+  CHECK_THAT(table, Catch::Contains("largest |error|: 11.8% per epoch, 11.1% per iteration"));
+  CHECK_THAT(table, !Catch::Contains("froze different layers") && !Catch::Contains("layouts differ"));
+  // Different decisions and layouts are said, not hidden.
+  const std::string other = format_epoch_diff(diff_epochs(sim, "baseline", real, "train"));
+  CHECK_THAT(other, Catch::Contains("0|2") && Catch::Contains("froze different layers"));
+  const std::vector<EpochMetrics> replicated = {epoch_row("train", 0, 0, 11.0, 1.0, 0.11, 2, 4)};
+  CHECK_THAT(format_epoch_diff(diff_epochs(sim, "autocache", replicated, "train")),
+             Catch::Contains("1x1|2x4") && Catch::Contains("layouts differ"));
+  // A mode a run does not have is an error naming it.
+  CHECK_THROWS_WITH(diff_epochs(sim, "autodp", real, "train"),
+                    Catch::Contains("first run's epochs.csv has no epoch of mode 'autodp'"));
 }

@@ -7,7 +7,7 @@ scripts/setup.sh installs, so the peer is today's PyTorch:
 
     build/torch-venv/bin/python bench/pytorch_peer.py CONFIG [--set section.key=value ...]
         [--device cpu|cuda] [--iterations 30] [--warmup 5] [--repeats 5] [--frozen L[,L...]]
-        [--epochs] [--bf16] [--attention sdpa|matmul] [--compile] [--threads N]
+        [--epochs] [--breakdown] [--bf16] [--attention sdpa|matmul] [--compile] [--threads N]
 
 The batch lives in host memory (pinned on CUDA) and is copied to the device
 with non_blocking at every step, as a training loop with a pinned DataLoader
@@ -24,6 +24,10 @@ throughout, whose state the still-trained parameters keep), timing each
 epoch whole with its first steps, as ElasticPipe's epochs.csv does; only
 the first count has --warmup steps before it. Prints `epoch E frozen L: X
 samples/s` per epoch.
+--breakdown adds, per count, the median forward, backward and optimizer
+step of --iterations more steps, each step waited for and its parts timed
+by CUDA events (on the CPU by the host clock): what ElasticPipe's traced
+iterations record as its forward, backward and optimizer actions.
 --compile compiles the frozen prefix and the trained part with
 torch.compile (forward and backward; the optimizer stays eager), once per
 frozen count. --set overrides a config key as `elasticpipe --set` does (the
@@ -163,20 +167,55 @@ def split_at(layers, n_frozen):
     return frozen, active
 
 
-def make_step(a, frozen, active, opt, dev):
+def make_step(a, frozen, active, opt, dev, mark=lambda: None):
+    """One training step; `mark()` runs between its forward, backward and optimizer step."""
     run_frozen = torch.compile(frozen) if a.compile and len(frozen) else frozen
     run_active = torch.compile(active) if a.compile else active
 
     def step(x, y):
+        mark()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
             with torch.no_grad():
                 h = run_frozen(x)
             loss = F.cross_entropy(run_active(h), y)
+        mark()
         loss.backward()
+        mark()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        mark()
 
     return step
+
+
+def breakdown(a, frozen, active, opt, dev, x, y, sync):
+    """Median ms of the forward, backward and optimizer step over --iterations steps, each timed on
+    the device (CUDA events on the stream; on the CPU the host clock), to set beside ElasticPipe's
+    traced actions (exec.trace_iterations)."""
+    marks = []
+    if dev.type == "cuda":
+        def mark():
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            marks.append(e)
+
+        def elapsed(a_, b_):
+            return a_.elapsed_time(b_)
+    else:
+        def mark():
+            marks.append(time.perf_counter())
+
+        def elapsed(a_, b_):
+            return (b_ - a_) * 1e3
+    step = make_step(a, frozen, active, opt, dev, mark)
+    parts = [[], [], []]
+    for _ in range(a.iterations):
+        marks.clear()
+        step(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
+        sync()
+        for i in range(3):
+            parts[i].append(elapsed(marks[i], marks[i + 1]))
+    return [statistics.median(p) for p in parts]
 
 
 def measure(a, layers, n_frozen, t, x, y, dev, sync):
@@ -201,6 +240,10 @@ def measure(a, layers, n_frozen, t, x, y, dev, sync):
         sync()
         rates.append(a.iterations * B / (time.perf_counter() - t0))
         print(f"repeat {r + 1}: {rates[-1]:.1f} samples/s")
+    if a.breakdown:
+        f, b, o = breakdown(a, frozen, active, opt, dev, x, y, sync)
+        print(f"frozen {n_frozen}: breakdown forward {f:.2f} ms, backward {b:.2f} ms, optimizer {o:.2f} ms "
+              f"(median of {a.iterations} steps, each waited for)")
     del opt
     return statistics.median(rates)
 
@@ -239,6 +282,8 @@ def main():
     ap.add_argument("--epochs", action="store_true",
                     help="one epoch of --iterations steps per --frozen count, in order, each timed whole")
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="after the repeats, time forward, backward and optimizer step apart (device events)")
     ap.add_argument("--attention", choices=["sdpa", "matmul"], default="sdpa")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")

@@ -90,6 +90,9 @@ struct Pipeline::Job {
   std::vector<at::Tensor> stage_grad_sq;
   std::vector<std::vector<int>> stage_grad_layer;
   std::vector<std::vector<ActionRecord>> records;  // per device
+  // Per device on a GPU, a traced iteration's events around each action
+  // (two per action, in records' order), read when the host reads the iteration.
+  std::vector<std::shared_ptr<compat::DeviceMarks>> marks;
   std::vector<std::vector<char>> recomputed;       // per stage, per micro-batch (each written by one worker)
   // Per stage: its launched bucket all-reduces, the flat buffers and where
   // their AllReduce records sit (end time filled in at completion).
@@ -104,9 +107,14 @@ struct Pipeline::Job {
   std::exception_ptr error;
 };
 
+struct Pipeline::Anchors {
+  std::vector<compat::DeviceMarks::Anchor> of_worker;
+};
+
 Pipeline::Pipeline(Model& model, Optimizer& optimizer, PipelineOptions options)
-    : model_(model), optimizer_(optimizer), options_(std::move(options)) {
+    : model_(model), optimizer_(optimizer), options_(std::move(options)), anchors_(std::make_unique<Anchors>()) {
   if (options_.devices.empty()) throw Error("pipeline: no devices");
+  anchors_->of_worker.resize(options_.devices.size());
   for (int d = 0; d < static_cast<int>(options_.devices.size()); ++d)
     workers_.emplace_back([this, d] { worker_main(d); });
 }
@@ -207,6 +215,7 @@ IterationFuture Pipeline::launch(const IterationProgram& program, std::span<cons
   job.stage_grad_sq.resize(schedule.num_stages());
   job.stage_grad_layer.resize(schedule.num_stages());
   job.records.resize(schedule.K);
+  job.marks.resize(schedule.K);
   job.recomputed.assign(schedule.num_stages(), std::vector<char>(schedule.M, 0));
   job.buckets.resize(schedule.num_stages());
   job.bucket_count.assign(schedule.num_stages(), 0);
@@ -227,7 +236,10 @@ IterationFuture Pipeline::launch(const IterationProgram& program, std::span<cons
   IterationFuture future;
   IterationResult& result = future.result_;
   for (const auto& stage : job.recomputed) result.recomputed.emplace_back(stage.begin(), stage.end());
-  for (auto& r : job.records) result.records.insert(result.records.end(), r.begin(), r.end());
+  for (std::size_t d = 0; d < job.records.size(); ++d) {
+    if (job.marks[d]) future.traced_.push_back({job.marks[d], result.records.size(), *job.origin});
+    result.records.insert(result.records.end(), job.records[d].begin(), job.records[d].end());
+  }
   // What the host reads of the iteration, in one copy per device.
   using Gathered = IterationFuture::Gathered;
   auto g = std::make_shared<Gathered>();
@@ -269,6 +281,18 @@ IterationResult IterationFuture::get() {
     return g->parts.at(at.first).host.data_ptr<double>()[at.second + i];
   };
   IterationResult result = std::move(result_);
+  // A GPU's traced actions: their events' host times, now that they have run.
+  for (const Traced& t : traced_) {
+    const std::vector<compat::DeviceMarks::TimePoint> times = t.marks->times();
+    for (std::size_t i = 0; 2 * i + 1 < times.size(); ++i) {
+      ActionRecord& r = result.records.at(t.first_record + i);
+      r.start_s = std::chrono::duration<double>(times[2 * i] - t.origin).count();
+      // A collective completes on its own stream: the OptimizerStep that
+      // waited for it set its end (PendingReduce::completed_at).
+      if (r.action.kind != ActionKind::AllReduce) r.end_s = std::chrono::duration<double>(times[2 * i + 1] - t.origin).count();
+    }
+  }
+  traced_.clear();
   for (std::size_t m = 0; m < g->loss.size(); ++m) {
     if (g->loss[m]) result.loss += value(*g->loss[m]);
     if (g->correct[m]) result.correct += std::llround(value(*g->correct[m]));
@@ -567,22 +591,18 @@ void Pipeline::run_device(int device, Job& job) {
     return;
   }
   // A GPU's work is queued: an event before and after each action times
-  // what the device ran, with one wait for the whole iteration, not one per action.
-  compat::EventClock clock(run.dev, seconds_since(*job.origin));
+  // what the device ran, read when the host reads the iteration
+  // (IterationFuture::get), so tracing neither waits for the device here
+  // nor, but for a new anchor, empties its queue first.
+  anchors_->of_worker[device] = compat::DeviceMarks::renew(run.dev, anchors_->of_worker[device]);
+  auto marks = std::make_shared<compat::DeviceMarks>(run.dev, anchors_->of_worker[device]);
   for (const Action& a : actions) {
-    clock.mark();
+    marks->mark();
     run.run(a);
-    clock.mark();
+    marks->mark();
     records.push_back({a, device, 0, 0});
   }
-  const std::vector<double> t = clock.marks_s();
-  for (std::size_t i = 0; i < actions.size(); ++i) {
-    ActionRecord& r = records[records.size() - actions.size() + i];
-    r.start_s = t[2 * i];
-    // A collective completes on its own stream: the OptimizerStep that
-    // waited for it set its end (PendingReduce::completed_at).
-    if (r.action.kind != ActionKind::AllReduce) r.end_s = t[2 * i + 1];
-  }
+  job.marks[device] = std::move(marks);
 }
 
 at::Tensor Pipeline::infer(const at::Tensor& input) {

@@ -34,6 +34,10 @@
 #include "planner/partition.hpp"
 #include "planner/schedule.hpp"
 
+namespace ep::exec::compat {
+class DeviceMarks;  // exec/torch_compat.hpp
+}  // namespace ep::exec::compat
+
 namespace ep::exec {
 
 class ActivationCache;
@@ -97,8 +101,14 @@ class IterationFuture {
  private:
   friend class Pipeline;
   struct Gathered;
+  struct Traced {  // a GPU's traced actions, their times read by get()
+    std::shared_ptr<compat::DeviceMarks> marks;
+    std::size_t first_record = 0;  // its first action in result_.records
+    std::chrono::steady_clock::time_point origin;
+  };
   IterationResult result_;  // what the host already holds (records, recomputation)
   std::shared_ptr<Gathered> gathered_;
+  std::vector<Traced> traced_;
 };
 
 // Threads and recomputation come with each program (IterationProgram).
@@ -153,6 +163,7 @@ class Pipeline {
  private:
   struct Job;
   struct DeviceRun;  // one device's actions of one iteration, a handler per kind
+  struct Anchors;    // per worker: the event its traced iterations are timed from
   void worker_main(int device);
   void run_device(int device, Job& job);
 
@@ -166,6 +177,7 @@ class Pipeline {
   GradientReducer* reducer_ = nullptr;
 
   // Worker pool: one persistent thread per device.
+  std::unique_ptr<Anchors> anchors_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -202,6 +203,66 @@ class EventClock {
 #if TORCH_VERSION_MAJOR >= 2
   std::vector<c10::Event> events_;  // [0]: the anchor
 #endif
+};
+
+// Events on a device's stream read on the host's clock after the fact:
+// each one's time is an anchor's (an event recorded where the device's
+// queue was empty, at a known host time) plus the device's time since it.
+// One anchor serves kAnchorSpan_s of marks (elapsed times are float ms:
+// within a microsecond over that span), so timing an iteration neither
+// empties the queue before it nor waits for it after; only a new anchor
+// does. CUDA only; 1.13 builds are CPU-only.
+class DeviceMarks {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  struct Anchor {
+    std::shared_ptr<c10::Event> event;
+    TimePoint host;
+  };
+  static constexpr double kAnchorSpan_s = 10;
+
+  // `anchor` while it is younger than kAnchorSpan_s, else a new one.
+  static Anchor renew(const c10::Device& device, Anchor anchor) {
+#if TORCH_VERSION_MAJOR >= 2
+    if (anchor.event && std::chrono::duration<double>(std::chrono::steady_clock::now() - anchor.host).count() <
+                            kAnchorSpan_s)
+      return anchor;
+    synchronize(device);
+    auto event = std::make_shared<c10::Event>(device.type(), c10::EventFlag::BACKEND_DEFAULT);
+    event->record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+    return {std::move(event), std::chrono::steady_clock::now()};
+#else
+    (void)anchor;
+    throw Error("timing a " + device.str() + " device needs a torch 2.x build");
+#endif
+  }
+
+  DeviceMarks(const c10::Device& device, Anchor anchor) : device_(device), anchor_(std::move(anchor)) {}
+  // An event at this point of the device's current stream.
+  void mark() {
+#if TORCH_VERSION_MAJOR >= 2
+    events_.emplace_back(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+    events_.back().record(c10::impl::getDeviceGuardImpl(device_.type())->getStream(device_));
+#endif
+  }
+  // The host-clock time of each mark, in order; waits until the device has
+  // passed the last.
+  [[nodiscard]] std::vector<TimePoint> times() const {
+    std::vector<TimePoint> t;
+#if TORCH_VERSION_MAJOR >= 2
+    if (events_.empty()) return t;
+    wait(events_.back());
+    for (const c10::Event& e : events_)
+      t.push_back(anchor_.host + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                     std::chrono::duration<double>(anchor_.event->elapsedTime(e) / 1000.0)));
+#endif
+    return t;
+  }
+
+ private:
+  c10::Device device_;
+  Anchor anchor_;
+  std::vector<c10::Event> events_;
 };
 
 // `device`'s current stream held busy for about `seconds` by a kernel that

@@ -179,6 +179,36 @@ TEST_CASE("CUDA: a traced iteration times each action by events: in order, insid
   }
 }
 
+TEST_CASE("CUDA: a traced iteration is queued like any other: launch returns before the device runs it", "[cuda]") {
+  if (no_gpu()) return;
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); };
+  const ModelConfig m = testing::tiny(ModelFamily::ViT);
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({8, m.num_channels, m.image_size, m.image_size});
+  const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
+  const at::Device gpu(at::kCUDA, 0);
+  Model model(m, 7);
+  exec::Optimizer opt(testing::sgd());
+  Pipeline pipe(model, opt, {{gpu}, false});
+  Partition one;
+  one.bounds = {0, model.num_sublayers()};
+  pipe.configure(one, 1, 1);
+  const IterationProgram program = testing::program_of(one_f_one_b(1, 4));
+  const std::vector<MicroBatch> batches = split(x, y, 4);
+  const auto origin = Clock::now();
+  (void)pipe.run(program, batches, 8, 0, origin);  // the device's clock anchored
+  compat::hold_stream(gpu, 0.2);                   // the device busy for 0.2 s
+  const auto t0 = Clock::now();
+  const double launched_at = std::chrono::duration<double>(t0 - origin).count();
+  IterationFuture queued = pipe.launch(program, batches, 8, 0, origin);
+  CHECK(since(t0) < 0.1);  // not waited for
+  const IterationResult r = queued.get();
+  CHECK(since(t0) > 0.15);
+  REQUIRE(r.records.size() == 8);
+  for (const ActionRecord& a : r.records) CHECK(a.start_s > launched_at + 0.15);  // ran after the hold
+}
+
 TEST_CASE("CUDA: the optimizer's fused steps on the GPU equal its steps on the CPU", "[cuda]") {
   if (no_gpu()) return;
   for (const ep::Optimizer kind : {ep::Optimizer::SGD, ep::Optimizer::Adam, ep::Optimizer::AdamW}) {

@@ -162,49 +162,6 @@ inline void wait(const c10::Event& event) {
 #endif
 }
 
-// Times a device's queued work by events on its current stream, converted
-// to the host clock through an anchor taken where the queue is empty: a
-// recorded time is when the device reached that point, with no wait per
-// mark. CUDA only (on the CPU an operation has finished when it returns,
-// so the host clock times it); 1.13 builds are CPU-only.
-class EventClock {
- public:
-  // Waits for the device's queued work, then anchors at `host_now_s`.
-  EventClock(const c10::Device& device, double host_now_s) : device_(device), anchor_s_(host_now_s) {
-#if TORCH_VERSION_MAJOR >= 2
-    synchronize(device);
-    mark();
-#else
-    throw Error("timing a " + device.str() + " device needs a torch 2.x build");
-#endif
-  }
-  // An event at this point of the device's stream.
-  void mark() {
-#if TORCH_VERSION_MAJOR >= 2
-    events_.emplace_back(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
-    events_.back().record(c10::impl::getDeviceGuardImpl(device_.type())->getStream(device_));
-#endif
-  }
-  // Host-clock seconds of each mark() in order; waits for the last one.
-  [[nodiscard]] std::vector<double> marks_s() const {
-    std::vector<double> t;
-#if TORCH_VERSION_MAJOR >= 2
-    if (events_.size() < 2) return t;
-    events_.back().synchronize();
-    for (std::size_t i = 1; i < events_.size(); ++i)
-      t.push_back(anchor_s_ + events_.front().elapsedTime(events_[i]) / 1000.0);
-#endif
-    return t;
-  }
-
- private:
-  c10::Device device_;
-  double anchor_s_;
-#if TORCH_VERSION_MAJOR >= 2
-  std::vector<c10::Event> events_;  // [0]: the anchor
-#endif
-};
-
 // Events on a device's stream read on the host's clock after the fact:
 // each one's time is an anchor's (an event recorded where the device's
 // queue was empty, at a known host time) plus the device's time since it.

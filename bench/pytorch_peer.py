@@ -218,27 +218,30 @@ def breakdown(a, frozen, active, opt, dev, x, y, sync):
     return [statistics.median(p) for p in parts]
 
 
+def run_steps(step, x, y, dev, sync, n):
+    """Samples/s of n steps, the device waited for at the end."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
+    sync()
+    return n * x.shape[0] / (time.perf_counter() - t0)
+
+
 def measure(a, layers, n_frozen, t, x, y, dev, sync):
     """Samples/s per repeat with the stem and the first n_frozen layers frozen."""
     frozen, active = split_at(layers, n_frozen)
     opt = optimizer(t, list(active.parameters()))
     step = make_step(a, frozen, active, opt, dev)
-    B = x.shape[0]
     rates = []
     for r in range(a.repeats):
-        t0 = time.perf_counter()
         warm = a.warmup if r == 0 else 1
-        for _ in range(warm):
-            step(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
-        sync()
+        t0 = time.perf_counter()
+        if warm:
+            run_steps(step, x, y, dev, sync, warm)
         if r == 0:
             print(f"frozen {n_frozen}: warm-up, {warm} iterations in {time.perf_counter() - t0:.2f} s"
                   f"{' (compilation included)' if a.compile else ''}")
-        t0 = time.perf_counter()
-        for _ in range(a.iterations):
-            step(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
-        sync()
-        rates.append(a.iterations * B / (time.perf_counter() - t0))
+        rates.append(run_steps(step, x, y, dev, sync, a.iterations))
         print(f"repeat {r + 1}: {rates[-1]:.1f} samples/s")
     if a.breakdown:
         f, b, o = breakdown(a, frozen, active, opt, dev, x, y, sync)
@@ -253,19 +256,12 @@ def measure_epochs(a, layers, counts, t, x, y, dev, sync):
     runs them in one process: one optimizer throughout (a frozen parameter gets no gradient, so the
     optimizer skips it and keeps the others' state), each epoch timed whole, its first steps included."""
     opt = optimizer(t, [p for mod in layers for p in mod.parameters()])
-    B = x.shape[0]
     rates = []
     for i, n in enumerate(counts):
         step = make_step(a, *split_at(layers, n), opt, dev)
-        if i == 0:
-            for _ in range(a.warmup):
-                step(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
-            sync()
-        t0 = time.perf_counter()
-        for _ in range(a.iterations):
-            step(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
-        sync()
-        rates.append(a.iterations * B / (time.perf_counter() - t0))
+        if i == 0 and a.warmup:
+            run_steps(step, x, y, dev, sync, a.warmup)
+        rates.append(run_steps(step, x, y, dev, sync, a.iterations))
         print(f"epoch {i + 1} frozen {n}: {rates[-1]:.1f} samples/s")
     return rates
 

@@ -152,21 +152,31 @@ TEST_CASE("CUDA: batches loaded ahead onto the GPU equal the host's, and train t
   CHECK(loss({gpu, gpu}, on_gpu) == Approx(loss({at::kCPU, at::kCPU}, on_cpu)).epsilon(1e-4));
 }
 
+// The tiny ViT as one stage on GPU 0, and a batch of 8 in 4 micro-batches.
+struct OneStageOnGpu {
+  ModelConfig m = testing::tiny(ModelFamily::ViT);
+  at::Device gpu{at::kCUDA, 0};
+  Model model{m, 7};
+  exec::Optimizer opt{testing::sgd()};
+  Pipeline pipe{model, opt, {{gpu}, false}};
+  IterationProgram program = testing::program_of(one_f_one_b(1, 4));
+  std::vector<MicroBatch> batches;
+  OneStageOnGpu() {
+    at::manual_seed(4);
+    const at::Tensor x = at::randn({8, m.num_channels, m.image_size, m.image_size});
+    const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
+    batches = split(x, y, 4);
+    Partition one;
+    one.bounds = {0, model.num_sublayers()};
+    pipe.configure(one, 1, 1);
+  }
+};
+
 TEST_CASE("CUDA: a traced iteration times each action by events: in order, inside the host's window", "[cuda]") {
   if (no_gpu()) return;
-  const ModelConfig m = testing::tiny(ModelFamily::ViT);
-  at::manual_seed(4);
-  const at::Tensor x = at::randn({8, m.num_channels, m.image_size, m.image_size});
-  const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
-  const at::Device gpu(at::kCUDA, 0);
-  Model model(m, 7);
-  exec::Optimizer opt(testing::sgd());
-  Pipeline pipe(model, opt, {{gpu}, false});
-  Partition one;
-  one.bounds = {0, model.num_sublayers()};
-  pipe.configure(one, 1, 1);
+  OneStageOnGpu s;
   const auto origin = std::chrono::steady_clock::now();
-  const IterationResult r = pipe.run(testing::program_of(one_f_one_b(1, 4)), split(x, y, 4), 8, 0, origin);
+  const IterationResult r = s.pipe.run(s.program, s.batches, 8, 0, origin);
   const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count();
   REQUIRE(r.records.size() == 8);  // 4 forwards, 4 backwards
   double last_end = 0;
@@ -183,25 +193,13 @@ TEST_CASE("CUDA: a traced iteration is queued like any other: launch returns bef
   if (no_gpu()) return;
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); };
-  const ModelConfig m = testing::tiny(ModelFamily::ViT);
-  at::manual_seed(4);
-  const at::Tensor x = at::randn({8, m.num_channels, m.image_size, m.image_size});
-  const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
-  const at::Device gpu(at::kCUDA, 0);
-  Model model(m, 7);
-  exec::Optimizer opt(testing::sgd());
-  Pipeline pipe(model, opt, {{gpu}, false});
-  Partition one;
-  one.bounds = {0, model.num_sublayers()};
-  pipe.configure(one, 1, 1);
-  const IterationProgram program = testing::program_of(one_f_one_b(1, 4));
-  const std::vector<MicroBatch> batches = split(x, y, 4);
+  OneStageOnGpu s;
   const auto origin = Clock::now();
-  (void)pipe.run(program, batches, 8, 0, origin);  // the device's clock anchored
-  compat::hold_stream(gpu, 0.2);                   // the device busy for 0.2 s
+  (void)s.pipe.run(s.program, s.batches, 8, 0, origin);  // the device's clock anchored
+  compat::hold_stream(s.gpu, 0.2);                       // the device busy for 0.2 s
   const auto t0 = Clock::now();
   const double launched_at = std::chrono::duration<double>(t0 - origin).count();
-  IterationFuture queued = pipe.launch(program, batches, 8, 0, origin);
+  IterationFuture queued = s.pipe.launch(s.program, s.batches, 8, 0, origin);
   CHECK(since(t0) < 0.1);  // not waited for
   const IterationResult r = queued.get();
   CHECK(since(t0) > 0.15);

@@ -62,13 +62,13 @@ double median_device_seconds(const c10::Device& device, int runs, Run&& run) {
 // Compute as a training iteration runs it: on a GPU the host queues each
 // kernel while earlier ones run, so none waits for its launch, and a
 // device timed from an empty queue counts the launches of a short run (at
-// micro-batches of 32 on an H200, iterations predicted from sublayers timed
-// that way came out 1.5x the measured ones). Here a spin kernel holds the stream while the host
-// queues `run` (1.5x the host's previous queuing time), and events around
-// `run` time its kernels alone. A run the host queues more slowly than the
-// device runs it takes the host's time: the slower of the two (so `run`
-// must not wait for the device, or its wait for the spin is counted). On
-// the CPU, as median_device_seconds.
+// micro-batches of 32 on an H200, iterations predicted from sublayers
+// timed that way came out 1.5x the measured ones). Here a spin kernel
+// holds the stream while the host queues `run` (1.5x the host's previous
+// queuing time), and events around `run` time its kernels alone. A run
+// the host queues more slowly than the device runs it takes the host's
+// time: the slower of the two (so `run` must not wait for the device, or
+// its wait for the spin is counted). On the CPU, as median_device_seconds.
 template <class Prepare, class Run>
 double median_compute_seconds(const c10::Device& device, int runs, Prepare&& prepare, Run&& run) {
   if (!device.is_cuda()) return median_device_seconds(device, runs, prepare, run);

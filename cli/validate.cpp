@@ -38,7 +38,6 @@ int run_validate(const ValidateArgs& a) {
   // Lowered for this machine's cores: the thread counts the executor runs them with.
   const PlanContext ctx(config, fitted, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const std::vector<ValidationPlan> plans = validation_plans(ctx);
-  exec::check_measurable(config, plans);
   std::vector<IterationProgram> programs;
   for (const ValidationPlan& p : plans) programs.push_back(p.program);
   // Passes over all plans, alternately forward and backward, so that each

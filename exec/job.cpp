@@ -158,11 +158,10 @@ MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool 
       else std::fill_n(out + i * numel, numel, T{0});
     }
   };
-  if (!with_input) {
-  } else if (d.kind == SampleKind::Image) {
+  if (with_input && d.kind == SampleKind::Image) {
     mb.input = at::empty({n, d.channels, d.height, d.width}, host(at::kFloat));
     fill(d.pixels, mb.input.data_ptr<float>());
-  } else {
+  } else if (with_input) {
     mb.input = at::empty({n, d.seq_length}, host(at::kLong));
     fill(d.tokens, mb.input.data_ptr<std::int64_t>());
   }

@@ -107,14 +107,9 @@ struct Pipeline::Job {
   std::exception_ptr error;
 };
 
-struct Pipeline::Anchors {
-  std::vector<compat::DeviceMarks::Anchor> of_worker;
-};
-
 Pipeline::Pipeline(Model& model, Optimizer& optimizer, PipelineOptions options)
-    : model_(model), optimizer_(optimizer), options_(std::move(options)), anchors_(std::make_unique<Anchors>()) {
+    : model_(model), optimizer_(optimizer), options_(std::move(options)) {
   if (options_.devices.empty()) throw Error("pipeline: no devices");
-  anchors_->of_worker.resize(options_.devices.size());
   for (int d = 0; d < static_cast<int>(options_.devices.size()); ++d)
     workers_.emplace_back([this, d] { worker_main(d); });
 }
@@ -594,8 +589,9 @@ void Pipeline::run_device(int device, Job& job) {
   // what the device ran, read when the host reads the iteration
   // (IterationFuture::get), so tracing neither waits for the device here
   // nor, but for a new anchor, empties its queue first.
-  anchors_->of_worker[device] = compat::DeviceMarks::renew(run.dev, anchors_->of_worker[device]);
-  auto marks = std::make_shared<compat::DeviceMarks>(run.dev, anchors_->of_worker[device]);
+  thread_local compat::DeviceMarks::Anchor anchor;  // this worker's
+  anchor = compat::DeviceMarks::renew(run.dev, anchor);
+  auto marks = std::make_shared<compat::DeviceMarks>(run.dev, anchor);
   for (const Action& a : actions) {
     marks->mark();
     run.run(a);

@@ -163,7 +163,6 @@ class Pipeline {
  private:
   struct Job;
   struct DeviceRun;  // one device's actions of one iteration, a handler per kind
-  struct Anchors;    // per worker: the event its traced iterations are timed from
   void worker_main(int device);
   void run_device(int device, Job& job);
 
@@ -177,7 +176,6 @@ class Pipeline {
   GradientReducer* reducer_ = nullptr;
 
   // Worker pool: one persistent thread per device.
-  std::unique_ptr<Anchors> anchors_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable cv_;

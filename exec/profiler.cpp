@@ -322,8 +322,6 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
 
 namespace {
 
-// One replica's median iteration of the plan's program; with `dist`, its
-// gradients are all-reduced with the other replicas (rank `rank`).
 // Replica `rank`'s K stages on devices of their own: GPUs rank * K + k on
 // CUDA (check_measurable saw that many visible), its NCCL lanes on them.
 std::vector<at::Device> replica_devices(const Config& c, int K, int rank) {
@@ -334,6 +332,8 @@ std::vector<at::Device> replica_devices(const Config& c, int K, int rank) {
   return devices;
 }
 
+// One replica's median iteration of the plan's program; with `dist`, its
+// gradients are all-reduced with the other replicas (rank `rank`).
 double measure_replica(const Config& c, const ValidationPlan& plan, int iterations, Dist* dist, int rank) {
   const IterationSetup& s = plan.program.setup;
   Model model(c.model, c.training.seed);
@@ -376,8 +376,7 @@ double measure_replica(const Config& c, const ValidationPlan& plan, int iteratio
   return t;
 }
 
-}  // namespace
-
+// Every plan's stages and replicas on GPUs of their own (or the CPU).
 void check_measurable(const Config& c, const std::vector<ValidationPlan>& plans) {
   const int visible = check_device(c);
   for (const ValidationPlan& plan : plans) {
@@ -389,6 +388,8 @@ void check_measurable(const Config& c, const std::vector<ValidationPlan>& plans)
                   ": validate where they are visible, or set cluster.gpus_per_node to " + std::to_string(visible));
   }
 }
+
+}  // namespace
 
 std::vector<double> measure_iterations(const Config& c, const std::vector<ValidationPlan>& plans, int iterations) {
   check_measurable(c, plans);

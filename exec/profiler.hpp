@@ -45,11 +45,9 @@ struct ProfileOptions {
 // loopback (the same all-reduce code and core sharing as one process per
 // replica), `iterations` timed after one warm-up (and its fill program
 // first when it reads the cache): the slowest replica's median seconds per
-// iteration.
-// What measure_iterations refuses, before any work: a device this process
-// cannot use, and on CUDA plans whose stages and replicas would share a GPU
-// (they would time something no plan describes).
-void check_measurable(const Config& config, const std::vector<ValidationPlan>& plans);
+// iteration. Refused before any work: a device this process cannot use,
+// and on CUDA plans whose stages and replicas would share a GPU (they would
+// time something no plan describes).
 
 [[nodiscard]] std::vector<double> measure_iterations(const Config& config, const std::vector<ValidationPlan>& plans,
                                                      int iterations);

@@ -162,6 +162,15 @@ inline void wait(const c10::Event& event) {
 #endif
 }
 
+#if TORCH_VERSION_MAJOR >= 2
+// A timing event recorded now on `device`'s current stream.
+inline c10::Event recorded_event(const c10::Device& device) {
+  c10::Event e(device.type(), c10::EventFlag::BACKEND_DEFAULT);
+  e.record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+  return e;
+}
+#endif
+
 // Events on a device's stream read on the host's clock after the fact:
 // each one's time is an anchor's (an event recorded where the device's
 // queue was empty, at a known host time) plus the device's time since it.
@@ -181,12 +190,10 @@ class DeviceMarks {
   // `anchor` while it is younger than kAnchorSpan_s, else a new one.
   static Anchor renew(const c10::Device& device, Anchor anchor) {
 #if TORCH_VERSION_MAJOR >= 2
-    if (anchor.event && std::chrono::duration<double>(std::chrono::steady_clock::now() - anchor.host).count() <
-                            kAnchorSpan_s)
+    if (anchor.event && std::chrono::duration<double>(std::chrono::steady_clock::now() - anchor.host).count() < kAnchorSpan_s)
       return anchor;
     synchronize(device);
-    auto event = std::make_shared<c10::Event>(device.type(), c10::EventFlag::BACKEND_DEFAULT);
-    event->record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+    auto event = std::make_shared<c10::Event>(recorded_event(device));
     return {std::move(event), std::chrono::steady_clock::now()};
 #else
     (void)anchor;
@@ -198,8 +205,7 @@ class DeviceMarks {
   // An event at this point of the device's current stream.
   void mark() {
 #if TORCH_VERSION_MAJOR >= 2
-    events_.emplace_back(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
-    events_.back().record(c10::impl::getDeviceGuardImpl(device_.type())->getStream(device_));
+    events_.push_back(recorded_event(device_));
 #endif
   }
   // The host-clock time of each mark, in order; waits until the device has
@@ -234,11 +240,9 @@ inline void hold_stream(const c10::Device& device, double seconds) {
     constexpr std::int64_t kCycles = 20'000'000;  // ~10 ms at 2 GHz
     at::cuda::sleep(1000);                        // loads the kernel
     synchronize(device);
-    const c10::Stream stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
-    c10::Event a(device.type(), c10::EventFlag::BACKEND_DEFAULT), b(device.type(), c10::EventFlag::BACKEND_DEFAULT);
-    a.record(stream);
+    const c10::Event a = recorded_event(device);
     at::cuda::sleep(kCycles);
-    b.record(stream);
+    const c10::Event b = recorded_event(device);
     b.synchronize();
     cycles_per_s = static_cast<double>(kCycles) / (a.elapsedTime(b) / 1000.0);
   });
@@ -261,13 +265,11 @@ QueuedTime queued_seconds(const c10::Device& device, double hold_s, Run&& run) {
   synchronize(device);
   hold_stream(device, hold_s);
 #if TORCH_VERSION_MAJOR >= 2
-  const c10::Stream stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
-  c10::Event start(device.type(), c10::EventFlag::BACKEND_DEFAULT), end(device.type(), c10::EventFlag::BACKEND_DEFAULT);
-  start.record(stream);
+  const c10::Event start = recorded_event(device);
   const auto t0 = std::chrono::steady_clock::now();
   run();
   const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  end.record(stream);
+  const c10::Event end = recorded_event(device);
   end.synchronize();
   return {start.elapsedTime(end) / 1000.0, host_s};
 #else

@@ -38,7 +38,6 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
       node_(env_.rank / c.cluster.gpus_per_node),
       leader_(env_.rank % c.cluster.gpus_per_node == 0),
       timeline_(c, env_, cores_) {
-  loader_ = std::make_unique<BatchLoader>(data_.train);
   if (env_.world_size > 1)
     dist_ = std::make_unique<Dist>(env_, std::chrono::milliseconds(static_cast<std::int64_t>(
                                              c.exec.collective_timeout_s * 1000)));
@@ -148,7 +147,7 @@ void Trainer::request_next_epoch(const IterationProgram& program, int ppn, int l
   if (following >= c_.training.epochs) return;
   next_order_ = node_order(sampler_, node_, following);
   next_order_epoch_ = following;
-  loader_->request(batch_request(replica_batch(next_order_, 0, ppn, local, batch),
+  loader_.request(batch_request(replica_batch(next_order_, 0, ppn, local, batch),
                                  following < plan_->end_epoch ? plan_->program_for(following) : program));
 }
 
@@ -235,9 +234,9 @@ void Trainer::train_epoch() {
     Launched l;
     l.start = Clock::now();
     l.idx = replica_batch(order, next, ppn, local, batch);
-    const std::vector<MicroBatch> batches = loader_->take(batch_request(l.idx, program));
+    const std::vector<MicroBatch> batches = loader_.take(batch_request(l.idx, program));
     if (next + slot_step < slots)
-      loader_->request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program));
+      loader_.request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program));
     else
       request_next_epoch(program, ppn, local, batch);
     if (prefetch)  // the sampler's next window, read ahead by the kernel

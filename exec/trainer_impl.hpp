@@ -111,7 +111,7 @@ class Trainer final : RunBackend {
   // Across epochs: the last iteration of an epoch starts assembling the
   // next epoch's first batch (and its sampler order), so the device does
   // not wait for it after the evaluation and the freeze step.
-  std::unique_ptr<BatchLoader> loader_;
+  BatchLoader loader_{data_.train};
   int next_order_epoch_ = -1;
   std::vector<std::int64_t> next_order_;
   std::vector<std::int64_t> entry_shape_;

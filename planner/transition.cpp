@@ -103,8 +103,9 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
   // The executor meets a first slow iteration whenever the frozen count or
   // the partition changes (what runs without autograd changes, and with it
   // the kernels and the allocations), so it is charged for both.
-  t.warmup_s = moved || prev->frozen_layers != plan.frozen_layers ? k.pipeline_warmup_s : 0.0;
-  if (plan.frozen_layers != prev->frozen_layers && probes_cache(ctx.config, plan.frozen_layers))
+  const bool refrozen = plan.frozen_layers != prev->frozen_layers;
+  t.warmup_s = moved || refrozen ? k.pipeline_warmup_s : 0.0;
+  if (refrozen && probes_cache(ctx.config, plan.frozen_layers))
     t.cache_probe_s = predict_cache_probe_s(ctx.config, ctx.spec, cost, plan.frozen_layers, ctx.config.training.batch_size);
   return t;
 }

@@ -54,25 +54,15 @@ double period_without_comm(const PlanContext& ctx, const IterationProgram& p) {
 }
 
 // The overhead before a plan's first epoch, in the parts SPEC §7's
-// transition table dissects: the planner's moves of weights and state run on
-// the simulated network; AutoCache's probe, creating device contexts,
-// rebuilding DDP and warming the new pipeline up as the planner predicts them.
-struct Transition {
-  double probe_s = 0;
-  double weights_s = 0;
-  double contexts_s = 0;
-  double ddp_s = 0;
-  double warmup_s = 0;
-  [[nodiscard]] double total_s() const { return probe_s + weights_s + contexts_s + ddp_s + warmup_s; }
-};
-
-Transition transition(const PlanContext& ctx, const Plan* prev, const Plan& plan, Simulator& sim) {
-  const TransitionCost t = predict_transition(ctx, prev, plan);
-  if (!prev || t.total_s() == 0) return {t.cache_probe_s, 0.0, t.contexts_s, t.rebuild_s, t.warmup_s};
+// transition table dissects, as the planner predicts them, but for the
+// moves of weights and state: those run on the simulated network.
+TransitionCost transition(const PlanContext& ctx, const Plan* prev, const Plan& plan, Simulator& sim) {
+  TransitionCost t = predict_transition(ctx, prev, plan);
+  if (!prev || t.total_s() == 0) return t;
   std::vector<Simulator::Transfer> transfers;
   for (const StateMove& m : state_moves(ctx, *prev, plan)) transfers.push_back({m.src_gpu, m.dst_gpu, m.bytes});
-  return {t.cache_probe_s, transfers.empty() ? 0.0 : sim.run_transfers(transfers), t.contexts_s, t.rebuild_s,
-          t.warmup_s};
+  t.state_s = transfers.empty() ? 0.0 : sim.run_transfers(transfers);
+  return t;
 }
 
 // Steady-state periods: the last iteration of warm-up + measured ones,
@@ -105,13 +95,13 @@ std::vector<std::pair<double, Measured>> steady_periods(Runner& runner, const Pl
 }
 
 // One "transition" span per GPU of the new layout, the parts nested in it.
-void add_transition_events(trace::Trace& t, const Config& c, const Plan& p, const Plan* prev, const Transition& tr,
+void add_transition_events(trace::Trace& t, const Config& c, const Plan& p, const Plan* prev, const TransitionCost& tr,
                            double start) {
   const std::string name = prev ? "transition K " + std::to_string(prev->K) + "->" + std::to_string(p.K)
                                 : "initialisation K=" + std::to_string(p.K);
   const std::pair<const char*, double> parts[] = {
-      {"cache probe", tr.probe_s}, {"weights", tr.weights_s}, {"contexts", tr.contexts_s},
-      {"ddp", tr.ddp_s},           {"warmup", tr.warmup_s}};
+      {"cache probe", tr.cache_probe_s}, {"weights", tr.state_s}, {"contexts", tr.contexts_s},
+      {"ddp", tr.rebuild_s},             {"warmup", tr.warmup_s}};
   const int I = c.cluster.gpus_per_node;
   for (const auto& r : p.layout.replica)
     for (int gpu : r.gpus) {
@@ -270,7 +260,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   // the plans are then walked in order.
   std::future<std::vector<trace::Trace>> traces =
       std::async(std::launch::async, [&] { return runner.trace(ctx, to_trace.programs, to_trace.plan_ids); });
-  std::vector<std::future<Transition>> transitions;
+  std::vector<std::future<TransitionCost>> transitions;
   for (std::size_t pi = 0; pi < plans.size(); ++pi)
     transitions.push_back(std::async(std::launch::async, [&, pi] {
       return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim);
@@ -287,7 +277,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     ps.plan_id = p.id;
     ps.steady = steady_states[pi].second.sim;
     ps.exposed_comm_s = std::max(0.0, p.iteration_s - period_without_comm(ctx, p.program));
-    const Transition tr = transitions[pi].get();
+    const TransitionCost tr = transitions[pi].get();
     ps.transition_s = tr.total_s();
     if (to_trace.is_traced[pi]) {
       // After the transition's parts.

@@ -589,7 +589,7 @@ void Pipeline::run_device(int device, Job& job) {
   // what the device ran, read when the host reads the iteration
   // (IterationFuture::get), so tracing neither waits for the device here
   // nor, but for a new anchor, empties its queue first.
-  thread_local compat::DeviceMarks::Anchor anchor;  // this worker's
+  thread_local compat::DeviceMarks::Anchor anchor;  // this worker's, renewed when its device changes
   anchor = compat::DeviceMarks::renew(run.dev, anchor);
   auto marks = std::make_shared<compat::DeviceMarks>(run.dev, anchor);
   for (const Action& a : actions) {

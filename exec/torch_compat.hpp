@@ -183,18 +183,20 @@ class DeviceMarks {
   using TimePoint = std::chrono::steady_clock::time_point;
   struct Anchor {
     std::shared_ptr<c10::Event> event;
+    c10::Device device = c10::kCPU;
     TimePoint host;
   };
   static constexpr double kAnchorSpan_s = 10;
 
-  // `anchor` while it is younger than kAnchorSpan_s, else a new one.
+  // `anchor` while it is on `device` and younger than kAnchorSpan_s, else a new one.
   static Anchor renew(const c10::Device& device, Anchor anchor) {
 #if TORCH_VERSION_MAJOR >= 2
-    if (anchor.event && std::chrono::duration<double>(std::chrono::steady_clock::now() - anchor.host).count() < kAnchorSpan_s)
+    if (anchor.event && anchor.device == device &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - anchor.host).count() < kAnchorSpan_s)
       return anchor;
     synchronize(device);
     auto event = std::make_shared<c10::Event>(recorded_event(device));
-    return {std::move(event), std::chrono::steady_clock::now()};
+    return {std::move(event), device, std::chrono::steady_clock::now()};
 #else
     (void)anchor;
     throw Error("timing a " + device.str() + " device needs a torch 2.x build");

@@ -40,18 +40,25 @@ double seconds_of(const c10::Device& device, Run&& run) {
   return std::chrono::duration<double>(marks.times().back() - empty.host).count();
 }
 
+// `prepare` untimed, then `timed()` (its seconds), kWarmupRuns + `runs`
+// times (at least one timed): the median of the timed ones.
+template <class Prepare, class Timed>
+double median_of_runs(int runs, Prepare&& prepare, Timed&& timed) {
+  std::vector<double> t;
+  for (int i = 0; i < kWarmupRuns + std::max(1, runs); ++i) {
+    prepare();
+    const double s = timed();
+    if (i >= kWarmupRuns) t.push_back(s);
+  }
+  return median(std::move(t));
+}
+
 // `prepare` runs untimed before every run (e.g. the forward before a timed
 // backward); `run` is on `device`'s clock. Median seconds of `runs` timed
 // runs (at least one) after kWarmupRuns.
 template <class Prepare, class Run>
 double median_device_seconds(const c10::Device& device, int runs, Prepare&& prepare, Run&& run) {
-  std::vector<double> t;
-  for (int i = 0; i < kWarmupRuns + std::max(1, runs); ++i) {
-    prepare();
-    const double s = seconds_of(device, run);
-    if (i >= kWarmupRuns) t.push_back(s);
-  }
-  return median(std::move(t));
+  return median_of_runs(runs, prepare, [&] { return seconds_of(device, run); });
 }
 
 template <class Run>
@@ -73,15 +80,12 @@ template <class Prepare, class Run>
 double median_compute_seconds(const c10::Device& device, int runs, Prepare&& prepare, Run&& run) {
   if (!device.is_cuda()) return median_device_seconds(device, runs, prepare, run);
   constexpr double kMaxHold_s = 0.1, kMinHold_s = 1e-4;
-  std::vector<double> t;
-  double host_s = 0;
-  for (int i = 0; i < kWarmupRuns + std::max(1, runs); ++i) {
-    prepare();
+  double host_s = 0;  // the last run's queuing time
+  return median_of_runs(runs, prepare, [&] {
     const compat::QueuedTime q = compat::queued_seconds(device, std::min(kMaxHold_s, 1.5 * host_s + kMinHold_s), run);
     host_s = q.host_s;
-    if (i >= kWarmupRuns) t.push_back(std::max(q.device_s, q.host_s));
-  }
-  return median(std::move(t));
+    return std::max(q.device_s, q.host_s);
+  });
 }
 
 template <class Run>

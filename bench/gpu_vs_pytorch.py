@@ -29,8 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
+
+from config_set import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,27 +48,6 @@ SMOKE_SETS = [
 def fail(msg):
     print("ERROR: " + msg, file=sys.stderr)
     sys.exit(2)
-
-
-def effective_config(path, sets):
-    """The config's keys this bench reads, after the --set overrides."""
-    try:
-        with open(path, "rb") as f:
-            cfg = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        fail(f"{path}: {e}")
-    for s in sets:
-        key, _, text = s.partition("=")
-        try:
-            value = tomllib.loads("v = " + text)["v"]
-        except tomllib.TOMLDecodeError:
-            value = text
-        *parts, last = key.split(".")
-        node = cfg
-        for p in parts:
-            node = node.setdefault(p, {})
-        node[last] = value
-    return cfg
 
 
 def median(values):
@@ -136,16 +116,18 @@ class Bench:
             e["warmup_s"] = warmup.get(int(e["epoch"]))
         return epochs
 
-    def peer(self, name, frozen, compile_=False, timeout=None):
+    def peer_cmd(self, frozen, *options):
         cmd = [self.a.python, str(ROOT / "bench" / "pytorch_peer.py"), self.a.config, "--device", self.a.device,
-               "--frozen", ",".join(map(str, frozen)), "--iterations", str(self.a.iterations),
-               "--warmup", str(self.a.warmup), "--repeats", str(self.a.repeats)]
+               "--frozen", ",".join(map(str, frozen)), "--warmup", str(self.a.warmup), *options]
         if self.a.bf16:
             cmd.append("--bf16")
-        if compile_:
-            cmd.append("--compile")
         for s in self.a.sets:
             cmd += ["--set", s]
+        return cmd
+
+    def peer(self, name, frozen, compile_=False, timeout=None):
+        cmd = self.peer_cmd(frozen, "--iterations", str(self.a.iterations), "--repeats", str(self.a.repeats),
+                            *(["--compile"] if compile_ else []))
         text, wall = self.run(name, cmd, timeout=timeout, must_pass=not compile_)
         if text is None:
             return None, wall
@@ -157,14 +139,7 @@ class Bench:
 
     def peer_epochs(self, name, frozen):
         """The peer freezing as it goes: one epoch per count of `frozen` (ElasticPipe's per epoch), in order."""
-        cmd = [self.a.python, str(ROOT / "bench" / "pytorch_peer.py"), self.a.config, "--device", self.a.device,
-               "--frozen", ",".join(map(str, frozen)), "--epochs", "--iterations", str(self.a.epoch_iterations),
-               "--warmup", str(self.a.warmup)]
-        if self.a.bf16:
-            cmd.append("--bf16")
-        for s in self.a.sets:
-            cmd += ["--set", s]
-        text, _ = self.run(name, cmd)
+        text, _ = self.run(name, self.peer_cmd(frozen, "--epochs", "--iterations", str(self.a.epoch_iterations)))
         rates = [float(v) for v in re.findall(r"^epoch \d+ frozen \d+: ([0-9.]+) samples/s", text, re.M)]
         if len(rates) != len(frozen):
             fail(f"{name}: {len(rates)} epochs in its output for {len(frozen)} asked ({self.out / 'logs' / (name + '.log')})")
@@ -325,7 +300,10 @@ def main():
             setattr(a, key, smoke if a.smoke else full)
     if a.compile is None:
         a.compile = not a.smoke
-    cfg = effective_config(a.config, a.sets)
+    try:
+        cfg = load_config(a.config, a.sets)  # the keys this bench reads
+    except ValueError as e:
+        fail(str(e))
     a.device = cfg.get("exec", {}).get("device", "cpu")
     a.bf16 = cfg.get("training", {}).get("precision", "fp32") == "bf16"
     m, t = cfg["model"], cfg["training"]

@@ -40,8 +40,9 @@ import math
 import statistics
 import sys
 import time
-import tomllib
 import warnings
+
+from config_set import load_config
 
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # the peer needs no NumPy
 import torch  # noqa: E402
@@ -118,24 +119,6 @@ def vit(m, sdpa):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
     return layers
-
-
-def apply_set(cfg, assignment):
-    """One `--set section.key=value` on the parsed config, as elasticpipe reads it."""
-    key, eq, text = assignment.partition("=")
-    if not eq or not key.strip():
-        fail(f"--set {assignment!r}: expected section.key=value")
-    try:
-        value = tomllib.loads("v = " + text)["v"]
-    except tomllib.TOMLDecodeError:
-        value = text  # a bare word is a string
-    *path, last = key.strip().split(".")
-    node = cfg
-    for part in path:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            fail(f"--set {assignment!r}: '{part}' is not a section")
-    node[last] = value
 
 
 def frozen_counts(text, L):
@@ -287,12 +270,9 @@ def main():
     if a.iterations < 1 or a.repeats < 1 or a.warmup < 0:
         fail("--iterations and --repeats: expected >= 1, --warmup >= 0")
     try:
-        with open(a.config, "rb") as f:
-            cfg = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        fail(f"{a.config}: {e}")
-    for s in a.set:
-        apply_set(cfg, s)
+        cfg = load_config(a.config, a.set)
+    except ValueError as e:
+        fail(str(e))
     m, t = cfg.get("model", {}), cfg.get("training", {})
     if m.get("family") != "vit":
         fail(f"{a.config}: key 'model.family': expected \"vit\" (the peer is the ViT), found {m.get('family')!r}")

@@ -9,7 +9,8 @@ namespace detail {
 
 namespace {
 
-// The fields by name (total_s, derived, apart).
+// The fields by name (total_s, derived, apart). A field added after files
+// were written goes with required = false: a file without it reads 0.
 template <class T, class F>
 void visit_transition(T& t, F&& f) {
   f("epoch", t.epoch);
@@ -19,7 +20,7 @@ void visit_transition(T& t, F&& f) {
   f("K_after", t.K_after);
   f("replicas_before", t.replicas_before);
   f("replicas_after", t.replicas_after);
-  f("cache_probe_s", t.cache_probe_s);
+  f("cache_probe_s", t.cache_probe_s, false);  // before it, the probe was inside planning_s
   f("planning_s", t.planning_s);
   f("state_transfer_s", t.state_transfer_s);
   f("rebuild_s", t.rebuild_s);
@@ -31,7 +32,7 @@ void visit_transition(T& t, F&& f) {
 
 nlohmann::json transition_to_json(const TransitionCost& t) {
   nlohmann::json j = nlohmann::json::object();
-  visit_transition(t, [&](const char* name, const auto& v) { j[name] = v; });
+  visit_transition(t, [&](const char* name, const auto& v, bool = true) { j[name] = v; });
   j["total_s"] = t.total_s();
   return j;
 }
@@ -40,12 +41,12 @@ TransitionCost transition_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) throw Error(where + ": expected an object, found " + j.dump());
   TransitionCost t;
   std::vector<std::string_view> keys = {"total_s"};
-  visit_transition(t, [&](const char* name, auto& v) {
+  visit_transition(t, [&](const char* name, auto& v, bool required = true) {
     keys.emplace_back(name);
-    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, int>)
+    if (!required && !j.contains(name))
+      v = 0;
+    else if constexpr (std::is_same_v<std::decay_t<decltype(v)>, int>)
       v = static_cast<int>(get_int(j, name, where, 0, 1 << 30));
-    else if (std::string_view(name) == "cache_probe_s" && !j.contains(name))
-      v = 0;  // written before the probe had a part of its own (it was in planning_s)
     else
       v = get_number(j, name, where);
   });

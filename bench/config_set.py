@@ -13,8 +13,8 @@ def load_config(path, sets):
         raise ValueError(f"{path}: {e}") from None
     for assignment in sets:
         key, eq, text = assignment.partition("=")
-        if not eq or not key.strip():
-            raise ValueError(f"--set {assignment!r}: expected section.key=value")
+        if not eq or "." not in key.strip():
+            raise ValueError(f"--set {assignment!r}: expected section.key=value (e.g. planner.alpha=0.5)")
         try:
             value = tomllib.loads("v = " + text)["v"]
         except tomllib.TOMLDecodeError:
@@ -25,5 +25,7 @@ def load_config(path, sets):
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ValueError(f"--set {assignment!r}: '{part}' is not a section")
+        if isinstance(node.get(last), dict) and not isinstance(value, dict):
+            raise ValueError(f"--set {assignment!r}: '{key.strip()}' is a section, not a key")
         node[last] = value
     return cfg

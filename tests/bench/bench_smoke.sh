@@ -25,4 +25,13 @@ epochs=$(($(wc -l < "$out/runs/ep_freeze_r1/epochs.csv") - 1))
 rows=$(grep -cE '^\| [0-9]+( \(warm-up\))? \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| [0-9.]+x \|' "$out/table.md")
 [ "$rows" -eq "$epochs" ] || fail "$rows freeze rows for $epochs epochs"
 ! grep -q "n/a" "$out/table.md" || fail "a value is missing (n/a)"
+# A bad --set is one ERROR line and exit 2 in both scripts, never a traceback.
+for bad in model=x cluster.transition=1 nodot=1; do
+  for script in pytorch_peer.py gpu_vs_pytorch.py; do
+    args=("$src/configs/gpu/vit_b16_h100.toml"); [ $script = gpu_vs_pytorch.py ] && args=(--config "${args[0]}" --out "$out/bad" --bin "$bin" --python "$py")
+    rc=0; "$py" "$src/bench/$script" "${args[@]}" --set "$bad" > "$out/bad.txt" 2>&1 || rc=$?
+    [ $rc -eq 2 ] && [ "$(wc -l < "$out/bad.txt")" -eq 1 ] && grep -q '^ERROR: ' "$out/bad.txt" ||
+      { cat "$out/bad.txt"; fail "$script --set $bad: exit $rc"; }
+  done
+done
 echo "bench smoke: $epochs epochs, tables complete"

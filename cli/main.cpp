@@ -1,37 +1,15 @@
 // elasticpipe: the command-line program. This file only wires CLI11: each
 // command lives in its own file (commands.hpp). Every expected failure is an
 // ep::Error, printed once as `ERROR: ...` with exit code 2.
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/exec_commands.hpp"
 #include "planner/error.hpp"
 
 namespace {
-
-// The commands that run LibTorch live in elasticpipe-exec, beside this
-// program: loading LibTorch (and the ~300 libraries Debian's links) takes
-// about 0.6 s and 190 MB at every start, which plan, schedule, simulate,
-// sweep and trace diff do not pay.
-#if !ELASTICPIPE_EXEC
-constexpr const char* kExecCommands[] = {"train", "profile", "validate"};
-constexpr const char* kExecProgram = "elasticpipe-exec";
-
-int run_in_executor(char** argv) {
-  const std::filesystem::path self = std::filesystem::canonical("/proc/self/exe");
-  const std::string program = (self.parent_path() / kExecProgram).string();
-  ::execv(program.c_str(), argv);  // returns only on failure
-  ep::cli::print_error(std::string(argv[1]) + " runs in " + program + ", which cannot be started (" +
-                      std::strerror(errno) + "): build with -DELASTICPIPE_EXEC=ON (LibTorch)");
-  return ep::cli::kBadInput;
-}
-#endif
 
 // CLI11's refusal as one line; a missing command also names the commands.
 std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
@@ -57,22 +35,15 @@ int main(int argc, char** argv) {
   CLI::App app{"ElasticPipe: elastic pipelining with progressive layer freezing (PipeTransformer)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "elasticpipe 0.1");
-#if !ELASTICPIPE_EXEC
-  if (argc > 1)
-    for (const char* command : kExecCommands)
-      if (std::string(argv[1]) == command) return run_in_executor(argv);
-#endif
-
   std::vector<Command> commands = {add_plan(app), add_schedule(app), add_simulate(app), add_sweep(app)};
+  // train, profile and validate run in elasticpipe-exec, with LibTorch;
+  // this program checks their input and hands them over (exec_commands.hpp).
 #if ELASTICPIPE_EXEC
   commands.push_back(add_train(app));
   commands.push_back(add_profile(app));
   commands.push_back(add_validate(app));
 #else
-  // Listed in --help; `elasticpipe train --help` shows elasticpipe-exec's.
-  app.add_subcommand("train", "Train for real with LibTorch (elasticpipe train --help)");
-  app.add_subcommand("profile", "Measure this machine's executor into a profile (elasticpipe profile --help)");
-  app.add_subcommand("validate", "Run plans for real and in simulation with a fitted cost model (elasticpipe validate --help)");
+  for (Command& c : add_handed_over_commands(app)) commands.push_back(std::move(c));
 #endif
   commands.push_back(add_trace_diff(app));
 

@@ -4,8 +4,8 @@
 #include <iostream>
 #include <memory>
 
-#include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/exec_commands.hpp"
 #include "exec/blas.hpp"
 #include "exec/profiler.hpp"
 #include "planner/fitted_cost_model.hpp"
@@ -16,12 +16,6 @@
 namespace ep::cli {
 
 namespace {
-struct ProfileArgs {
-  std::string config;
-  std::vector<std::string> overrides;
-  std::string out;
-  int repeats = 5;
-};
 
 int run_profile(const ProfileArgs& a) {
   const Config config = load_config(a.config, a.overrides);
@@ -45,14 +39,7 @@ int run_profile(const ProfileArgs& a) {
 
 Command add_profile(CLI::App& app) {
   auto a = std::make_shared<ProfileArgs>();
-  auto* cmd = app.add_subcommand("profile", "Measure this machine's executor (compute, hand-over, all-reduce, cache, "
-                                            "optimizer, transitions) into a profile for a fitted cost model");
-  cmd->add_option("config", a->config, "TOML config file")->required();
-  cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
-  cmd->add_option("--out", a->out, "Profile file (default out/profile/<config name>.json)")
-      ->check(non_empty("a profile file to write"));
-  cmd->add_option("--repeats", a->repeats, "Timed runs per figure (median)")->check(in_range(1, 1000));
-  return {cmd, [a](int, char**) { return run_profile(*a); }};
+  return {add_profile_options(app, *a), [a](int, char**) { return run_profile(*a); }};
 }
 
 }  // namespace ep::cli

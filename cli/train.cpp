@@ -12,8 +12,8 @@
 #include <memory>
 #include <optional>
 
-#include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/exec_commands.hpp"
 #include "exec/blas.hpp"
 #include "exec/launch.hpp"
 #include "exec/trainer.hpp"
@@ -22,17 +22,6 @@
 namespace ep::cli {
 
 namespace {
-struct TrainArgs {
-  std::string config;
-  std::vector<std::string> overrides;
-  std::string out;
-  int nproc = 0;
-  std::string resume;
-};
-
-// One machine's processes: each rank is a whole LibTorch process with its
-// own threads and memory; a larger job spans machines (torchrun, mpirun).
-constexpr int kMaxLocalProcesses = 256;
 
 // The pipe the ranks of `train --nproc` send their error lines to (see
 // print_error): the write end is inherited and non-blocking (a rank never
@@ -168,19 +157,7 @@ int run_train(const TrainArgs& a, int argc, char** argv) {
 
 Command add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
-  auto* cmd = app.add_subcommand(
-      "train", "Train for real with LibTorch: one process per pipeline (--nproc N here; or torchrun/mpirun)");
-  cmd->add_option("config", a->config, "TOML config file")->required();
-  cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
-  cmd->add_option("--out", a->out, "Output folder (default out/train/<config name>)")
-      ->check(non_empty("an output folder"));
-  cmd->add_option("--nproc", a->nproc, "Start this many local processes (one per device of the config's cluster)")
-      ->check(in_range(1, kMaxLocalProcesses,
-                       "each rank is a LibTorch process with its own threads and memory; a larger job spans "
-                       "machines: use torchrun or mpirun"));
-  cmd->add_option("--resume", a->resume, "Continue from a checkpoint directory (e.g. OUT/checkpoints)")
-      ->check(non_empty("a checkpoint directory"));
-  return {cmd, [a](int argc, char** argv) { return run_train(*a, argc, argv); }};
+  return {add_train_options(app, *a), [a](int argc, char** argv) { return run_train(*a, argc, argv); }};
 }
 
 }  // namespace ep::cli

@@ -7,8 +7,8 @@
 #include <memory>
 #include <thread>
 
-#include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/exec_commands.hpp"
 #include "exec/blas.hpp"
 #include "exec/profiler.hpp"
 #include "planner/stats.hpp"
@@ -18,14 +18,6 @@
 namespace ep::cli {
 
 namespace {
-struct ValidateArgs {
-  std::string config;
-  std::vector<std::string> overrides;
-  std::string profile;
-  int iterations = 5;
-  int rounds = 3;
-  bool fit_factors = false;
-};
 
 int run_validate(const ValidateArgs& a) {
   const Config loaded = load_config(a.config, a.overrides);
@@ -79,21 +71,7 @@ int run_validate(const ValidateArgs& a) {
 
 Command add_validate(CLI::App& app) {
   auto a = std::make_shared<ValidateArgs>();
-  auto* cmd = app.add_subcommand("validate", "Run plans for real and in simulation with a fitted cost model; "
-                                             "print the error table (MAPE, max error, Kendall tau)");
-  cmd->add_option("config", a->config, "TOML config file")->required();
-  cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
-  cmd->add_option("--profile", a->profile, "Profile file (elasticpipe profile)")
-      ->required()
-      ->check(non_empty("a profile file"));
-  cmd->add_option("--iterations", a->iterations, "Timed iterations per plan and pass")->check(in_range(1, 1000));
-  cmd->add_option("--rounds", a->rounds,
-                  "Passes over all plans (alternately forward and backward); each plan's median pass is compared")
-      ->check(in_range(1, 100));
-  cmd->add_flag("--fit-factors", a->fit_factors,
-                "Also fit one measured/simulated factor per (K, replicas) on the M = 2K plans and report the "
-                "held-out error with it");
-  return {cmd, [a](int, char**) { return run_validate(*a); }};
+  return {add_validate_options(app, *a), [a](int, char**) { return run_validate(*a); }};
 }
 
 }  // namespace ep::cli

@@ -1,0 +1,110 @@
+#include "cli/exec_commands.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "cli/common.hpp"
+#include "planner/error.hpp"
+#include "planner/validation.hpp"
+
+namespace ep::cli {
+
+namespace {
+
+// One machine's processes: each rank is a whole LibTorch process with its
+// own threads and memory; a larger job spans machines (torchrun, mpirun).
+constexpr int kMaxLocalProcesses = 256;
+
+constexpr const char* kExecProgram = "elasticpipe-exec";
+
+// Replaces this process with elasticpipe-exec on the same command line.
+int hand_over(char** argv) {
+  const std::filesystem::path self = std::filesystem::canonical("/proc/self/exe");
+  const std::string program = (self.parent_path() / kExecProgram).string();
+  ::execv(program.c_str(), argv);  // returns only on failure
+  throw Error(std::string(argv[1]) + " runs in " + program + ", which cannot be started (" + std::strerror(errno) +
+              "): build with -DELASTICPIPE_EXEC=ON (LibTorch)");
+}
+
+void add_config_options(CLI::App* cmd, ExecArgs& a) {
+  cmd->add_option("config", a.config, "TOML config file")->required();
+  cmd->add_option("--set", a.overrides, "Override a config key")->take_all();
+}
+
+}  // namespace
+
+CLI::App* add_train_options(CLI::App& app, TrainArgs& a) {
+  auto* cmd = app.add_subcommand(
+      "train", "Train for real with LibTorch: one process per pipeline (--nproc N here; or torchrun/mpirun)");
+  add_config_options(cmd, a);
+  cmd->add_option("--out", a.out, "Output folder (default out/train/<config name>)")
+      ->check(non_empty("an output folder"));
+  cmd->add_option("--nproc", a.nproc, "Start this many local processes (one per device of the config's cluster)")
+      ->check(in_range(1, kMaxLocalProcesses,
+                       "each rank is a LibTorch process with its own threads and memory; a larger job spans "
+                       "machines: use torchrun or mpirun"));
+  cmd->add_option("--resume", a.resume, "Continue from a checkpoint directory (e.g. OUT/checkpoints)")
+      ->check(non_empty("a checkpoint directory"));
+  return cmd;
+}
+
+CLI::App* add_profile_options(CLI::App& app, ProfileArgs& a) {
+  auto* cmd = app.add_subcommand("profile", "Measure this machine's executor (compute, hand-over, all-reduce, cache, "
+                                            "optimizer, transitions) into a profile for a fitted cost model");
+  add_config_options(cmd, a);
+  cmd->add_option("--out", a.out, "Profile file (default out/profile/<config name>.json)")
+      ->check(non_empty("a profile file to write"));
+  cmd->add_option("--repeats", a.repeats, "Timed runs per figure (median)")->check(in_range(1, 1000));
+  return cmd;
+}
+
+CLI::App* add_validate_options(CLI::App& app, ValidateArgs& a) {
+  auto* cmd = app.add_subcommand("validate", "Run plans for real and in simulation with a fitted cost model; "
+                                             "print the error table (MAPE, max error, Kendall tau)");
+  add_config_options(cmd, a);
+  cmd->add_option("--profile", a.profile, "Profile file (elasticpipe profile)")
+      ->required()
+      ->check(non_empty("a profile file"));
+  cmd->add_option("--iterations", a.iterations, "Timed iterations per plan and pass")->check(in_range(1, 1000));
+  cmd->add_option("--rounds", a.rounds,
+                  "Passes over all plans (alternately forward and backward); each plan's median pass is compared")
+      ->check(in_range(1, 100));
+  cmd->add_flag("--fit-factors", a.fit_factors,
+                "Also fit one measured/simulated factor per (K, replicas) on the M = 2K plans and report the "
+                "held-out error with it");
+  return cmd;
+}
+
+std::vector<Command> add_handed_over_commands(CLI::App& app) {
+  auto train = std::make_shared<TrainArgs>();
+  auto profile = std::make_shared<ProfileArgs>();
+  auto validate = std::make_shared<ValidateArgs>();
+  // elasticpipe-exec loads the same files again; they are small and bounded.
+  return {
+      {add_train_options(app, *train),
+       [train](int, char** argv) {
+         (void)load_config(train->config, train->overrides);
+         return hand_over(argv);
+       }},
+      {add_profile_options(app, *profile),
+       [profile](int, char** argv) {
+         (void)load_config(profile->config, profile->overrides);
+         return hand_over(argv);
+       }},
+      {add_validate_options(app, *validate),
+       [validate](int, char** argv) {
+         const Config config = executor_validation_config(load_config(validate->config, validate->overrides),
+                                                          std::thread::hardware_concurrency());
+         const AnalyticCostModel analytic(config.cluster, config.training);
+         (void)fitted_model(validate->profile, config, analytic);
+         return hand_over(argv);
+       }},
+  };
+}
+
+}  // namespace ep::cli

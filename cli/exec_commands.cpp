@@ -5,12 +5,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
-#include <thread>
 
 #include "cli/common.hpp"
 #include "planner/error.hpp"
-#include "planner/validation.hpp"
 
 namespace ep::cli {
 
@@ -29,6 +28,18 @@ int hand_over(char** argv) {
   ::execv(program.c_str(), argv);  // returns only on failure
   throw Error(std::string(argv[1]) + " runs in " + program + ", which cannot be started (" + std::strerror(errno) +
               "): build with -DELASTICPIPE_EXEC=ON (LibTorch)");
+}
+
+// Runs `cmd` here as far as its input goes: the config with its overrides
+// (and `also` on it), then hands it over. elasticpipe-exec loads the same
+// files again; they are small and bounded.
+Command handed_over(CLI::App* cmd, std::shared_ptr<const ExecArgs> a,
+                    std::function<void(const Config&)> also = {}) {
+  return {cmd, [a = std::move(a), also = std::move(also)](int, char** argv) {
+            const Config config = load_config(a->config, a->overrides);
+            if (also) also(config);
+            return hand_over(argv);
+          }};
 }
 
 void add_config_options(CLI::App* cmd, ExecArgs& a) {
@@ -84,27 +95,12 @@ std::vector<Command> add_handed_over_commands(CLI::App& app) {
   auto train = std::make_shared<TrainArgs>();
   auto profile = std::make_shared<ProfileArgs>();
   auto validate = std::make_shared<ValidateArgs>();
-  // elasticpipe-exec loads the same files again; they are small and bounded.
-  return {
-      {add_train_options(app, *train),
-       [train](int, char** argv) {
-         (void)load_config(train->config, train->overrides);
-         return hand_over(argv);
-       }},
-      {add_profile_options(app, *profile),
-       [profile](int, char** argv) {
-         (void)load_config(profile->config, profile->overrides);
-         return hand_over(argv);
-       }},
-      {add_validate_options(app, *validate),
-       [validate](int, char** argv) {
-         const Config config = executor_validation_config(load_config(validate->config, validate->overrides),
-                                                          std::thread::hardware_concurrency());
-         const AnalyticCostModel analytic(config.cluster, config.training);
-         (void)fitted_model(validate->profile, config, analytic);
-         return hand_over(argv);
-       }},
-  };
+  return {handed_over(add_train_options(app, *train), train),
+          handed_over(add_profile_options(app, *profile), profile),
+          handed_over(add_validate_options(app, *validate), validate, [validate](const Config& config) {
+            const AnalyticCostModel analytic(config.cluster, config.training);
+            (void)fitted_model(validate->profile, config, analytic);
+          })};
 }
 
 }  // namespace ep::cli

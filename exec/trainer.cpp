@@ -140,8 +140,9 @@ BatchLoader::Request Trainer::batch_request(const std::vector<std::int64_t>& idx
   return r;
 }
 
-// The next epoch's first batch, as this plan would run it (a freeze step
-// that changes the program or the devices drops the guess).
+// The next epoch's first batch, as this plan would run it (BatchLoader::take
+// drops the guess when a freeze step changes the micro-batches, the
+// devices or whether the cache stands in for the input).
 void Trainer::request_next_epoch(const IterationProgram& program, int ppn, int local, int batch) {
   const int following = p_.epoch + 1;
   if (following >= c_.training.epochs) return;

@@ -49,11 +49,17 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 }
 
 // Multi-head self-attention on [B, S, H] with a fused QKV projection.
+// q, k and v come from one unbind, as torch.nn code splits them: its
+// backward stacks their three gradients into the projection's once, where
+// three selects would each fill a zero tensor of the projection's whole
+// size and autograd would add the three (per layer about 1 GB of memory
+// traffic more at ViT-B/16, batch 128, bf16).
 at::Tensor attention(const at::Tensor& x, const at::Tensor& qkv_w, const at::Tensor& qkv_b,
                      const at::Tensor& out_w, const at::Tensor& out_b, int heads) {
   const std::int64_t B = x.size(0), S = x.size(1), H = x.size(2), d = H / heads;
-  const auto qkv = at::linear(x, qkv_w, qkv_b).view({B, S, 3, heads, d}).permute({2, 0, 3, 1, 4});
-  const at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // [B, heads, S, d]
+  const std::vector<at::Tensor> qkv =
+      at::linear(x, qkv_w, qkv_b).view({B, S, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const at::Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];  // [B, heads, S, d]
   const at::Tensor context = compat::attention(q, k, v).transpose(1, 2).reshape({B, S, H});
   return at::linear(context, out_w, out_b);
 }

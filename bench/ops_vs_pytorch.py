@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from config_set import load_config
@@ -97,6 +98,7 @@ def run_traced(cmd, trace_lib, trace, log):
 
 def same_libtorch(trace_lib):
     """The trace library's libtorch_cpu is the one this Python's torch loads."""
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # none needed
     import torch
     mine = (Path(torch.__file__).parent / "lib" / "libtorch_cpu.so").resolve()
     out = subprocess.run(["ldd", str(trace_lib)], capture_output=True, text=True).stdout
@@ -170,9 +172,12 @@ def main():
     except ValueError:
         fail(f"--frozen: expected layer counts like 0,3, found {a.frozen!r}")
     try:
-        load_config(a.config, a.sets)
+        layers = load_config(a.config, SMOKE_SETS + a.sets).get("model", {}).get("num_hidden_layers", 0)
     except ValueError as e:
         fail(str(e))
+    for n in counts:
+        if not 0 <= n < layers:
+            fail(f"--frozen: expected counts in 0..{layers - 1} (one layer stays trained), found {n}")
     same, mine = same_libtorch(a.trace_lib)
     if not same:
         print(f"skipped: {a.trace_lib.name} is not linked to this Python's LibTorch ({mine}): "

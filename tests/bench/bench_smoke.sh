@@ -6,11 +6,8 @@
 #   bench_smoke.sh ELASTICPIPE SOURCE_DIR
 set -euo pipefail
 bin=$1 src=$2
-py=$src/build/torch-venv/bin/python
-if ! [ -x "$py" ] || ! "$py" -c 'import torch' 2>/dev/null; then
-  echo "skipped: no Python with torch at $py (scripts/setup.sh installs it)"
-  exit 77
-fi
+source "$(dirname "$0")/lib.sh"
+torch_python "$src"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 bash "$src/bench/gpu_vs_pytorch.sh" "$out" --smoke --rounds 1 --bin "$bin" --python "$py" > "$out/stdout" 2>&1 ||
@@ -29,9 +26,7 @@ rows=$(grep -cE '^\| [0-9]+( \(warm-up\))? \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9
 for bad in model=x cluster.transition=1 nodot=1; do
   for script in pytorch_peer.py gpu_vs_pytorch.py; do
     args=("$src/configs/gpu/vit_b16_h100.toml"); [ $script = gpu_vs_pytorch.py ] && args=(--config "${args[0]}" --out "$out/bad" --bin "$bin" --python "$py")
-    rc=0; "$py" "$src/bench/$script" "${args[@]}" --set "$bad" > "$out/bad.txt" 2>&1 || rc=$?
-    [ $rc -eq 2 ] && [ "$(wc -l < "$out/bad.txt")" -eq 1 ] && grep -q '^ERROR: ' "$out/bad.txt" ||
-      { cat "$out/bad.txt"; fail "$script --set $bad: exit $rc"; }
+    refused "$script --set $bad" "$py" "$src/bench/$script" "${args[@]}" --set "$bad"
   done
 done
 echo "bench smoke: $epochs epochs, tables complete"

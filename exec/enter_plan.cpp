@@ -189,6 +189,7 @@ void Trainer::transition(const Plan& previous) {
                            std::to_string(plan_->layout.replicas));
   p_.transitions.push_back(cost);
   warmup_.start();
+  first_batch_pending_ = true;
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "transition frozen %d->%d K %d->%d replicas %d->%d (%.3f s: cache probe %.3f, planning %.3f, "

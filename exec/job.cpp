@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -211,11 +212,14 @@ void BatchLoader::request(Request r) {
 }
 
 std::vector<MicroBatch> BatchLoader::take(const Request& r) {
-  if (!pending_.valid() || !(pending_request_ == r)) {
+  const auto t0 = std::chrono::steady_clock::now();
+  last_take_.prefetched = pending_.valid() && pending_request_ == r;
+  if (!last_take_.prefetched) {
     if (pending_.valid()) pending_.get();  // its side-stream copies stay ordered before the blocks' reuse
     request(r);
   }
   const std::shared_ptr<Ready> ready = pending_.get();
+  last_take_.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const auto& [dev, event] : ready->copied) {
     const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(dev.type());
     const c10::Stream compute = impl->getStream(dev);

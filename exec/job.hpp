@@ -73,6 +73,13 @@ class BatchLoader {
   // plan proved wrong, e.g. the next epoch's first batch before a freeze
   // step moved the stages) the pending one is dropped and `r` assembled now.
   std::vector<MicroBatch> take(const Request& r);
+  // How the last take() went: its batches assembled ahead (the pending
+  // request was its own) or now, and the host's wait for them.
+  struct Taken {
+    bool prefetched = false;
+    double wait_s = 0;
+  };
+  [[nodiscard]] const Taken& last_take() const { return last_take_; }
 
   struct Ready;
 
@@ -80,6 +87,7 @@ class BatchLoader {
   const Dataset& d_;
   Request pending_request_;
   std::future<std::shared_ptr<Ready>> pending_;
+  Taken last_take_;
 };
 
 // `batch` samples of `d` from index 0 on (wrapping), for timing.

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include "exec/torch_compat.hpp"
 #include "exec/trainer_impl.hpp"
@@ -236,6 +237,10 @@ void Trainer::train_epoch() {
     l.start = Clock::now();
     l.idx = replica_batch(order, next, ppn, local, batch);
     const std::vector<MicroBatch> batches = loader_.take(batch_request(l.idx, program));
+    if (std::exchange(first_batch_pending_, false)) {
+      p_.transitions.back().first_batch_prefetched = loader_.last_take().prefetched;
+      p_.transitions.back().first_batch_wait_s = loader_.last_take().wait_s;
+    }
     if (next + slot_step < slots)
       loader_.request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program));
     else

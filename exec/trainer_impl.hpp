@@ -125,6 +125,7 @@ class Trainer final : RunBackend {
   double probe_s_ = 0;  // of the step being planned: AutoCache's probe (inside planning_s_)
   bool resumed_ = false, ever_active_ = false;
   WarmupMeter warmup_;
+  bool first_batch_pending_ = false;  // the new plan's first batch goes into its transition
   TraceRecorder timeline_;
   Clock::time_point origin_ = Clock::now();
 };

@@ -29,6 +29,11 @@ struct TransitionCost {
   double rebuild_s = 0;         // tearing down and rebuilding the active process group
   double repartition_s = 0;     // moving sublayers, schedules, cache files, replica check
   double warmup_s = 0;          // first iteration of the new plan minus the median of the next ones
+  // Why a warm-up, in part (inside warmup_s, not added to the total): the
+  // new plan's first batch assembled while the iteration before ran (or
+  // after it, the device waiting), and the host's wait for it.
+  bool first_batch_prefetched = false;
+  double first_batch_wait_s = 0;
   [[nodiscard]] double total_s() const {
     return cache_probe_s + planning_s + state_transfer_s + rebuild_s + repartition_s + warmup_s;
   }

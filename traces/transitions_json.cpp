@@ -26,6 +26,8 @@ void visit_transition(T& t, F&& f) {
   f("rebuild_s", t.rebuild_s);
   f("repartition_s", t.repartition_s);
   f("warmup_s", t.warmup_s);
+  f("first_batch_prefetched", t.first_batch_prefetched, false);
+  f("first_batch_wait_s", t.first_batch_wait_s, false);
 }
 
 }  // namespace
@@ -43,9 +45,13 @@ TransitionCost transition_from_json(const json& j, const std::string& where) {
   std::vector<std::string_view> keys = {"total_s"};
   visit_transition(t, [&](const char* name, auto& v, bool required = true) {
     keys.emplace_back(name);
+    using V = std::decay_t<decltype(v)>;
     if (!required && !j.contains(name))
-      v = 0;
-    else if constexpr (std::is_same_v<std::decay_t<decltype(v)>, int>)
+      v = V{};
+    else if constexpr (std::is_same_v<V, bool>) {
+      if (!j.at(name).is_boolean()) bad_field(where, name, "true or false", j.at(name));
+      v = j.at(name).get<bool>();
+    } else if constexpr (std::is_same_v<V, int>)
       v = static_cast<int>(get_int(j, name, where, 0, 1 << 30));
     else
       v = get_number(j, name, where);

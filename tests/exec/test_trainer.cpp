@@ -110,6 +110,24 @@ TEST_CASE("a BERT-style encoder trains on synthetic token sequences") {
   CHECK(r.final_accuracy > 0.25);
 }
 
+TEST_CASE("a freeze step that keeps the micro-batches finds the new plan's first batch assembled ahead") {
+  // The last iteration of an epoch starts on the next epoch's first batch:
+  // with M fixed and no cache, every freeze step keeps it, and
+  // transitions.json says so.
+  const auto dir = std::filesystem::temp_directory_path() / ("ep_ahead_batch_" + std::to_string(::getpid()));
+  exec::TrainOptions o;
+  o.out_dir = dir.string();
+  const exec::TrainResult r =
+      exec::train(tiny({"planner.chunk_search=false", "planner.M=2", "planner.cache=\"off\""}), o);
+  const auto transitions = trace::read_transitions_json((dir / "transitions.json").string());
+  std::filesystem::remove_all(dir);
+  REQUIRE(!transitions.empty());
+  for (const auto& t : transitions) {
+    CHECK(t.first_batch_prefetched);
+    CHECK(t.first_batch_wait_s >= 0);
+  }
+}
+
 TEST_CASE("the batch loader assembles the requested micro-batches as make_batch does, one request at a time") {
   using namespace ep::exec;
   const Dataset d = synthetic_images(40, 1, 8, 4, 5, true);
@@ -127,15 +145,20 @@ TEST_CASE("the batch loader assembles the requested micro-batches as make_batch 
   };
   // Nothing requested: assembled on the spot.
   same_as_make_batch(loader.take({other, at::kCPU, at::kCPU, true}), other);
+  CHECK_FALSE(loader.last_take().prefetched);
   loader.request({mbs, at::kCPU, at::kCPU, true});
   CHECK_THROWS_WITH(loader.request({mbs, at::kCPU, at::kCPU, true}), Catch::Contains("already pending"));
   same_as_make_batch(loader.take({mbs, at::kCPU, at::kCPU, true}), mbs);
+  CHECK(loader.last_take().prefetched);
+  CHECK(loader.last_take().wait_s >= 0);
   // A guess the plan proved wrong (other samples, or the cache now standing
   // in for the stem input) is dropped: the batch taken is the one asked for.
   loader.request({mbs, at::kCPU, at::kCPU, true});
   same_as_make_batch(loader.take({other, at::kCPU, at::kCPU, true}), other);
+  CHECK_FALSE(loader.last_take().prefetched);
   loader.request({mbs, at::kCPU, at::kCPU, true});
   const std::vector<MicroBatch> cached = loader.take({mbs, at::kCPU, at::kCPU, false});
+  CHECK_FALSE(loader.last_take().prefetched);
   CHECK_FALSE(cached[0].input.defined());
   CHECK(at::equal(cached[1].labels, make_batch(d, mbs[1]).labels));
   CHECK(at::equal(cached[0].weights, make_batch(d, mbs[0]).weights));

@@ -47,6 +47,8 @@ trace::TransitionCost sample_transition(int epoch) {
   t.rebuild_s = 1e-7;
   t.repartition_s = 0.0123456789012345;
   t.warmup_s = 2.5;
+  t.first_batch_prefetched = true;
+  t.first_batch_wait_s = 0.03125;
   return t;
 }
 
@@ -171,10 +173,15 @@ TEST_CASE("transitions JSON: exact round trip, sorted keys, byte-identical rewri
   REQUIRE(transitions_text(back) == text);
   REQUIRE(transitions_text({}) == "[]\n");
   // Files from before the cache probe had a part of its own (it was in
-  // planning_s) read with a probe of 0.
+  // planning_s) read with a probe of 0; from before the first batch was
+  // recorded, with none prefetched and no wait.
   trace::TransitionCost old = sample_transition(1);
   old.cache_probe_s = 0;
-  put(dir.file("old.json"), edit(transitions_text({old}), "\"cache_probe_s\": 0.0,", ""));
+  old.first_batch_prefetched = false;
+  old.first_batch_wait_s = 0;
+  put(dir.file("old.json"), edit(edit(edit(transitions_text({old}), "\"cache_probe_s\": 0.0,", ""),
+                                      "\"first_batch_prefetched\": false,", ""),
+                                 "\"first_batch_wait_s\": 0.0,", ""));
   CHECK(trace::read_transitions_json(dir.file("old.json")) == std::vector<trace::TransitionCost>{old});
 }
 
@@ -193,6 +200,8 @@ TEST_CASE("transitions JSON: malformed files name the file, the transition and t
   fails(edit(good, "\"K_after\": 2,", "\"K_after\": \"two\","),
         path + ": transition 0: field 'K_after': expected an integer in [0, 1073741824], found \"two\"");
   fails(edit(good, "\"warmup_s\": 2.5", "\"warmup_s\": 3.5"), "field 'total_s': expected");
+  fails(edit(good, "\"first_batch_prefetched\": true", "\"first_batch_prefetched\": 1"),
+        path + ": transition 0: field 'first_batch_prefetched': expected true or false, found 1");
   fails("[1]", path + ": transition 0: expected an object, found 1");
 }
 

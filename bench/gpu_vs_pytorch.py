@@ -112,8 +112,10 @@ class Bench:
         # next 5, inside the epoch it precedes.
         transitions = json.loads((keep / "transitions.json").read_text()) if (keep / "transitions.json").exists() else []
         warmup = {int(t["epoch"]): float(t["warmup_s"]) for t in transitions}
+        late = {int(t["epoch"]): not t.get("first_batch_prefetched", True) for t in transitions}
         for e in epochs:
             e["warmup_s"] = warmup.get(int(e["epoch"]))
+            e["batch_late"] = late.get(int(e["epoch"]), False)
         return epochs
 
     def peer_cmd(self, frozen, *options):
@@ -249,6 +251,8 @@ def report(a, ep_nf, ep_fr, peer0, peerL, peerE, compiled):
         ep_v = median([float(x["samples_per_s"]) for x in same])
         warm = [x["warmup_s"] * 1e3 for x in same if x["warmup_s"] is not None]
         warm_text = fmt(median(warm), 0) if warm else "-"
+        if any(x["batch_late"] for x in same):
+            warm_text += f" (batch late in {sum(x['batch_late'] for x in same)}/{len(same)})"
         pv = median([r[L] for r in peerL if L in r])
         ev = median([r[i] for r in peerE if i < len(r)])
         ep_gain, p_gain = ep_v / ep_steady if ep_steady else None, pv / peer_ref if peer_ref else None
@@ -268,7 +272,8 @@ def report(a, ep_nf, ep_fr, peer0, peerL, peerE, compiled):
     md.append("Epochs are counted from 1, as train prints them; epoch 1 of the freeze runs includes the "
               "process's warm-up, which is why the gains divide by the later epochs of the runs without freezing. "
               "Transition warm-up: the first iteration after a freeze step minus the median of the next 5 "
-              "(transitions.json), part of that epoch's time.")
+              "(transitions.json), part of that epoch's time; \"batch late\": that iteration's batch was "
+              "assembled after the freeze step, the device waiting (first_batch_prefetched false).")
     return "\n".join(md) + "\n", summary
 
 

@@ -38,9 +38,10 @@ void TracedMeasures::add(const IterationResult& r, int K) {
   ++iterations;
 }
 
-bool WarmupMeter::add(double iteration_s, bool epoch_done, double& warmup_s) {
+bool WarmupMeter::add(double launch_s, double done_s, bool epoch_done, double& warmup_s) {
   if (!on_) return false;
-  times_.push_back(iteration_s);
+  times_.push_back(done_s - std::max(launch_s, last_done_s_.value_or(launch_s)));
+  last_done_s_ = done_s;
   if (times_.size() < 6 && !epoch_done) return false;
   const double first = times_.front();
   times_.erase(times_.begin());

@@ -3,6 +3,7 @@
 // transition, a finished epoch's metrics row and its log line.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "exec/pipeline.hpp"
@@ -21,16 +22,23 @@ struct TracedMeasures {
 };
 
 // A new plan's warm-up: its first iteration minus the median of the next
-// five (fewer when the epoch ends first).
+// five (fewer when the epoch ends first). Each iteration runs from when the
+// device could start it (its launch began, and the one before was done) to
+// when the device was done with it: times of the device's, not of when the
+// host read the results. The host reads an iteration after it has queued
+// the next, so its reading times put part of the second iteration into
+// the first (a whole one on the CPU, where queuing is running).
 class WarmupMeter {
  public:
-  void start() { times_.clear(), on_ = true; }
+  void start() { times_.clear(), last_done_s_.reset(), on_ = true; }
   [[nodiscard]] bool on() const { return on_; }
-  // Returns true, with `warmup_s` set, once it has seen enough.
-  bool add(double iteration_s, bool epoch_done, double& warmup_s);
+  // The next iteration, launched at `launch_s` and done at `done_s` (one
+  // clock). Returns true, with `warmup_s` set, once it has seen enough.
+  bool add(double launch_s, double done_s, bool epoch_done, double& warmup_s);
 
  private:
   std::vector<double> times_;
+  std::optional<double> last_done_s_;
   bool on_ = false;
 };
 

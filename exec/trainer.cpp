@@ -251,14 +251,15 @@ void Trainer::train_epoch() {
     l.global_real = iteration_real_samples(sampler_, next, ppn, batch);
     l.lr = learning_rate(c_.training, lr_position(next), total0) * plan_->lr_scale;
     l.traced = rank0() && launched < c_.exec.trace_iterations;
+    // A new plan's first iterations are timed as traced ones are (not
+    // traced): the warm-up meter needs when the device was done with each.
     l.future = pipeline_->launch(program, batches, static_cast<double>(l.global_real), l.lr,
-                                 l.traced ? std::optional<Clock::time_point>(origin_) : std::nullopt);
+                                 l.traced || warmup_.on() ? std::optional<Clock::time_point>(origin_) : std::nullopt);
     next += slot_step;
     ++launched;
     return l;
   };
   std::int64_t done = 0;
-  Clock::time_point last_recorded = epoch_start;
   const auto record = [&](Launched& l) {
     const IterationResult r = l.future.get();
     if (l.traced) {
@@ -283,11 +284,14 @@ void Trainer::train_epoch() {
     ++p_.interval_iterations;
     p_.consumed += slot_step;
     ++p_.iteration;
-    // The device ran it after the one before: its time starts when that one was done.
-    const Clock::time_point now = Clock::now();
-    if (warmup_.on()) warmup_.add(seconds(std::max(l.start, last_recorded), now), p_.consumed >= slots,
-                                  p_.transitions.back().warmup_s);
-    last_recorded = now;
+    if (warmup_.on()) {
+      double done_s = seconds(origin_, Clock::now());  // no records (nothing timed): when the host read it
+      if (!r.records.empty())
+        done_s = std::max_element(r.records.begin(), r.records.end(), [](const auto& a, const auto& b) {
+                   return a.end_s < b.end_s;
+                 })->end_s;
+      warmup_.add(seconds(origin_, l.start), done_s, p_.consumed >= slots, p_.transitions.back().warmup_s);
+    }
     if (opt_.progress && rank0()) opt_.progress(static_cast<double>(++done) / static_cast<double>(n));
     if (every > 0 && p_.iteration % every == 0 && p_.consumed < slots) checkpoint(seconds(epoch_start, Clock::now()));
   };

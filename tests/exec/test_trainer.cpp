@@ -6,6 +6,7 @@
 
 #include "tests/exec/support.hpp"
 #include "exec/job.hpp"
+#include "exec/progress.hpp"
 #include "exec/trainer.hpp"
 #include "planner/freeze.hpp"
 #include "traces/trace.hpp"
@@ -126,6 +127,32 @@ TEST_CASE("a freeze step that keeps the micro-batches finds the new plan's first
     CHECK(t.first_batch_prefetched);
     CHECK(t.first_batch_wait_s >= 0);
   }
+}
+
+TEST_CASE("a new plan's warm-up is the device's extra time in its first iteration") {
+  // Iterations of 10 on the device, the first 4 longer, each queued while
+  // the one before runs: the meter takes when the device was done with
+  // each (not when the host read it, after queuing the next).
+  exec::WarmupMeter m;
+  m.start();
+  double warmup = -1, done = 0;
+  std::vector<bool> finished;
+  for (int i = 0; i < 6; ++i) {
+    const double launch = i == 0 ? 0.0 : done - 8;
+    done += 10 + (i == 0 ? 4 : 0);
+    finished.push_back(m.add(launch, done, false, warmup));
+  }
+  CHECK(finished == std::vector<bool>{false, false, false, false, false, true});
+  CHECK(warmup == Approx(4));
+  CHECK_FALSE(m.on());
+  // A host that launches after the device went idle: that idle time is the
+  // host's, not the plan's (a later iteration counts from its launch); the
+  // epoch ending early: the median of what there is.
+  m.start();
+  CHECK_FALSE(m.add(0, 12, false, warmup));
+  CHECK_FALSE(m.add(20, 30, false, warmup));
+  CHECK(m.add(25, 40, true, warmup));
+  CHECK(warmup == Approx(2));
 }
 
 TEST_CASE("the batch loader assembles the requested micro-batches as make_batch does, one request at a time") {

@@ -153,6 +153,24 @@ void Trainer::request_next_epoch(const IterationProgram& program, int ppn, int l
                                  following < plan_->end_epoch ? plan_->program_for(following) : program));
 }
 
+// After a transition, its first batch: assembled ahead or not, the host's wait.
+void Trainer::note_first_batch() {
+  if (!std::exchange(first_batch_pending_, false)) return;
+  p_.transitions.back().first_batch_prefetched = loader_.last_take().prefetched;
+  p_.transitions.back().first_batch_wait_s = loader_.last_take().wait_s;
+}
+
+// One of the new plan's first iterations into the warm-up meter: launched at
+// `launch`, done where its timed actions ended on the device.
+void Trainer::meter_warmup(Clock::time_point launch, const IterationResult& r, bool epoch_done) {
+  double done_s = seconds(origin_, Clock::now());  // no records (nothing timed): when the host read it
+  if (!r.records.empty())
+    done_s = std::max_element(r.records.begin(), r.records.end(), [](const auto& a, const auto& b) {
+               return a.end_s < b.end_s;
+             })->end_s;
+  warmup_.add(seconds(origin_, launch), done_s, epoch_done, p_.transitions.back().warmup_s);
+}
+
 // This epoch's sampler order (drawn at the last epoch's end, where it was).
 std::vector<std::int64_t> Trainer::epoch_order() {
   const bool drawn = next_order_epoch_ == p_.epoch;
@@ -237,10 +255,7 @@ void Trainer::train_epoch() {
     l.start = Clock::now();
     l.idx = replica_batch(order, next, ppn, local, batch);
     const std::vector<MicroBatch> batches = loader_.take(batch_request(l.idx, program));
-    if (std::exchange(first_batch_pending_, false)) {
-      p_.transitions.back().first_batch_prefetched = loader_.last_take().prefetched;
-      p_.transitions.back().first_batch_wait_s = loader_.last_take().wait_s;
-    }
+    note_first_batch();
     if (next + slot_step < slots)
       loader_.request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program));
     else
@@ -284,14 +299,7 @@ void Trainer::train_epoch() {
     ++p_.interval_iterations;
     p_.consumed += slot_step;
     ++p_.iteration;
-    if (warmup_.on()) {
-      double done_s = seconds(origin_, Clock::now());  // no records (nothing timed): when the host read it
-      if (!r.records.empty())
-        done_s = std::max_element(r.records.begin(), r.records.end(), [](const auto& a, const auto& b) {
-                   return a.end_s < b.end_s;
-                 })->end_s;
-      warmup_.add(seconds(origin_, l.start), done_s, p_.consumed >= slots, p_.transitions.back().warmup_s);
-    }
+    if (warmup_.on()) meter_warmup(l.start, r, p_.consumed >= slots);
     if (opt_.progress && rank0()) opt_.progress(static_cast<double>(++done) / static_cast<double>(n));
     if (every > 0 && p_.iteration % every == 0 && p_.consumed < slots) checkpoint(seconds(epoch_start, Clock::now()));
   };

@@ -79,6 +79,8 @@ class Trainer final : RunBackend {
   [[nodiscard]] BatchLoader::Request batch_request(const std::vector<std::int64_t>& idx,
                                                    const IterationProgram& program) const;
   void request_next_epoch(const IterationProgram& program, int ppn, int local, int batch);
+  void note_first_batch();
+  void meter_warmup(Clock::time_point launch, const IterationResult& r, bool epoch_done);
   [[nodiscard]] std::vector<std::int64_t> epoch_order();
 
   // resume.cpp: checkpoints.

@@ -31,11 +31,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 from config_set import load_config
 from gpu_vs_pytorch import SMOKE_SETS
+from pytorch_peer import frozen_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE = "autograd::engine::evaluate_function: "
@@ -74,7 +74,7 @@ def last_iteration(rows, is_step, who):
 
 
 def summary(window):
-    """(autograd nodes run, top-level forward operators, AccumulateGrad count) of one iteration."""
+    """(autograd nodes run, top-level operators called outside them) of one iteration."""
     nodes, ops = collections.Counter(), collections.Counter()
     for _, depth, kind, name in window:
         if depth != 0:
@@ -98,8 +98,7 @@ def run_traced(cmd, trace_lib, trace, log):
 
 def same_libtorch(trace_lib):
     """The trace library's libtorch_cpu is the one this Python's torch loads."""
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # none needed
-    import torch
+    import torch  # loaded by pytorch_peer, its NumPy warning silenced
     mine = (Path(torch.__file__).parent / "lib" / "libtorch_cpu.so").resolve()
     out = subprocess.run(["ldd", str(trace_lib)], capture_output=True, text=True).stdout
     for line in out.splitlines():
@@ -168,16 +167,10 @@ def main():
     if not a.trace_lib.is_file():
         fail(f"--trace-lib: expected libep_op_trace.so, found no file {a.trace_lib}")
     try:
-        counts = [int(x) for x in a.frozen.split(",")]
-    except ValueError:
-        fail(f"--frozen: expected layer counts like 0,3, found {a.frozen!r}")
-    try:
-        layers = load_config(a.config, SMOKE_SETS + a.sets).get("model", {}).get("num_hidden_layers", 0)
+        layers = load_config(a.config, SMOKE_SETS + a.sets).get("model", {}).get("num_hidden_layers", 1)
     except ValueError as e:
         fail(str(e))
-    for n in counts:
-        if not 0 <= n < layers:
-            fail(f"--frozen: expected counts in 0..{layers - 1} (one layer stays trained), found {n}")
+    counts = frozen_counts(a.frozen, layers - 1)  # one layer stays trained
     same, mine = same_libtorch(a.trace_lib)
     if not same:
         print(f"skipped: {a.trace_lib.name} is not linked to this Python's LibTorch ({mine}): "

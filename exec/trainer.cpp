@@ -161,13 +161,11 @@ void Trainer::note_first_batch() {
 }
 
 // One of the new plan's first iterations into the warm-up meter: launched at
-// `launch`, done where its timed actions ended on the device.
+// `launch`, done where its timed actions ended on the device. Every one of
+// them was launched timed: the meter starts between epochs, none in flight.
 void Trainer::meter_warmup(Clock::time_point launch, const IterationResult& r, bool epoch_done) {
-  double done_s = seconds(origin_, Clock::now());  // no records (nothing timed): when the host read it
-  if (!r.records.empty())
-    done_s = std::max_element(r.records.begin(), r.records.end(), [](const auto& a, const auto& b) {
-               return a.end_s < b.end_s;
-             })->end_s;
+  double done_s = seconds(origin_, launch);
+  for (const ActionRecord& rec : r.records) done_s = std::max(done_s, rec.end_s);
   warmup_.add(seconds(origin_, launch), done_s, epoch_done, p_.transitions.back().warmup_s);
 }
 

@@ -1,6 +1,7 @@
 #include "exec/cache.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -12,7 +13,9 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <system_error>
 #include <thread>
+#include <unordered_set>
 
 #include "planner/error.hpp"
 
@@ -32,6 +35,34 @@ constexpr char kMagic[8] = {'E', 'P', 'C', 'A', 'C', 'H', 'E', '1'};
 constexpr std::uint32_t kVersion = 1;
 constexpr std::size_t kMaxDims = 8;
 constexpr std::int64_t kRowAlign = 64;  // a cache line: rows written by two processes never share one
+
+// Rows are copied by as many threads as the calling thread's intra-op count
+// (the plan's threads for its worker), each at least this much: one
+// thread's memcpy out of a mapping moves 5-6 GB/s on the 2-core VM (two:
+// 10), short of a batch of ViT-B/16 rows (77.5 MB at batch 128) costing
+// less than the frozen forward it replaces on a GPU. Plain threads:
+// at::parallel_for's OpenMP backend is inline and runs serially in a
+// translation unit built without -fopenmp, as this project's are.
+constexpr std::size_t kCopyBytesPerThread = std::size_t{1} << 20;
+
+// `copy(k)` for k in [0, n), rows of `row_bytes` each, split over threads.
+template <class Copy>
+void copy_rows(std::size_t n, std::size_t row_bytes, const Copy& copy) {
+  const std::size_t threads = std::clamp<std::size_t>(n * row_bytes / kCopyBytesPerThread, 1,
+                                                      static_cast<std::size_t>(std::max(1, at::get_num_threads())));
+  const auto part = [&](std::size_t t) {
+    for (std::size_t k = n * t / threads; k < n * (t + 1) / threads; ++k) copy(k);
+  };
+  std::vector<std::thread> helpers;
+  std::size_t t = 1;
+  try {
+    for (; t < threads; ++t) helpers.emplace_back(part, t);
+  } catch (const std::system_error&) {  // no thread to be had: the rest on this one
+  }
+  for (std::size_t rest = t; rest < threads; ++rest) part(rest);
+  part(0);
+  for (std::thread& h : helpers) h.join();
+}
 
 // The on-file header, exactly as cache.hpp documents it.
 struct Header {
@@ -220,14 +251,12 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
   sizes.insert(sizes.end(), entry_shape_.begin(), entry_shape_.end());
   // Pinned when bound for a GPU, so the copy there is a DMA.
   at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda()));
-  char* dst = static_cast<char*>(out.data_ptr());
+  char* const dst = static_cast<char*>(out.data_ptr());
   const std::size_t bytes = static_cast<std::size_t>(entry_bytes());
-  for (std::size_t k = 0; k < indices.size(); ++k, dst += bytes) {
-    const std::int64_t i = indices[k];
-    if (i < 0) {
-      std::memset(dst, 0, bytes);
-      continue;
-    }
+  // Every tag first, on this thread (its acquire loads make the rows visible
+  // to the copying threads, which start after them), then the rows.
+  for (const std::int64_t i : indices) {
+    if (i < 0) continue;
     check_index(i);
     const std::atomic_ref<std::int64_t> t(*tag(i));
     std::int64_t found = t.load(std::memory_order_acquire);
@@ -248,8 +277,11 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
         msg += ": depths only grow, so this read is at an older depth than the cache holds";
       throw Error(msg);
     }
-    std::memcpy(dst, row(i), bytes);
   }
+  copy_rows(indices.size(), bytes, [&](std::size_t k) {
+    if (indices[k] < 0) std::memset(dst + k * bytes, 0, bytes);
+    else std::memcpy(dst + k * bytes, row(indices[k]), bytes);
+  });
   // Queued behind the stream's work, without waiting for it (the pinned
   // block stays allocated until the copy is done).
   return out.to(device, /*non_blocking=*/true);
@@ -265,22 +297,39 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
                                   : std::string("an undefined tensor")) +
                 " for " + std::to_string(indices.size()) + " indices, expected floats " + shape_string(expected));
   // A no-op for a contiguous CPU float32 tensor: no ATen kernel runs then.
-  const at::Tensor host = values.detach().to(at::kCPU, at::kFloat).contiguous();
-  const char* src = static_cast<const char*>(host.data_ptr());
+  // From a GPU, one copy into pinned memory (a DMA, not the driver's
+  // staging of a pageable copy).
+  at::Tensor host = values.detach();
+  if (host.is_cuda()) {
+    at::Tensor pinned = at::empty(host.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+    host = pinned.copy_(host);
+  }
+  host = host.to(at::kCPU, at::kFloat).contiguous();
+  const char* const src = static_cast<const char*>(host.data_ptr());
   const std::size_t bytes = static_cast<std::size_t>(entry_bytes());
   const std::int64_t tag_value = depth + 1;
-  for (std::size_t k = 0; k < indices.size(); ++k, src += bytes) {
-    const std::int64_t i = indices[k];
+  // Every index checked before any row is written: a refused write changes nothing.
+  for (const std::int64_t i : indices) {
     if (i < 0) continue;
     check_index(i);
-    const std::atomic_ref<std::int64_t> t(*tag(i));
-    const std::int64_t held = t.load(std::memory_order_relaxed);
+    const std::int64_t held = std::atomic_ref<std::int64_t>(*tag(i)).load(std::memory_order_relaxed);
     if (held > tag_value)
       throw Error(where() + ": sample " + std::to_string(i) + " holds depth " + std::to_string(held - 1) +
                   ", refusing to write older depth " + std::to_string(depth) + ": depths only grow");
-    std::memcpy(row(i), src, bytes);
-    t.store(tag_value, std::memory_order_release);  // publishes the row
   }
+  // A sample given twice keeps its last row, as a copy in order would, and
+  // no two threads write one row.
+  std::vector<std::size_t> last;  // positions k, each sample's last
+  {
+    std::unordered_set<std::int64_t> seen;
+    for (std::size_t k = indices.size(); k-- > 0;)
+      if (indices[k] >= 0 && seen.insert(indices[k]).second) last.push_back(k);
+  }
+  copy_rows(last.size(), bytes, [&](std::size_t j) {
+    const std::size_t k = last[j];
+    std::memcpy(row(indices[k]), src + k * bytes, bytes);
+    std::atomic_ref<std::int64_t>(*tag(indices[k])).store(tag_value, std::memory_order_release);  // publishes the row
+  });
 }
 
 void ActivationCache::prefetch(const std::vector<std::int64_t>& indices) {

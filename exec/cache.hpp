@@ -43,7 +43,7 @@
 // Assumed, not locked: nobody writes an entry while someone reads it. The
 // trainer's sampler gives each sample to one replica per iteration, and a
 // replica writes only samples it owns, so this holds; the row copy itself
-// is a plain memcpy.
+// is a plain memcpy, rows split over the calling thread's intra-op threads.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -84,6 +84,7 @@ class ActivationCache {
   [[nodiscard]] at::Tensor read(const std::vector<std::int64_t>& indices, int depth, const at::Device& device);
   // Stores row k of `values` ([n, entry_shape...], any device, any floating
   // dtype, stored as float32) for every indices[k] >= 0, tagged `depth`.
+  // Every index is checked first: a refused write changes no entry.
   // Thread-safe for distinct indices.
   void write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth);
   // Asks the kernel to read these entries ahead (madvise(MADV_WILLNEED) on

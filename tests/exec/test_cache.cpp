@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -128,6 +129,45 @@ TEST_CASE("the cache gives back the rows written at each depth, and masked slots
   ActivationCache fresh(tmp.file("c"), 10, {3, 5}, true, milliseconds(0));
   CHECK_THROWS_WITH((fresh.read({9}, 3, at::kCPU)), Catch::Contains("sample 9 holds depth -1 (empty)"));
   CHECK(at::equal(other.read({9}, 3, at::kCPU)[0], d3[0].to(at::kFloat)));
+}
+
+TEST_CASE("batches of many rows, copied by several threads, land row for row, as a copy in order would", "[cache]") {
+  // Random sizes around the 1 MiB a copy task takes, so most batches are
+  // split over the intra-op threads; duplicates and masked slots included.
+  TempDir tmp;
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 12; ++trial) {
+    const std::int64_t n = 64 + static_cast<std::int64_t>(rng() % 200), width = 256 + static_cast<std::int64_t>(rng() % 4000);
+    ActivationCache cache(tmp.file("p"), n, {width}, true, milliseconds(0));
+    at::manual_seed(trial);
+    const int batch = 1 + static_cast<int>(rng() % 400);
+    std::vector<std::int64_t> idx(batch);
+    for (auto& i : idx) i = rng() % 5 == 0 ? -1 : static_cast<std::int64_t>(rng() % n);
+    const at::Tensor v = at::randn({batch, width});
+    cache.write(idx, v, 1);
+    // Each written sample holds its last row in the batch.
+    std::map<std::int64_t, int> last;
+    for (int k = 0; k < batch; ++k)
+      if (idx[k] >= 0) last[idx[k]] = k;
+    std::vector<std::int64_t> back, expected;
+    for (const auto& [i, k] : last) {
+      back.push_back(i);
+      expected.push_back(k);
+    }
+    back.push_back(-1);  // a masked slot reads zeros
+    const at::Tensor r = cache.read(back, 1, at::kCPU);
+    INFO("trial " << trial << ": " << batch << " rows of " << width << " floats");
+    CHECK(at::equal(r.narrow(0, 0, static_cast<std::int64_t>(expected.size())), rows_of(v, expected)));
+    CHECK(at::equal(r[r.size(0) - 1], at::zeros({width})));
+    // A write refused for one sample changes none of the others.
+    if (last.size() >= 2) {
+      const std::int64_t a = last.begin()->first, b = std::next(last.begin())->first;
+      cache.write({a}, at::zeros({1, width}), 2);
+      CHECK_THROWS_WITH((cache.write({b, a}, at::ones({2, width}), 1)),
+                        Catch::Contains("sample " + std::to_string(a) + " holds depth 2"));
+      CHECK(at::equal(cache.read({b}, 1, at::kCPU)[0], v[last.at(b)]));
+    }
+  }
 }
 
 TEST_CASE("the cache file holds the layout cache.hpp documents", "[cache]") {

@@ -6,9 +6,14 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
+#include "exec/cache.hpp"
 #include "exec/dist.hpp"
 #include "exec/job.hpp"
 #include "exec/launch.hpp"
@@ -150,6 +155,31 @@ TEST_CASE("CUDA: batches loaded ahead onto the GPU equal the host's, and train t
     return pipe.run(testing::program_of(one_f_one_b(2, 4)), batches, 15, 0).loss;
   };
   CHECK(loss({gpu, gpu}, on_gpu) == Approx(loss({at::kCPU, at::kCPU}, on_cpu)).epsilon(1e-4));
+}
+
+TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) through pinned memory and reads them back to the GPU",
+          "[cuda]") {
+  if (no_gpu()) return;
+  const at::Device gpu(at::kCUDA, 0);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("ep_cuda_cache_" + std::to_string(::getpid()))).string();
+  ActivationCache cache(path, 300, {197, 64}, true, std::chrono::milliseconds(0));
+  at::manual_seed(5);
+  // 256 rows of 50 KB: split over the copying threads.
+  std::vector<std::int64_t> idx(256);
+  for (int k = 0; k < 256; ++k) idx[k] = k % 7 == 3 ? -1 : (k * 37) % 300;
+  const at::Tensor v = at::randn({256, 197, 64}, at::TensorOptions().device(gpu));
+  cache.write(idx, v, 1);
+  const at::Tensor back = cache.read(idx, 1, gpu);
+  CHECK(back.device() == gpu);
+  const at::Tensor masked = (at::tensor(idx, at::kLong) < 0).view({256, 1, 1});
+  CHECK(at::equal(back.cpu(), v.cpu().masked_fill(masked, 0)));
+  // A bf16 batch is stored as its float32 values.
+  const at::Tensor h = v.narrow(0, 0, 8).to(at::kBFloat16);
+  const std::vector<std::int64_t> eight{0, 1, 2, 4, 5, 6, 8, 9};
+  cache.write(eight, h, 2);
+  CHECK(at::equal(cache.read(eight, 2, gpu).cpu(), h.cpu().to(at::kFloat)));
+  cache.remove();
 }
 
 // The tiny ViT as one stage on GPU 0, and a batch of 8 in 4 micro-batches.

@@ -66,7 +66,8 @@ double median_device_seconds(const c10::Device& device, int runs, Run&& run) {
   return median_device_seconds(device, runs, [] {}, std::forward<Run>(run));
 }
 
-// Compute as a training iteration runs it: on a GPU the host queues each
+// Compute (and a cache read, the host's copy then the device's) as a
+// training iteration runs it: on a GPU the host queues each
 // kernel while earlier ones run, so none waits for its launch, and a
 // device timed from an empty queue counts the launches of a short run (at
 // micro-batches of 32 on an H200, iterations predicted from sublayers

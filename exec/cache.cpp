@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "exec/streams.hpp"
 #include "planner/error.hpp"
 
 namespace ep::exec {
@@ -282,9 +283,14 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
     if (indices[k] < 0) std::memset(dst + k * bytes, 0, bytes);
     else std::memcpy(dst + k * bytes, row(indices[k]), bytes);
   });
-  // Queued behind the stream's work, without waiting for it (the pinned
-  // block stays allocated until the copy is done).
-  return out.to(device, /*non_blocking=*/true);
+  if (!device.is_cuda()) return out.to(device);
+  // On a side stream, so the copy overlaps what the device is still running
+  // (a stage worker reads while the previous iteration runs); the pinned
+  // block stays allocated until the copy is done.
+  at::Tensor on_device;
+  const c10::Event copied = on_side_stream(device, [&] { on_device = out.to(device, /*non_blocking=*/true); });
+  after_side_stream(device, copied, {&on_device});
+  return on_device;
 }
 
 void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth) {

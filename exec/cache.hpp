@@ -80,7 +80,9 @@ class ActivationCache {
   // slot (-1) reads zeros. An entry tagged below `depth` is waited for (all
   // of the call shares one publish_wait); then, or at once when its tag is
   // above `depth`, throws ep::Error naming the sample, the depth it holds
-  // and the one expected. Thread-safe.
+  // and the one expected. On a GPU the rows go there from pinned memory on
+  // a side stream, ordered before the caller's current stream's next work.
+  // Thread-safe.
   [[nodiscard]] at::Tensor read(const std::vector<std::int64_t>& indices, int depth, const at::Device& device);
   // Stores row k of `values` ([n, entry_shape...], any device, any floating
   // dtype, stored as float32) for every indices[k] >= 0, tagged `depth`.

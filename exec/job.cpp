@@ -9,10 +9,7 @@
 #include <functional>
 #include <map>
 
-#include <c10/core/Event.h>
-#include <c10/core/StreamGuard.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
-
+#include "exec/streams.hpp"
 #include "exec/trainer.hpp"
 #include "planner/random.hpp"
 #include "planner/run_plan.hpp"
@@ -194,12 +191,9 @@ void BatchLoader::request(Request r) {
     // Copies on a side stream of each device, non-blocking from pinned memory.
     const auto copy = [&](const at::Device& dev, const std::function<void(MicroBatch&)>& move) {
       if (!dev.is_cuda()) return;
-      const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(dev.type());
-      const c10::Stream side = impl->getStreamFromGlobalPool(dev);
-      c10::StreamGuard guard(side);
-      for (MicroBatch& mb : ready->batches) move(mb);
-      ready->copied.emplace_back(dev, c10::Event(dev.type()));
-      ready->copied.back().second.record(side);
+      ready->copied.emplace_back(dev, on_side_stream(dev, [&] {
+                                   for (MicroBatch& mb : ready->batches) move(mb);
+                                 }));
     };
     if (r.input_needed)
       copy(r.input_device, [&](MicroBatch& mb) { mb.input = mb.input.to(r.input_device, /*non_blocking=*/true); });
@@ -221,14 +215,10 @@ std::vector<MicroBatch> BatchLoader::take(const Request& r) {
   const std::shared_ptr<Ready> ready = pending_.get();
   last_take_.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const auto& [dev, event] : ready->copied) {
-    const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(dev.type());
-    const c10::Stream compute = impl->getStream(dev);
-    event.block(compute);
-    // The allocator must not hand these blocks to the side stream again
-    // before the compute stream is done with them.
+    std::vector<const at::Tensor*> used;
     for (const MicroBatch& mb : ready->batches)
-      for (const at::Tensor* t : {&mb.input, &mb.labels, &mb.weights})
-        if (t->defined() && t->device() == dev) impl->recordDataPtrOnStream(t->storage().data_ptr(), compute);
+      for (const at::Tensor* t : {&mb.input, &mb.labels, &mb.weights}) used.push_back(t);
+    after_side_stream(dev, event, used);
   }
   return std::move(ready->batches);
 }

@@ -174,6 +174,11 @@ TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) through pinned 
   CHECK(back.device() == gpu);
   const at::Tensor masked = (at::tensor(idx, at::kLong) < 0).view({256, 1, 1});
   CHECK(at::equal(back.cpu(), v.cpu().masked_fill(masked, 0)));
+  // Read while the current stream is still busy: the copy runs beside it,
+  // and what the stream runs next sees the rows.
+  compat::hold_stream(gpu, 0.05);
+  const at::Tensor doubled = cache.read(idx, 1, gpu) * 2;
+  CHECK(at::equal(doubled.cpu(), v.cpu().masked_fill(masked, 0) * 2));
   // A bf16 batch is stored as its float32 values.
   const at::Tensor h = v.narrow(0, 0, 8).to(at::kBFloat16);
   const std::vector<std::int64_t> eight{0, 1, 2, 4, 5, 6, 8, 9};

@@ -1,0 +1,41 @@
+// Host-to-device copies that overlap the work a device's current stream is
+// still running: queued on a side stream, then ordered before the current
+// stream's next work (the batch loader's copies, a cache read's).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <vector>
+
+namespace ep::exec {
+
+// Runs `queue` (which queues work on `device`, e.g. non-blocking copies from
+// pinned memory) with a side stream of `device` current; the event marks
+// the end of that work.
+template <class Queue>
+c10::Event on_side_stream(const c10::Device& device, Queue&& queue) {
+  const c10::Stream side = c10::impl::getDeviceGuardImpl(device.type())->getStreamFromGlobalPool(device);
+  c10::StreamGuard guard(side);
+  queue();
+  c10::Event done(device.type());
+  done.record(side);
+  return done;
+}
+
+// `device`'s current stream waits for `done` before its next work, and the
+// blocks of `used` (the side stream's results on `device`) are not handed
+// out again before that stream is through with them.
+inline void after_side_stream(const c10::Device& device, const c10::Event& done,
+                              const std::vector<const at::Tensor*>& used) {
+  const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(device.type());
+  const c10::Stream current = impl->getStream(device);
+  done.block(current);
+  for (const at::Tensor* t : used)
+    if (t->defined() && t->device() == device) impl->recordDataPtrOnStream(t->storage().data_ptr(), current);
+}
+
+}  // namespace ep::exec

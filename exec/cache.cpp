@@ -11,13 +11,19 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <unordered_set>
 
 #include "exec/streams.hpp"
+#include "exec/torch_compat.hpp"
 #include "planner/error.hpp"
 
 namespace ep::exec {
@@ -39,7 +45,7 @@ constexpr std::int64_t kRowAlign = 64;  // a cache line: rows written by two pro
 
 // Rows are copied by as many threads as the calling thread's intra-op count
 // (the plan's threads for its worker), each at least this much: one
-// thread's memcpy out of a mapping moves 5-6 GB/s on the 2-core VM (two:
+// thread's memcpy out of a mapping moves 5-6 GB/s on a 2-core VM (two:
 // 10), short of a batch of ViT-B/16 rows (77.5 MB at batch 128) costing
 // less than the frozen forward it replaces on a GPU. Plain threads:
 // at::parallel_for's OpenMP backend is inline and runs serially in a
@@ -222,7 +228,83 @@ void ActivationCache::check_existing(int fd) const {
                 std::to_string(file_bytes_) + ": truncated");
 }
 
-ActivationCache::~ActivationCache() { unmap(); }
+// The thread that stores written rows and publishes their tags, in call
+// order. A pending write holds its rows on the host (pinned, for a GPU
+// batch, with the event after their copy there).
+struct ActivationCache::Writer {
+  struct Pending {
+    std::vector<std::pair<std::int64_t, std::size_t>> rows;  // (sample, position in `host`)
+    at::Tensor host;
+    std::optional<c10::Event> copied;
+    std::int64_t tag_value = 0;
+  };
+  // A bound on the rows held for the thread (each write's batch; 77.5 MB at
+  // ViT-B/16 and 128): a writer that falls behind makes write() wait.
+  static constexpr std::size_t kMaxPending = 4;
+
+  explicit Writer(ActivationCache& c) : cache(c), thread([this] { run(); }) {}
+  ~Writer() {
+    {
+      std::lock_guard lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    thread.join();
+  }
+
+  void push(Pending p) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return queue.size() < kMaxPending; });
+    queue.push_back(std::move(p));
+    cv.notify_all();
+  }
+  // Every pending write stored; rethrows what failed the thread.
+  void flush() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return queue.empty(); });
+    if (failed) std::rethrow_exception(failed);
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu);
+    while (true) {
+      cv.wait(lock, [&] { return stop || !queue.empty(); });
+      if (queue.empty()) return;  // stopped, nothing left
+      Pending& p = queue.front();
+      lock.unlock();
+      try {
+        if (p.copied) compat::wait(*p.copied);
+        const char* const src = static_cast<const char*>(p.host.data_ptr());
+        const std::size_t bytes = static_cast<std::size_t>(cache.entry_bytes());
+        copy_rows(p.rows.size(), bytes, [&](std::size_t j) {
+          const auto [i, k] = p.rows[j];
+          std::memcpy(cache.row(i), src + k * bytes, bytes);
+          std::atomic_ref<std::int64_t>(*cache.tag(i)).store(p.tag_value, std::memory_order_release);  // publishes the row
+        });
+      } catch (...) {
+        std::lock_guard relock(mu);
+        if (!failed) failed = std::current_exception();
+      }
+      lock.lock();
+      queue.pop_front();  // only now: flush() waits for an empty queue
+      cv.notify_all();
+    }
+  }
+
+  ActivationCache& cache;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Pending> queue;
+  bool stop = false;
+  std::exception_ptr failed;
+  std::thread thread;  // last: starts once the rest is built
+};
+
+ActivationCache::~ActivationCache() {
+  writer_.reset();  // stores what is pending, before the mapping goes
+  unmap();
+}
 
 void ActivationCache::unmap() noexcept {
   if (base_) ::munmap(base_, static_cast<std::size_t>(file_bytes_));
@@ -288,7 +370,7 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
   // (a stage worker reads while the previous iteration runs); the pinned
   // block stays allocated until the copy is done.
   at::Tensor on_device;
-  const c10::Event copied = on_side_stream(device, [&] { on_device = out.to(device, /*non_blocking=*/true); });
+  const c10::Event copied = on_side_stream(device, [&](const c10::Stream&) { on_device = out.to(device, /*non_blocking=*/true); });
   after_side_stream(device, copied, {&on_device});
   return on_device;
 }
@@ -302,17 +384,6 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
                 (values.defined() ? shape_string(values.sizes().vec()) + " " + std::string(c10::toString(values.scalar_type()))
                                   : std::string("an undefined tensor")) +
                 " for " + std::to_string(indices.size()) + " indices, expected floats " + shape_string(expected));
-  // A no-op for a contiguous CPU float32 tensor: no ATen kernel runs then.
-  // From a GPU, one copy into pinned memory (a DMA, not the driver's
-  // staging of a pageable copy).
-  at::Tensor host = values.detach();
-  if (host.is_cuda()) {
-    at::Tensor pinned = at::empty(host.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
-    host = pinned.copy_(host);
-  }
-  host = host.to(at::kCPU, at::kFloat).contiguous();
-  const char* const src = static_cast<const char*>(host.data_ptr());
-  const std::size_t bytes = static_cast<std::size_t>(entry_bytes());
   const std::int64_t tag_value = depth + 1;
   // Every index checked before any row is written: a refused write changes nothing.
   for (const std::int64_t i : indices) {
@@ -323,19 +394,41 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
       throw Error(where() + ": sample " + std::to_string(i) + " holds depth " + std::to_string(held - 1) +
                   ", refusing to write older depth " + std::to_string(depth) + ": depths only grow");
   }
+  Writer::Pending p;
+  p.tag_value = tag_value;
   // A sample given twice keeps its last row, as a copy in order would, and
   // no two threads write one row.
-  std::vector<std::size_t> last;  // positions k, each sample's last
   {
     std::unordered_set<std::int64_t> seen;
     for (std::size_t k = indices.size(); k-- > 0;)
-      if (indices[k] >= 0 && seen.insert(indices[k]).second) last.push_back(k);
+      if (indices[k] >= 0 && seen.insert(indices[k]).second) p.rows.emplace_back(indices[k], k);
   }
-  copy_rows(last.size(), bytes, [&](std::size_t j) {
-    const std::size_t k = last[j];
-    std::memcpy(row(indices[k]), src + k * bytes, bytes);
-    std::atomic_ref<std::int64_t>(*tag(indices[k])).store(tag_value, std::memory_order_release);  // publishes the row
-  });
+  const at::Tensor v = values.detach();
+  if (v.is_cuda()) {
+    // Into pinned memory on a side stream, after the work that makes the
+    // rows: the worker goes on queuing while the copy and the store run.
+    const c10::Device device = v.device();
+    c10::Event produced(device.type());
+    produced.record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+    p.host = at::empty(v.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+    p.copied = on_side_stream(device, [&](const c10::Stream& side) {
+      produced.block(side);
+      p.host.copy_(v, /*non_blocking=*/true);
+      // v's block stays out of the allocator's hands until the copy is done.
+      c10::impl::getDeviceGuardImpl(device.type())->recordDataPtrOnStream(v.storage().data_ptr(), side);
+    });
+  } else {
+    p.host = v.to(at::kFloat).contiguous();  // a no-op for a contiguous float32 tensor
+  }
+  if (!writer_) writer_ = std::make_unique<Writer>(*this);
+  writer_->push(std::move(p));
+  // On the CPU the store takes the cores the worker computes on: nothing
+  // to overlap, so the rows are stored before write() returns.
+  if (!v.is_cuda()) writer_->flush();
+}
+
+void ActivationCache::flush() {
+  if (writer_) writer_->flush();
 }
 
 void ActivationCache::prefetch(const std::vector<std::int64_t>& indices) {
@@ -366,6 +459,7 @@ void ActivationCache::prefetch(const std::vector<std::int64_t>& indices) {
 }
 
 void ActivationCache::remove() {
+  writer_.reset();
   unmap();
   if (::unlink(path_.c_str()) != 0) throw Error(posix_error(where() + ": cannot delete"));
 }

@@ -42,7 +42,8 @@
 //
 // Assumed, not locked: nobody writes an entry while someone reads it. The
 // trainer's sampler gives each sample to one replica per iteration, and a
-// replica writes only samples it owns, so this holds; the row copy itself
+// replica writes only samples it owns, and reads a sample at a depth only
+// after its write at that depth was published, so this holds; the row copy itself
 // is a plain memcpy, rows split over the calling thread's intra-op threads.
 #pragma once
 
@@ -50,6 +51,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -73,7 +75,8 @@ class ActivationCache {
                   bool create, std::chrono::milliseconds publish_wait = std::chrono::seconds(30));
   ActivationCache(const ActivationCache&) = delete;
   ActivationCache& operator=(const ActivationCache&) = delete;
-  // Unmaps; never deletes the file (remove() does, for the creator).
+  // Stores what write() left pending, then unmaps; never deletes the file
+  // (remove() does, for the creator).
   ~ActivationCache();
 
   // Entries for `indices` stacked on `device`: [n, entry_shape...]; a masked
@@ -86,9 +89,18 @@ class ActivationCache {
   [[nodiscard]] at::Tensor read(const std::vector<std::int64_t>& indices, int depth, const at::Device& device);
   // Stores row k of `values` ([n, entry_shape...], any device, any floating
   // dtype, stored as float32) for every indices[k] >= 0, tagged `depth`.
-  // Every index is checked first: a refused write changes no entry.
-  // Thread-safe for distinct indices.
+  // Every index is checked first: a refused write changes no entry. From a
+  // GPU it returns once the copy to pinned memory is queued (on a side
+  // stream, after the current stream's work so far): this cache's thread
+  // stores the rows and publishes their tags when the copy is done, writes
+  // in call order, so the worker goes on queuing meanwhile; a reader of
+  // those entries waits for their tags as for another process's. CPU
+  // values are stored before it returns (there the store would take the
+  // worker's cores). Thread-safe for distinct indices.
   void write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth);
+  // Returns once every write so far is stored and published; rethrows what
+  // failed the storing thread.
+  void flush();
   // Asks the kernel to read these entries ahead (madvise(MADV_WILLNEED) on
   // their pages): the trainer passes the sampler's upcoming indices (the
   // prefetch window). Matters for the disk tier; masked slots are skipped.
@@ -120,6 +132,8 @@ class ActivationCache {
   std::int64_t file_bytes_ = 0;
   std::chrono::milliseconds publish_wait_;
   char* base_ = nullptr;  // the mapping, file_bytes_ long; null once removed
+  struct Writer;
+  std::unique_ptr<Writer> writer_;  // started by the first write; stopped (pending writes stored) before unmapping
 };
 
 }  // namespace ep::exec

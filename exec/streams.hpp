@@ -13,14 +13,14 @@
 
 namespace ep::exec {
 
-// Runs `queue` (which queues work on `device`, e.g. non-blocking copies from
-// pinned memory) with a side stream of `device` current; the event marks
-// the end of that work.
+// Runs `queue(side)` (which queues work on `device`, e.g. non-blocking
+// copies to or from pinned memory) with `side`, a side stream of `device`,
+// current; the event marks the end of that work.
 template <class Queue>
 c10::Event on_side_stream(const c10::Device& device, Queue&& queue) {
   const c10::Stream side = c10::impl::getDeviceGuardImpl(device.type())->getStreamFromGlobalPool(device);
   c10::StreamGuard guard(side);
-  queue();
+  queue(side);
   c10::Event done(device.type());
   done.record(side);
   return done;

@@ -170,6 +170,33 @@ TEST_CASE("batches of many rows, copied by several threads, land row for row, as
   }
 }
 
+TEST_CASE("writes from several threads at once, each of its own samples, all land", "[cache]") {
+  TempDir tmp;
+  constexpr int kThreads = 4, kPer = 50, kWidth = 3000;  // 600 KB a write
+  ActivationCache cache(tmp.file("t"), kThreads * kPer, {kWidth}, true, milliseconds(0));
+  at::manual_seed(12);
+  const at::Tensor v = at::randn({kThreads * kPer, kWidth});
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t)
+    writers.emplace_back([&, t] {
+      for (int round = 0; round < 5; ++round) {  // each thread's samples, interleaved with the others'
+        std::vector<std::int64_t> idx;
+        for (int k = round; k < kPer; k += 5) idx.push_back(k * kThreads + t);
+        cache.write(idx, rows_of(v, idx), 1 + round % 2 + (round > 2 ? 1 : 0));
+      }
+    });
+  for (auto& w : writers) w.join();
+  cache.flush();
+  std::vector<std::int64_t> all(kThreads * kPer);
+  for (int i = 0; i < kThreads * kPer; ++i) all[i] = i;
+  for (int depth = 1; depth <= 3; ++depth) {
+    std::vector<std::int64_t> at_depth;
+    for (const std::int64_t i : all)
+      if (1 + (i / kThreads) % 5 % 2 + ((i / kThreads) % 5 > 2 ? 1 : 0) == depth) at_depth.push_back(i);
+    CHECK(at::equal(cache.read(at_depth, depth, at::kCPU), rows_of(v, at_depth)));
+  }
+}
+
 TEST_CASE("the cache file holds the layout cache.hpp documents", "[cache]") {
   TempDir tmp;
   at::manual_seed(2);

@@ -157,7 +157,7 @@ TEST_CASE("CUDA: batches loaded ahead onto the GPU equal the host's, and train t
   CHECK(loss({gpu, gpu}, on_gpu) == Approx(loss({at::kCPU, at::kCPU}, on_cpu)).epsilon(1e-4));
 }
 
-TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) through pinned memory and reads them back to the GPU",
+TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) behind the worker's back and reads them back to the GPU",
           "[cuda]") {
   if (no_gpu()) return;
   const at::Device gpu(at::kCUDA, 0);
@@ -170,6 +170,7 @@ TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) through pinned 
   for (int k = 0; k < 256; ++k) idx[k] = k % 7 == 3 ? -1 : (k * 37) % 300;
   const at::Tensor v = at::randn({256, 197, 64}, at::TensorOptions().device(gpu));
   cache.write(idx, v, 1);
+  cache.flush();
   const at::Tensor back = cache.read(idx, 1, gpu);
   CHECK(back.device() == gpu);
   const at::Tensor masked = (at::tensor(idx, at::kLong) < 0).view({256, 1, 1});
@@ -179,11 +180,25 @@ TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) through pinned 
   compat::hold_stream(gpu, 0.05);
   const at::Tensor doubled = cache.read(idx, 1, gpu) * 2;
   CHECK(at::equal(doubled.cpu(), v.cpu().masked_fill(masked, 0) * 2));
+  // A write returns before its rows are stored: the GPU tensor may go at
+  // once, and the block it frees is not handed out before the copy is done.
+  {
+    at::Tensor gone = at::randn({256, 197, 64}, at::TensorOptions().device(gpu));
+    const at::Tensor kept = gone.cpu();
+    compat::hold_stream(gpu, 0.05);  // the copy waits for this stream's work so far
+    cache.write(idx, gone, 2);
+    gone.reset();
+    const at::Tensor reused = at::full({256, 197, 64}, 7.0f, at::TensorOptions().device(gpu));
+    cache.flush();
+    CHECK(at::equal(cache.read(idx, 2, gpu).cpu(), kept.masked_fill(masked, 0)));
+    CHECK(reused.min().item<float>() == 7.0f);
+  }
   // A bf16 batch is stored as its float32 values.
   const at::Tensor h = v.narrow(0, 0, 8).to(at::kBFloat16);
   const std::vector<std::int64_t> eight{0, 1, 2, 4, 5, 6, 8, 9};
-  cache.write(eight, h, 2);
-  CHECK(at::equal(cache.read(eight, 2, gpu).cpu(), h.cpu().to(at::kFloat)));
+  cache.write(eight, h, 3);
+  cache.flush();
+  CHECK(at::equal(cache.read(eight, 3, gpu).cpu(), h.cpu().to(at::kFloat)));
   cache.remove();
 }
 

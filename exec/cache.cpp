@@ -188,6 +188,7 @@ ActivationCache::ActivationCache(std::string path, std::int64_t dataset_size, st
     // opener takes for a cache.
     std::memcpy(base_, kMagic, sizeof kMagic);
   }
+  writer_ = std::make_unique<Writer>(*this);  // here, not at a first write, which two threads may make at once
 }
 
 // An existing file must be a cache made for this dataset and entry shape,
@@ -228,16 +229,19 @@ void ActivationCache::check_existing(int fd) const {
                 std::to_string(file_bytes_) + ": truncated");
 }
 
-// The thread that stores written rows and publishes their tags, in call
-// order. A pending write holds its rows on the host (pinned, for a GPU
-// batch, with the event after their copy there).
+// A write's rows on the host (pinned, for a GPU batch, with the event after
+// their copy there), to be stored.
+struct ActivationCache::PendingWrite {
+  std::vector<std::pair<std::int64_t, std::size_t>> rows;  // (sample, position in `host`)
+  at::Tensor host;
+  std::optional<c10::Event> copied;
+  std::int64_t tag_value = 0;
+};
+
+// The thread that stores writes behind their callers and publishes their
+// tags, in call order.
 struct ActivationCache::Writer {
-  struct Pending {
-    std::vector<std::pair<std::int64_t, std::size_t>> rows;  // (sample, position in `host`)
-    at::Tensor host;
-    std::optional<c10::Event> copied;
-    std::int64_t tag_value = 0;
-  };
+  using Pending = PendingWrite;
   // A bound on the rows held for the thread (each write's batch; 77.5 MB at
   // ViT-B/16 and 128): a writer that falls behind makes write() wait.
   static constexpr std::size_t kMaxPending = 4;
@@ -255,6 +259,7 @@ struct ActivationCache::Writer {
   void push(Pending p) {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return queue.size() < kMaxPending; });
+    if (failed) std::rethrow_exception(failed);
     queue.push_back(std::move(p));
     cv.notify_all();
   }
@@ -263,6 +268,20 @@ struct ActivationCache::Writer {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return queue.empty(); });
     if (failed) std::rethrow_exception(failed);
+  }
+
+  // `p`'s rows into their entries (once their copy to the host is done),
+  // each tag published after its row.
+  static void store(ActivationCache& cache, const Pending& p) {
+    if (p.copied) compat::wait(*p.copied);
+    cache.check_depths(p);
+    const char* const src = static_cast<const char*>(p.host.data_ptr());
+    const std::size_t bytes = static_cast<std::size_t>(cache.entry_bytes());
+    copy_rows(p.rows.size(), bytes, [&](std::size_t j) {
+      const auto [i, k] = p.rows[j];
+      std::memcpy(cache.row(i), src + k * bytes, bytes);
+      std::atomic_ref<std::int64_t>(*cache.tag(i)).store(p.tag_value, std::memory_order_release);  // publishes the row
+    });
   }
 
  private:
@@ -274,14 +293,7 @@ struct ActivationCache::Writer {
       Pending& p = queue.front();
       lock.unlock();
       try {
-        if (p.copied) compat::wait(*p.copied);
-        const char* const src = static_cast<const char*>(p.host.data_ptr());
-        const std::size_t bytes = static_cast<std::size_t>(cache.entry_bytes());
-        copy_rows(p.rows.size(), bytes, [&](std::size_t j) {
-          const auto [i, k] = p.rows[j];
-          std::memcpy(cache.row(i), src + k * bytes, bytes);
-          std::atomic_ref<std::int64_t>(*cache.tag(i)).store(p.tag_value, std::memory_order_release);  // publishes the row
-        });
+        store(cache, p);
       } catch (...) {
         std::lock_guard relock(mu);
         if (!failed) failed = std::current_exception();
@@ -375,8 +387,9 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
   return on_device;
 }
 
-void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth) {
+void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth, bool behind) {
   if (depth < 0) throw Error(where() + ": write at negative depth " + std::to_string(depth));
+  if (!base_) throw Error(where() + ": used after remove()");
   std::vector<std::int64_t> expected{static_cast<std::int64_t>(indices.size())};
   expected.insert(expected.end(), entry_shape_.begin(), entry_shape_.end());
   if (!values.defined() || values.sizes().vec() != expected || !at::isFloatingType(values.scalar_type()))
@@ -384,29 +397,20 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
                 (values.defined() ? shape_string(values.sizes().vec()) + " " + std::string(c10::toString(values.scalar_type()))
                                   : std::string("an undefined tensor")) +
                 " for " + std::to_string(indices.size()) + " indices, expected floats " + shape_string(expected));
-  const std::int64_t tag_value = depth + 1;
-  // Every index checked before any row is written: a refused write changes nothing.
-  for (const std::int64_t i : indices) {
-    if (i < 0) continue;
-    check_index(i);
-    const std::int64_t held = std::atomic_ref<std::int64_t>(*tag(i)).load(std::memory_order_relaxed);
-    if (held > tag_value)
-      throw Error(where() + ": sample " + std::to_string(i) + " holds depth " + std::to_string(held - 1) +
-                  ", refusing to write older depth " + std::to_string(depth) + ": depths only grow");
-  }
-  Writer::Pending p;
-  p.tag_value = tag_value;
+  PendingWrite p;
+  p.tag_value = depth + 1;
   // A sample given twice keeps its last row, as a copy in order would, and
   // no two threads write one row.
   {
     std::unordered_set<std::int64_t> seen;
     for (std::size_t k = indices.size(); k-- > 0;)
-      if (indices[k] >= 0 && seen.insert(indices[k]).second) p.rows.emplace_back(indices[k], k);
+      if (indices[k] >= 0 && (check_index(indices[k]), seen.insert(indices[k]).second)) p.rows.emplace_back(indices[k], k);
   }
+  check_depths(p);  // here for the caller; again when stored, against what landed since
   const at::Tensor v = values.detach();
   if (v.is_cuda()) {
     // Into pinned memory on a side stream, after the work that makes the
-    // rows: the worker goes on queuing while the copy and the store run.
+    // rows (behind: the worker goes on queuing while the copy and the store run).
     const c10::Device device = v.device();
     c10::Event produced(device.type());
     produced.record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
@@ -420,15 +424,26 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
   } else {
     p.host = v.to(at::kFloat).contiguous();  // a no-op for a contiguous float32 tensor
   }
-  if (!writer_) writer_ = std::make_unique<Writer>(*this);
+  if (!behind) {
+    flush();  // an earlier write behind of these samples must not land after this one
+    Writer::store(*this, p);
+    return;
+  }
   writer_->push(std::move(p));
-  // On the CPU the store takes the cores the worker computes on: nothing
-  // to overlap, so the rows are stored before write() returns.
-  if (!v.is_cuda()) writer_->flush();
+}
+
+// Every sample of `p` at `p`'s depth or below: a refused write changes nothing.
+void ActivationCache::check_depths(const PendingWrite& p) const {
+  for (const auto& [i, k] : p.rows) {
+    const std::int64_t held = std::atomic_ref<std::int64_t>(*tag(i)).load(std::memory_order_relaxed);
+    if (held > p.tag_value)
+      throw Error(where() + ": sample " + std::to_string(i) + " holds depth " + std::to_string(held - 1) +
+                  ", refusing to write older depth " + std::to_string(p.tag_value - 1) + ": depths only grow");
+  }
 }
 
 void ActivationCache::flush() {
-  if (writer_) writer_->flush();
+  if (writer_) writer_->flush();  // none once removed
 }
 
 void ActivationCache::prefetch(const std::vector<std::int64_t>& indices) {

@@ -90,14 +90,16 @@ class ActivationCache {
   // Stores row k of `values` ([n, entry_shape...], any device, any floating
   // dtype, stored as float32) for every indices[k] >= 0, tagged `depth`.
   // Every index is checked first: a refused write changes no entry. From a
-  // GPU it returns once the copy to pinned memory is queued (on a side
-  // stream, after the current stream's work so far): this cache's thread
-  // stores the rows and publishes their tags when the copy is done, writes
-  // in call order, so the worker goes on queuing meanwhile; a reader of
-  // those entries waits for their tags as for another process's. CPU
-  // values are stored before it returns (there the store would take the
-  // worker's cores). Thread-safe for distinct indices.
-  void write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth);
+  // GPU the rows come through pinned memory, copied on a side stream after
+  // the current stream's work so far.
+  // behind = false: stored and published before write() returns.
+  // behind = true: returns once the rows are queued (from a GPU, once their
+  // copy is); this cache's thread stores them and publishes their tags,
+  // writes in call order, at most 4 pending. A reader of those entries
+  // waits for their tags as for another process's. `values` must not
+  // change in place before flush() (its memory is kept from reuse).
+  // Thread-safe for distinct indices.
+  void write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth, bool behind = false);
   // Returns once every write so far is stored and published; rethrows what
   // failed the storing thread.
   void flush();
@@ -118,6 +120,9 @@ class ActivationCache {
  private:
   [[nodiscard]] std::string where() const;  // "activation cache <path>"
   void check_index(std::int64_t i) const;
+  struct Writer;
+  struct PendingWrite;
+  void check_depths(const PendingWrite& w) const;
   [[nodiscard]] std::int64_t* tag(std::int64_t i) const;
   [[nodiscard]] char* row(std::int64_t i) const;
   void unmap() noexcept;
@@ -132,8 +137,7 @@ class ActivationCache {
   std::int64_t file_bytes_ = 0;
   std::chrono::milliseconds publish_wait_;
   char* base_ = nullptr;  // the mapping, file_bytes_ long; null once removed
-  struct Writer;
-  std::unique_ptr<Writer> writer_;  // started by the first write; stopped (pending writes stored) before unmapping
+  std::unique_ptr<Writer> writer_;  // started with the mapping; stopped (pending writes stored) before unmapping
 };
 
 }  // namespace ep::exec

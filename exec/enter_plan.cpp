@@ -140,7 +140,6 @@ void Trainer::rebuild_cache() {
       cache_->write(part, model_.forward(ModelSpec::frozen_prefix(depth), mb.input.to(dev)), depth);
     }
   }
-  cache_->flush();
   char buf[128];
   std::snprintf(buf, sizeof buf, "node %d: cache rebuilt after resume (%.2f s)", node_, seconds(t0, Clock::now()));
   log(buf);

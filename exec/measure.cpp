@@ -127,7 +127,6 @@ MeasuredCache CacheProbe::measure(Model& model, int frozen) {
         median_compute_seconds(device_, kCacheProbeRuns, [&] { out = model.forward(ModelSpec::frozen_prefix(frozen), input_); });
   }
   file_->write(rows_, out, frozen);
-  file_->flush();
   // Timed as the frozen forward is: a stage worker copies the rows on the
   // host while the device runs earlier work, so the read costs the device
   // its copy there, or the host's copy where that is slower.

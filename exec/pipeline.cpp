@@ -414,7 +414,10 @@ struct Pipeline::DeviceRun {
 
   void cache_write(const Action& a) {
     if (!pipe.cache_) throw Error("pipeline: the schedule writes the activation cache, none is set");
-    pipe.cache_->write(job.batches[a.microbatch].indices, frozen_out.at(a.microbatch), part.frozen_layers);
+    // From a GPU, stored behind the worker, which goes on queuing; on the
+    // CPU the store would take the cores the worker computes on.
+    const at::Tensor& rows = frozen_out.at(a.microbatch);
+    pipe.cache_->write(job.batches[a.microbatch].indices, rows, part.frozen_layers, /*behind=*/rows.is_cuda());
     frozen_out.erase(a.microbatch);
   }
 

@@ -250,8 +250,9 @@ void profile_cache(const Config& c, const ProfileOptions& o, const at::Device& d
       // A write as it costs a stage worker: from a GPU, queuing the copy to
       // the host (the cache's thread stores the rows while the worker goes
       // on); on the CPU, the whole store.
-      p.cache.push_back({tier, "write", bytes, median_compute_seconds(dev, o.repeats, [&] { cache.flush(); },
-                                                                      [&] { cache.write(idx, values, 1); })});
+      p.cache.push_back({tier, "write", bytes, median_compute_seconds(dev, o.repeats, [&] { cache.flush(); }, [&] {
+                           cache.write(idx, values, 1, /*behind=*/values.is_cuda());  // as Pipeline's CacheWrite
+                         })});
       // As AutoCache's probe times it (CacheProbe::measure).
       p.cache.push_back({tier, "read", bytes, median_compute_seconds(dev, o.repeats, [&] { (void)cache.read(idx, 1, dev); })});
     }

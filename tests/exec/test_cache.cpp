@@ -170,7 +170,7 @@ TEST_CASE("batches of many rows, copied by several threads, land row for row, as
   }
 }
 
-TEST_CASE("writes from several threads at once, each of its own samples, all land", "[cache]") {
+TEST_CASE("writes from several threads at once, each of its own samples, stored now or behind, all land", "[cache]") {
   TempDir tmp;
   constexpr int kThreads = 4, kPer = 50, kWidth = 3000;  // 600 KB a write
   ActivationCache cache(tmp.file("t"), kThreads * kPer, {kWidth}, true, milliseconds(0));
@@ -182,7 +182,7 @@ TEST_CASE("writes from several threads at once, each of its own samples, all lan
       for (int round = 0; round < 5; ++round) {  // each thread's samples, interleaved with the others'
         std::vector<std::int64_t> idx;
         for (int k = round; k < kPer; k += 5) idx.push_back(k * kThreads + t);
-        cache.write(idx, rows_of(v, idx), 1 + round % 2 + (round > 2 ? 1 : 0));
+        cache.write(idx, rows_of(v, idx), 1 + round % 2 + (round > 2 ? 1 : 0), /*behind=*/round % 2 == 0);
       }
     });
   for (auto& w : writers) w.join();
@@ -195,6 +195,43 @@ TEST_CASE("writes from several threads at once, each of its own samples, all lan
       if (1 + (i / kThreads) % 5 % 2 + ((i / kThreads) % 5 > 2 ? 1 : 0) == depth) at_depth.push_back(i);
     CHECK(at::equal(cache.read(at_depth, depth, at::kCPU), rows_of(v, at_depth)));
   }
+}
+
+TEST_CASE("a write behind lands after it returns: a reader waits for its tags, and a later write is not overtaken",
+          "[cache]") {
+  TempDir tmp;
+  constexpr int kN = 64, kWidth = 20000;  // 80 KB entries: a few ms a batch
+  ActivationCache cache(tmp.file("b"), kN, {kWidth}, true, milliseconds(30000));
+  at::manual_seed(13);
+  std::vector<std::int64_t> all(kN);
+  for (int i = 0; i < kN; ++i) all[i] = i;
+  // More batches behind than the 4 held: write() waits for room, and every
+  // batch lands in order (each sample's last depth wins).
+  std::vector<at::Tensor> batches;
+  for (int d = 1; d <= 6; ++d) {
+    batches.push_back(at::randn({kN, kWidth}));
+    cache.write(all, batches.back(), d, /*behind=*/true);
+  }
+  // No flush: the read waits for depth 6's tags.
+  CHECK(at::equal(cache.read(all, 6, at::kCPU), batches.back()));
+  // A write now after writes behind: stored after them, never overtaken.
+  const at::Tensor b7 = at::randn({kN, kWidth}), b8 = at::randn({kN, kWidth});
+  cache.write(all, b7, 7, /*behind=*/true);
+  cache.write({0, 1}, b8.narrow(0, 0, 2), 8);
+  cache.flush();
+  CHECK(at::equal(cache.read({0, 1}, 8, at::kCPU), b8.narrow(0, 0, 2)));
+  CHECK(at::equal(cache.read({2, 3}, 7, at::kCPU), b7.narrow(0, 2, 2)));
+  // Refused before it is queued: nothing lands.
+  CHECK_THROWS_WITH((cache.write({5, 0}, at::zeros({2, kWidth}), 7, /*behind=*/true)),
+                    Catch::Contains("sample 0 holds depth 8"));
+  cache.flush();
+  CHECK(at::equal(cache.read({5}, 7, at::kCPU)[0], b7[5]));
+  // Pending writes are stored before the cache unmaps: a second instance sees them.
+  {
+    ActivationCache writer(tmp.file("b"), kN, {kWidth}, false, milliseconds(0));
+    writer.write({9}, b8.narrow(0, 9, 1), 9, /*behind=*/true);
+  }
+  CHECK(at::equal(cache.read({9}, 9, at::kCPU)[0], b8[9]));
 }
 
 TEST_CASE("the cache file holds the layout cache.hpp documents", "[cache]") {

@@ -309,6 +309,7 @@ void Trainer::train_epoch() {
     in_flight = std::move(queued);
   }
   samples.close();
+  if (cache_) cache_->flush();  // the epoch's writes stored behind it: landed, or their failure raised here
   finish_epoch(p_.epoch_elapsed_s + seconds(epoch_start, Clock::now()), traced, fill);
 }
 

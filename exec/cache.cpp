@@ -382,7 +382,8 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
   // (a stage worker reads while the previous iteration runs); the pinned
   // block stays allocated until the copy is done.
   at::Tensor on_device;
-  const c10::Event copied = on_side_stream(device, [&](const c10::Stream&) { on_device = out.to(device, /*non_blocking=*/true); });
+  const c10::Event copied =
+      on_side_stream(device, [&](const c10::Stream&) { on_device = out.to(device, /*non_blocking=*/true); });
   after_side_stream(device, copied, {&on_device});
   return on_device;
 }

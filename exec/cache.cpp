@@ -15,10 +15,10 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <latch>
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <system_error>
 #include <thread>
 #include <unordered_set>
 
@@ -47,9 +47,10 @@ constexpr std::int64_t kRowAlign = 64;  // a cache line: rows written by two pro
 // (the plan's threads for its worker), each at least this much: one
 // thread's memcpy out of a mapping moves 5-6 GB/s on a 2-core VM (two:
 // 10), short of a batch of ViT-B/16 rows (77.5 MB at batch 128) costing
-// less than the frozen forward it replaces on a GPU. Plain threads:
-// at::parallel_for's OpenMP backend is inline and runs serially in a
-// translation unit built without -fopenmp, as this project's are.
+// less than the frozen forward it replaces on a GPU. The helpers come from
+// ATen's inter-op pool (at::launch), started once: at::parallel_for's
+// OpenMP backend is inline and runs serially in a translation unit built
+// without -fopenmp, as this project's are.
 constexpr std::size_t kCopyBytesPerThread = std::size_t{1} << 20;
 
 // `copy(k)` for k in [0, n), rows of `row_bytes` each, split over threads.
@@ -60,15 +61,14 @@ void copy_rows(std::size_t n, std::size_t row_bytes, const Copy& copy) {
   const auto part = [&](std::size_t t) {
     for (std::size_t k = n * t / threads; k < n * (t + 1) / threads; ++k) copy(k);
   };
-  std::vector<std::thread> helpers;
-  std::size_t t = 1;
-  try {
-    for (; t < threads; ++t) helpers.emplace_back(part, t);
-  } catch (const std::system_error&) {  // no thread to be had: the rest on this one
-  }
-  for (std::size_t rest = t; rest < threads; ++rest) part(rest);
+  std::latch helped(static_cast<std::ptrdiff_t>(threads - 1));
+  for (std::size_t t = 1; t < threads; ++t)
+    at::launch([&, t] {
+      part(t);
+      helped.count_down();
+    });
   part(0);
-  for (std::thread& h : helpers) h.join();
+  helped.wait();
 }
 
 // The on-file header, exactly as cache.hpp documents it.
@@ -241,7 +241,6 @@ struct ActivationCache::PendingWrite {
 // The thread that stores writes behind their callers and publishes their
 // tags, in call order.
 struct ActivationCache::Writer {
-  using Pending = PendingWrite;
   // A bound on the rows held for the thread (each write's batch; 77.5 MB at
   // ViT-B/16 and 128): a writer that falls behind makes write() wait.
   static constexpr std::size_t kMaxPending = 4;
@@ -256,7 +255,7 @@ struct ActivationCache::Writer {
     thread.join();
   }
 
-  void push(Pending p) {
+  void push(PendingWrite p) {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return queue.size() < kMaxPending; });
     if (failed) std::rethrow_exception(failed);
@@ -272,7 +271,7 @@ struct ActivationCache::Writer {
 
   // `p`'s rows into their entries (once their copy to the host is done),
   // each tag published after its row.
-  static void store(ActivationCache& cache, const Pending& p) {
+  static void store(ActivationCache& cache, const PendingWrite& p) {
     if (p.copied) compat::wait(*p.copied);
     cache.check_depths(p);
     const char* const src = static_cast<const char*>(p.host.data_ptr());
@@ -290,7 +289,7 @@ struct ActivationCache::Writer {
     while (true) {
       cv.wait(lock, [&] { return stop || !queue.empty(); });
       if (queue.empty()) return;  // stopped, nothing left
-      Pending& p = queue.front();
+      PendingWrite& p = queue.front();
       lock.unlock();
       try {
         store(cache, p);
@@ -307,7 +306,7 @@ struct ActivationCache::Writer {
   ActivationCache& cache;
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Pending> queue;
+  std::deque<PendingWrite> queue;
   bool stop = false;
   std::exception_ptr failed;
   std::thread thread;  // last: starts once the rest is built
@@ -404,8 +403,11 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
   // no two threads write one row.
   {
     std::unordered_set<std::int64_t> seen;
-    for (std::size_t k = indices.size(); k-- > 0;)
-      if (indices[k] >= 0 && (check_index(indices[k]), seen.insert(indices[k]).second)) p.rows.emplace_back(indices[k], k);
+    for (std::size_t k = indices.size(); k-- > 0;) {
+      if (indices[k] < 0) continue;
+      check_index(indices[k]);
+      if (seen.insert(indices[k]).second) p.rows.emplace_back(indices[k], k);
+    }
   }
   check_depths(p);  // here for the caller; again when stored, against what landed since
   const at::Tensor v = values.detach();
@@ -419,8 +421,7 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
     p.copied = on_side_stream(device, [&](const c10::Stream& side) {
       produced.block(side);
       p.host.copy_(v, /*non_blocking=*/true);
-      // v's block stays out of the allocator's hands until the copy is done.
-      c10::impl::getDeviceGuardImpl(device.type())->recordDataPtrOnStream(v.storage().data_ptr(), side);
+      used_on_stream(device, side, {&v});  // v's block stays out of the allocator's hands until the copy is done
     });
   } else {
     p.host = v.to(at::kFloat).contiguous();  // a no-op for a contiguous float32 tensor

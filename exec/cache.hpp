@@ -43,8 +43,9 @@
 // Assumed, not locked: nobody writes an entry while someone reads it. The
 // trainer's sampler gives each sample to one replica per iteration, and a
 // replica writes only samples it owns, and reads a sample at a depth only
-// after its write at that depth was published, so this holds; the row copy itself
-// is a plain memcpy, rows split over the calling thread's intra-op threads.
+// after its write at that depth was published, so this holds; the row copy
+// itself is a plain memcpy, rows split over as many threads as the caller's
+// intra-op count.
 #pragma once
 
 #include <ATen/core/Tensor.h>

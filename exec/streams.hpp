@@ -26,16 +26,22 @@ c10::Event on_side_stream(const c10::Device& device, Queue&& queue) {
   return done;
 }
 
+// The blocks of `used` (those on `device`) are not handed out again by the
+// allocator before `stream`'s work queued so far is done with them.
+inline void used_on_stream(const c10::Device& device, const c10::Stream& stream,
+                           const std::vector<const at::Tensor*>& used) {
+  const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(device.type());
+  for (const at::Tensor* t : used)
+    if (t->defined() && t->device() == device) impl->recordDataPtrOnStream(t->storage().data_ptr(), stream);
+}
+
 // `device`'s current stream waits for `done` before its next work, and the
-// blocks of `used` (the side stream's results on `device`) are not handed
-// out again before that stream is through with them.
+// blocks of `used` (the side stream's results on `device`) are kept for it.
 inline void after_side_stream(const c10::Device& device, const c10::Event& done,
                               const std::vector<const at::Tensor*>& used) {
-  const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(device.type());
-  const c10::Stream current = impl->getStream(device);
+  const c10::Stream current = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
   done.block(current);
-  for (const at::Tensor* t : used)
-    if (t->defined() && t->device() == device) impl->recordDataPtrOnStream(t->storage().data_ptr(), current);
+  used_on_stream(device, current, used);
 }
 
 }  // namespace ep::exec

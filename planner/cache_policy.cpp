@@ -8,6 +8,8 @@ namespace ep {
 
 std::string to_string(CacheTier t) { return t == CacheTier::HostMemory ? "host" : "disk"; }
 
+bool cache_writes_behind(const Config& c) { return c.exec.device == ExecDevice::CUDA; }
+
 CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostModel& cost,
                            int frozen_layers, int micro_batch, const MeasuredCache* measured) {
   CacheDecision d;

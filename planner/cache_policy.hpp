@@ -41,6 +41,15 @@ inline constexpr int kCacheProbeRuns = 3;
 [[nodiscard]] double predict_cache_probe_s(const Config&, const ModelSpec&, const CostModel&, int frozen_layers,
                                            int batch);
 
+// Where a cache write is stored. Rows on a GPU (exec.device = "cuda") are
+// copied off it on a side stream and stored by the cache's own writer
+// while the device goes on, in call order, at most kCacheWritesInFlight
+// batches queued: a writer that falls behind makes the device wait. Rows
+// the host computes are stored before the device goes on: handing them to
+// another thread cost more than it hid (2-3 ms more per 77.5 MB on 2 cores).
+inline constexpr int kCacheWritesInFlight = 4;
+[[nodiscard]] bool cache_writes_behind(const Config&);
+
 [[nodiscard]] std::string to_string(CacheTier);
 
 }  // namespace ep

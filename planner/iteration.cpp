@@ -119,9 +119,12 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
       case ActionKind::OptimizerStep: return opt[st];
       case ActionKind::FrozenForward: return frozen[m];
       case ActionKind::CacheRead: return cache_read[m];
-      case ActionKind::CacheWrite: return cache_write[m];
+      case ActionKind::CacheWrite: return s.cache_writes_behind ? 0.0 : cache_write[m];
     }
     return 0.0;
+  };
+  c.behind = [=, behind = s.cache_writes_behind](const Action& a) -> double {
+    return behind && a.kind == ActionKind::CacheWrite ? cache_write[a.microbatch] : 0.0;
   };
   // SendAct(s)/RecvAct(s+1) carry stage s's output; SendGrad(s+1)/RecvGrad(s)
   // carry the gradient of that same tensor.
@@ -146,13 +149,19 @@ Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
   const ClusterSpec& cl = ctx.config.cluster;
   const int per_node = std::max(1, (s.replicas + cl.nodes - 1) / cl.nodes);
   const double share = cl.shared_cores > 0 ? std::max(1.0, static_cast<double>(s.K * per_node) / cl.shared_cores) : 1.0;
-  if (share == 1.0) return simulate(build_schedule(schedule_options(ctx, s)), costs.duration);
+  const Schedule schedule = build_schedule(schedule_options(ctx, s));
   const DurationFn stretched = [&](const Action& a) {
     return is_compute(a.kind) || a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite
                ? share * costs.duration(a)
                : costs.duration(a);
   };
-  return simulate(build_schedule(schedule_options(ctx, s)), stretched);
+  Timeline t = simulate(schedule, share == 1.0 ? costs.duration : stretched);
+  for (const auto& list : schedule.devices) {
+    double writer = 0;
+    for (const Action& a : list) writer += costs.behind(a);
+    t.makespan = std::max(t.makespan, writer);
+  }
+  return t;
 }
 
 IterationPredictor analytic_predictor(const PlanContext& ctx) {

@@ -58,6 +58,9 @@ struct IterationSetup {
   // Samples per pipeline and iteration (pipeline_batch(): training.batch_size
   // unless batch_policy = "global" splits a fixed global batch).
   int batch = 0;
+  // Cache writes stored behind the device (cache_writes_behind(), from
+  // exec.device): it only queues each CacheWrite and goes on.
+  bool cache_writes_behind = false;
   friend bool operator==(const IterationSetup&, const IterationSetup&) = default;
 };
 [[nodiscard]] ScheduleOptions schedule_options(const PlanContext&, const IterationSetup&);
@@ -104,15 +107,23 @@ struct IterationProgram {
 // its duration (every kind) and the bytes it moves (transfers, all-reduce
 // buckets, cache reads and writes; 0 for compute). Back ends that model
 // transfers themselves (the simulator) take the bytes; the others the time.
+//
+// A CacheWrite stored behind the device (setup.cache_writes_behind) costs
+// the device nothing: `behind` is the time the cache's writer then takes
+// to store it (the cost model's cache_write_s), 0 for every other action.
 struct IterationCosts {
   DurationFn duration;
   std::function<double(const Action&)> bytes;
+  DurationFn behind;
 };
 [[nodiscard]] IterationCosts iteration_costs(const PlanContext&, const IterationSetup&);
 // The planner's own timing: the schedule's dependency graph under the cost
 // model. With cluster.shared_cores > 0 the node's busy workers (K per
 // pipeline) share that many cores: compute stretches by workers / cores
 // when there are more (bubbles, where fewer run at once, are ignored).
+// Writes stored behind a device overlap its work, but iterations run back
+// to back cannot outpace the writer: the makespan is at least each
+// device's writes stored one after another.
 [[nodiscard]] Timeline predict_iteration(const PlanContext&, const IterationSetup&);
 
 // Chunk search and the run planner ask a predictor how long iterations

@@ -88,6 +88,7 @@ IterationSetup iteration_setup(const Config& c, const Plan& p, bool fill) {
   IterationSetup s{p.partition, p.K, p.v, p.M, p.layout.replicas, c.cluster.nodes > 1,
                    p.cache.on, p.cache.tier, -1, p.batch};
   if (fill && p.cache_fill_from >= 0) s.cache_valid_layers = p.cache_fill_from;
+  s.cache_writes_behind = p.cache.on && cache_writes_behind(c);
   return s;
 }
 

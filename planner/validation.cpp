@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "planner/cache_policy.hpp"
 #include "planner/error.hpp"
 #include "planner/stats.hpp"
 
@@ -127,6 +128,7 @@ std::vector<ValidationPlan> validation_plans(const PlanContext& ctx) {
             p.setup.batch = B;
             p.setup.replicas = replicas;
             p.setup.cache_on = cache;
+            p.setup.cache_writes_behind = cache && cache_writes_behind(config);
             p.program = lower_iteration(ctx, p.setup);
             if (cache) {
               IterationSetup fill = p.setup;

@@ -2,6 +2,7 @@
 // training run; chunk search, cache policy and the ablation switches.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -328,6 +329,76 @@ TEST_CASE("advancing stale cache entries runs only the newly frozen layers") {
   CHECK(ep::schedule_options(ctx, s).frozen_input == ep::FrozenInput::Advance);
   s.cache_valid_layers = -1;
   CHECK(ep::schedule_options(ctx, s).frozen_input == ep::FrozenInput::CacheRead);
+}
+
+// Over random setups: a write behind the device is the same write, moved
+// from the device's list to the writer's, which paces iterations only
+// where it is the slower of the two.
+TEST_CASE("cache writes behind the device cost it nothing, and iterations cannot outpace the writer") {
+  std::mt19937 rng(5);
+  int writer_bound = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    // Host memory from 1 GB/s down to 100 kB/s: the writer from hidden to pacing.
+    const double host_bw = std::pow(10.0, 9.0 - 4.0 * (rng() % 1000) / 1000.0);
+    const ep::Config c = paper_config("vit_imagenet", {"exec.device=\"cuda\"",
+                                                        "cluster.host.memory_bandwidth_bytes_per_s=" +
+                                                            std::to_string(host_bw)});
+    REQUIRE(ep::cache_writes_behind(c));
+    const ep::AnalyticCostModel cost(c.cluster, c.training);
+    const ep::PlanContext ctx(c, cost);
+    const int K = 1 << (rng() % 3), M = K << (rng() % 2), frozen = 2 + static_cast<int>(rng() % 7);
+    ep::IterationSetup now{ep::plan_partition(ctx, frozen, K, true), K, 1, M, 1, false, true,
+                           rng() % 2 ? ep::CacheTier::Disk : ep::CacheTier::HostMemory,
+                           static_cast<int>(rng() % frozen), c.training.batch_size};
+    ep::IterationSetup behind = now;
+    behind.cache_writes_behind = true;
+    INFO("trial " << trial << " K=" << K << " M=" << M << " frozen=" << frozen << " host_bw=" << host_bw);
+    const ep::IterationCosts a = ep::iteration_costs(ctx, now), b = ep::iteration_costs(ctx, behind);
+    const ep::Schedule sched = ep::build_schedule(ep::schedule_options(ctx, behind));
+    double writer = 0, written_now = 0;
+    int writes = 0;
+    for (const auto& device : sched.devices) {
+      double on_device = 0;
+      for (const ep::Action& x : device) {
+        CHECK(a.behind(x) == 0);
+        if (x.kind == ep::ActionKind::CacheWrite) {
+          ++writes;
+          CHECK(b.duration(x) == 0);
+          CHECK(b.behind(x) == a.duration(x));
+          on_device += b.behind(x);
+          written_now += a.duration(x);
+        } else {
+          CHECK(b.duration(x) == a.duration(x));
+          CHECK(b.behind(x) == 0);
+        }
+      }
+      writer = std::max(writer, on_device);
+    }
+    CHECK(writes == M);
+    const double t_now = ep::predict_iteration(ctx, now).makespan;
+    const double t_behind = ep::predict_iteration(ctx, behind).makespan;
+    const double device_only = ep::simulate(sched, b.duration).makespan;
+    CHECK(t_behind == std::max(device_only, writer));
+    CHECK(t_behind <= t_now * (1 + 1e-12));
+    CHECK(device_only >= t_now - written_now - 1e-12 * t_now);
+    if (writer > device_only) ++writer_bound;
+  }
+  CHECK(writer_bound > 5);
+  CHECK(writer_bound < 35);
+}
+
+TEST_CASE("the plan stores cache writes behind the device on GPUs only") {
+  for (const bool cuda : {false, true}) {
+    const ep::Config c = paper_config("vit_imagenet", {cuda ? "exec.device=\"cuda\"" : "exec.device=\"cpu\""});
+    const ep::RunPlan r = plan(c);
+    int cached = 0;
+    for (const ep::Plan& p : r.plans) {
+      for (const bool fill : {false, true})
+        CHECK(ep::iteration_setup(c, p, fill).cache_writes_behind == (cuda && p.cache.on));
+      cached += p.cache.on;
+    }
+    CHECK(cached > 0);
+  }
 }
 
 TEST_CASE("RunPlanner stepped with measured frozen counts plans what plan_run plans from them") {

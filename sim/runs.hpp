@@ -103,6 +103,7 @@ class Runner {
       req.replica_rank.push_back(r.rank);
     }
     req.cache_tier = p.setup.cache_tier;
+    req.cache_writes_behind = p.setup.cache_writes_behind;
     req.collectives = ctx.config.sim.collectives;
     req.iterations = iterations;
     req.plan_id = plan_id;

@@ -2,17 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
-#include <map>
-#include <numeric>
 #include <utility>
 
 #include <simgrid/s4u.hpp>
 
+#include "planner/cache_policy.hpp"
 #include "planner/error.hpp"
 #include "sim/isolate.hpp"
 #include "sim/platform.hpp"
 #include "sim/recorder.hpp"
+#include "sim/request.hpp"
 #include "traces/action_event.hpp"
 
 namespace ep::sim {
@@ -29,201 +30,6 @@ double now() { return s4u::Engine::get_clock(); }
 void wait_all(const std::vector<s4u::CommPtr>& comms) { s4u::Comm::wait_all(comms); }
 
 bool is_recv(ActionKind k) { return k == ActionKind::RecvAct || k == ActionKind::RecvGrad; }
-
-// Simulated sizes are whole bytes; below half a byte a transfer is free.
-std::uint64_t whole_bytes(double b) { return static_cast<std::uint64_t>(std::llround(b)); }
-
-double checked(double v, const char* what, const Action& a) {
-  if (!(v >= 0) || !std::isfinite(v))
-    throw Error(std::string("simulator: ") + what + " of " + to_string(a) + " is " + std::to_string(v) +
-                ", expected a finite value >= 0");
-  return v;
-}
-
-// ---------------------------------------------------------------- request
-
-// One action of a device's list with what executing it needs, precomputed
-// once per run so the actors do no lookups.
-struct Step {
-  Action a;
-  double seconds = 0;       // F, B, FZ, OPT
-  std::uint64_t bytes = 0;  // transfers, AR, CR, CW
-  int slot = -1;            // send/recv: rendezvous slot of the tensor (direction, receiving stage, micro-batch)
-  int peer = -1;            // recv: the sending device
-  bool ends_stage_ar = false;  // AR: the last of its stage's buckets in this list
-};
-
-// A validated request, built in the parent so that errors surface there.
-// Plain data: it is what the fork server's child is sent.
-struct Prepared {
-  int R = 0, K = 0, S = 0, M = 0, iterations = 1, slots = 0;
-  int ring_n = 0;  // ranks of each all-reduce: R, or more when R replicas stand for all
-  CollectiveModel collectives = CollectiveModel::Steps;
-  std::vector<std::vector<Step>> lists;  // per device
-  std::vector<std::vector<int>> lane;    // per device: indices of its all-reduces in `lists`
-  std::vector<int> ranks;                // per replica
-  std::vector<int> ring_pos;             // per replica: position in rank order
-  std::vector<int> at_pos;               // ring position -> replica
-  std::vector<std::vector<int>> replica_gpus;  // the request's
-  CacheTier cache_tier = CacheTier::HostMemory;
-  int plan_id = -1;
-  int stage0_device = 0;  // the device hosting stage 0
-
-  void put(ByteWriter& w) const {
-    w.put_all(R, K, S, M, iterations, slots, ring_n, collectives, lists, lane, ranks, ring_pos, at_pos, replica_gpus,
-              cache_tier, plan_id, stage0_device);
-  }
-  static Prepared get(ByteReader& r) {
-    Prepared p;
-    r.get_into(p.R, p.K, p.S, p.M, p.iterations, p.slots, p.ring_n, p.collectives, p.lists, p.lane, p.ranks,
-               p.ring_pos, p.at_pos, p.replica_gpus, p.cache_tier, p.plan_id, p.stage0_device);
-    return p;
-  }
-};
-
-// Ring positions from ranks: at_pos[i] is the replica at position i.
-void order_ring(Prepared& p) {
-  p.at_pos.resize(p.R);
-  std::iota(p.at_pos.begin(), p.at_pos.end(), 0);
-  std::sort(p.at_pos.begin(), p.at_pos.end(), [&](int a, int b) { return p.ranks[a] < p.ranks[b]; });
-  p.ring_pos.resize(p.R);
-  for (int i = 0; i < p.R; ++i) p.ring_pos[p.at_pos[i]] = i;
-}
-
-// Keeps only the replicas of the ring's first two units when they stand
-// for all (simulator.hpp). A unit is `alike_nodes` consecutive nodes (one
-// node, or a leaf switch's nodes where hops across leaves differ): every
-// replica within one node, every unit with the same GPUs in ring order,
-// the ring entering each unit once.
-void collapse_to_two_units(Prepared& p, int gpus_per_node, int alike_nodes) {
-  const int unit_gpus = gpus_per_node * alike_nodes;
-  const auto unit_of = [&](int r) { return p.replica_gpus[r].front() / unit_gpus; };
-  for (int r = 0; r < p.R; ++r)
-    for (const int g : p.replica_gpus[r])
-      if (g / gpus_per_node != p.replica_gpus[r].front() / gpus_per_node) return;  // a replica across nodes
-  std::map<int, std::vector<std::vector<int>>> local;  // unit -> its replicas' GPUs within it, in ring order
-  int entries = 0;
-  for (int i = 0; i < p.R; ++i) {
-    const int r = p.at_pos[i];
-    if (unit_of(r) != unit_of(p.at_pos[(i + p.R - 1) % p.R])) ++entries;
-    std::vector<int> gpus;
-    for (const int g : p.replica_gpus[r]) gpus.push_back(g % unit_gpus);
-    local[unit_of(r)].push_back(std::move(gpus));
-  }
-  if (local.size() <= 2 || entries != static_cast<int>(local.size())) return;
-  for (const auto& [unit, replicas] : local)
-    if (replicas != local.begin()->second) return;
-  const int first = unit_of(p.at_pos[0]);
-  const int second = unit_of(p.at_pos[local.begin()->second.size()]);
-  Prepared kept = p;
-  kept.replica_gpus.clear();
-  kept.ranks.clear();
-  for (int i = 0; i < p.R; ++i) {
-    const int r = p.at_pos[i];
-    if (unit_of(r) != first && unit_of(r) != second) continue;
-    kept.replica_gpus.push_back(p.replica_gpus[r]);
-    kept.ranks.push_back(p.ranks[r]);
-  }
-  kept.R = static_cast<int>(kept.ranks.size());
-  order_ring(kept);
-  p = std::move(kept);
-}
-
-Prepared prepare(const SimRequest& q, const Platform& platform) {
-  const int total_gpus = static_cast<int>(platform.gpus.size());
-  const Schedule& s = q.schedule;
-  Prepared p;
-  p.R = static_cast<int>(q.replica_gpus.size());
-  p.K = s.K;
-  p.iterations = q.iterations;
-  p.replica_gpus = q.replica_gpus;
-  p.cache_tier = q.cache_tier;
-  p.plan_id = q.plan_id;
-  if (q.iterations < 1) throw Error("simulator: iterations must be >= 1, found " + std::to_string(q.iterations));
-  if (!q.costs.duration || !q.costs.bytes) throw Error("simulator: the request's IterationCosts lacks duration or bytes");
-  if (p.R == 0) throw Error("simulator: no replica (replica_gpus is empty)");
-  std::vector<std::pair<int, int>> owner(total_gpus, {-1, -1});
-  for (int r = 0; r < p.R; ++r) {
-    const auto& gpus = q.replica_gpus[r];
-    if (static_cast<int>(gpus.size()) != s.K)
-      throw Error("simulator: the schedule has " + std::to_string(s.K) + " devices but replica " + std::to_string(r) +
-                  " maps " + std::to_string(gpus.size()) + " GPUs (replica_gpus[" + std::to_string(r) +
-                  "]); every replica needs exactly one GPU per device");
-    for (int d = 0; d < s.K; ++d) {
-      const int g = gpus[d];
-      if (g < 0 || g >= total_gpus)
-        throw Error("simulator: replica " + std::to_string(r) + " maps device " + std::to_string(d) + " to GPU " +
-                    std::to_string(g) + ", outside the cluster's GPUs 0.." + std::to_string(total_gpus - 1));
-      if (owner[g].first >= 0)
-        throw Error("simulator: GPU " + std::to_string(g) + " is mapped twice: replica " +
-                    std::to_string(owner[g].first) + " device " + std::to_string(owner[g].second) +
-                    " and replica " + std::to_string(r) + " device " + std::to_string(d));
-      owner[g] = {r, d};
-    }
-  }
-  p.ranks = q.replica_rank;
-  if (p.ranks.empty()) {
-    p.ranks.resize(p.R);
-    std::iota(p.ranks.begin(), p.ranks.end(), 0);
-  }
-  if (static_cast<int>(p.ranks.size()) != p.R)
-    throw Error("simulator: " + std::to_string(p.ranks.size()) + " replica ranks for " + std::to_string(p.R) +
-                " replicas");
-  order_ring(p);
-  for (int i = 1; i < p.R; ++i)
-    if (p.ranks[p.at_pos[i]] == p.ranks[p.at_pos[i - 1]])
-      throw Error("simulator: two replicas have rank " + std::to_string(p.ranks[p.at_pos[i]]));
-  p.ring_n = p.R;
-  p.collectives = q.collectives;
-  if (p.collectives != CollectiveModel::Steps && !q.every_replica)
-    collapse_to_two_units(p, platform.gpus_per_node, platform.alike_nodes);
-  try {
-    check_schedule(s);  // also guarantees every stage and micro-batch below is in range
-  } catch (const Error& e) {
-    throw e.with_context("simulator: invalid schedule");
-  }
-
-  p.S = s.num_stages();
-  p.M = s.M;
-  p.stage0_device = s.device_of(0);
-  p.slots = 2 * p.S * p.M;
-  const auto slot = [&](int dir, int recv_stage, int mb) { return (dir * p.S + recv_stage) * p.M + mb; };
-  p.lists.resize(p.K);
-  p.lane.resize(p.K);
-  for (int d = 0; d < p.K; ++d) {
-    std::vector<int> last_ar(p.S, -1);
-    for (const Action& a : s.devices[d]) {
-      Step st{a};
-      const int i = static_cast<int>(p.lists[d].size());
-      if (is_compute(a.kind)) {
-        st.seconds = checked(q.costs.duration(a), "duration", a);
-      } else {
-        st.bytes = whole_bytes(checked(q.costs.bytes(a), "bytes", a));
-      }
-      switch (a.kind) {
-        case ActionKind::SendAct: st.slot = slot(0, a.stage + 1, a.microbatch); break;
-        case ActionKind::SendGrad: st.slot = slot(1, a.stage - 1, a.microbatch); break;
-        case ActionKind::RecvAct:
-          st.slot = slot(0, a.stage, a.microbatch);
-          st.peer = s.device_of(a.stage - 1);
-          break;
-        case ActionKind::RecvGrad:
-          st.slot = slot(1, a.stage, a.microbatch);
-          st.peer = s.device_of(a.stage + 1);
-          break;
-        case ActionKind::AllReduce:
-          p.lane[d].push_back(i);
-          last_ar[a.stage] = i;
-          break;
-        default: break;
-      }
-      p.lists[d].push_back(st);
-    }
-    for (int i : last_ar)
-      if (i >= 0) p.lists[d][i].ends_stage_ar = true;
-  }
-  return p;
-}
 
 // The one Action -> event helper, with what the simulator knows of a run.
 trace::Event action_event(int track, const Action& a, double start, double end, int rank, int plan_id, int it,
@@ -261,6 +67,16 @@ struct Worker {  // one (replica, device)
   std::vector<double> end, lane_end;          // per iteration
   double compute = 0, allreduce = 0, p2p = 0, cache_io = 0;
   bool done = false, lane_done = true;
+  // Cache writes stored behind the device, oldest first: the copy to the
+  // node's host and, disk tier, the disk write alongside it.
+  struct Write {
+    s4u::CommPtr comm;
+    s4u::IoPtr io;
+    Action a;
+    int it = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::deque<Write> writes;
 };
 
 struct Run {
@@ -289,6 +105,20 @@ void compute(const Run& run, const Worker& w, double seconds) {
   s4u::ExecPtr e = s4u::this_actor::exec_init(seconds * run.P.gpu_speed_flops);
   e->set_host(run.P.shared_cpus[w.gpu / run.P.gpus_per_node]);
   e->wait();
+}
+
+// Waits for the device's oldest write behind it to be stored.
+void land_write(Run& run, Worker& w) {
+  const Worker::Write& wr = w.writes.front();
+  wr.comm->wait();
+  if (wr.io) wr.io->wait();
+  if (run.rec) {
+    s4u::Host* host = run.P.hosts[w.gpu / run.P.gpus_per_node];
+    run.rec.on_links(w.host, host,
+                     action_event(-1, wr.a, wr.comm->get_start_time(), wr.comm->get_finish_time(),
+                                  run.p.ranks[w.r], run.p.plan_id, wr.it, static_cast<std::int64_t>(wr.bytes)));
+  }
+  w.writes.pop_front();
 }
 
 void device_actor(Run& run, Worker& w) {
@@ -346,7 +176,13 @@ void device_actor(Run& run, Worker& w) {
         case ActionKind::CacheRead:
         case ActionKind::CacheWrite: {
           const bool read = a.kind == ActionKind::CacheRead;
-          if (st.bytes > 0) {
+          if (!read && run.p.cache_writes_behind) {
+            // Queued: the device waits only for a free place in the writer's queue.
+            while (static_cast<int>(w.writes.size()) >= kCacheWritesInFlight) land_write(run, w);
+            if (st.bytes > 0)
+              w.writes.push_back({s4u::Comm::sendto_async(w.host, run.P.hosts[node], st.bytes),
+                                  disk ? run.P.disks[node]->write_async(st.bytes) : nullptr, a, it, st.bytes});
+          } else if (st.bytes > 0) {
             s4u::Host* from = read ? run.P.hosts[node] : w.host;
             s4u::Host* to = read ? w.host : run.P.hosts[node];
             if (read && disk) run.P.disks[node]->read(st.bytes);
@@ -369,6 +205,9 @@ void device_actor(Run& run, Worker& w) {
     }
     w.end[it] = now();
   }
+  // The writes still queued are stored after the last iteration: its end,
+  // and so the steady state, leave out the epoch's last flush.
+  while (!w.writes.empty()) land_write(run, w);
   w.done = true;
 }
 

@@ -37,7 +37,11 @@
 //   nodes stand for all instead. steps always simulates every replica;
 // - OPT(s) waits for this iteration's all-reduces of stage s on the device;
 // - CR: (disk tier: disk read on the node's host, then) host -> GPU;
-//   CW: GPU -> host (then, disk tier: disk write);
+//   CW: GPU -> host (then, disk tier: disk write); stored behind the device
+//   (cache_writes_behind): the device queues the transfer (and, disk
+//   tier, the disk write alongside it) and goes on, waiting only while
+//   kCacheWritesInFlight of its writes are still being stored
+//   (cache_policy.hpp); the last ones land after its last iteration ends;
 // - zero-byte transfers, all-reduces and cache IO take no time (no latency);
 //   a zero-byte RECV still waits for its SEND.
 // Every run happens in a forked child starting at simulated time 0
@@ -65,6 +69,7 @@ struct SimRequest {
   std::vector<std::vector<int>> replica_gpus;  // per replica: schedule device d -> global GPU id (node * I + gpu)
   std::vector<int> replica_rank;               // per replica: its global rank; empty = 0, 1, ...
   CacheTier cache_tier = CacheTier::HostMemory;
+  bool cache_writes_behind = false;            // IterationSetup::cache_writes_behind
   CollectiveModel collectives = CollectiveModel::Steps;
   bool every_replica = false;                  // phases, analytic: no two nodes standing for all (tests compare)
   int iterations = 1;                          // back to back
@@ -76,7 +81,7 @@ struct SimResult {
   double compute_s = 0;    // per device per iteration, mean over devices: F, B, FZ, OPT
   double allreduce_s = 0;  // per device per iteration, mean: its all-reduce spans (serialised, so their union)
   double p2p_s = 0;        // per device per iteration, mean: time in receives (their transfers)
-  double cache_io_s = 0;   // per iteration on stage-0 devices, mean: cache reads and writes
+  double cache_io_s = 0;   // per iteration on stage-0 devices, mean: cache reads and writes (behind: the waits for the writer)
 
   // The last iteration's end over the number of iterations.
   [[nodiscard]] double mean_iteration_s() const {

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <tuple>
 
 #include "planner/error.hpp"
 #include "sim/platform.hpp"
@@ -110,24 +111,75 @@ TEST_CASE("cache IO crosses the host's memory link and the GPU's PCIe link, afte
   const double S = 50e6;
   const double link = kPcie.latency_s / 2 + S / std::min(c.host.memory_bandwidth_bytes_per_s, kPcie.bandwidth_bytes_per_s);
   const double disk = S / c.host.disk_bandwidth_bytes_per_s;
-  for (const auto input : {FrozenInput::CacheRead, FrozenInput::ForwardAndCacheWrite, FrozenInput::Advance}) {
-    for (const auto tier : {CacheTier::HostMemory, CacheTier::Disk}) {
-      CAPTURE(static_cast<int>(input), static_cast<int>(tier));
-      ScheduleOptions o;
-      o.frozen_input = input;
-      IterationCosts costs;
-      costs.duration = unit_cost(0, 0, 1);
-      costs.bytes = [&](const Action& a) {
-        return a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite ? S : 0.0;
-      };
-      auto q = test::request(build_schedule(o), costs, {1});
-      q.cache_tier = tier;
-      const int ios = input == FrozenInput::Advance ? 2 : 1;
-      const double expected = ios * (link + (tier == CacheTier::Disk ? disk : 0));
-      const auto r = sim.run(q);
-      CHECK(r.iteration_end_s.at(0) == Approx(expected).epsilon(1e-9));
-      CHECK(r.cache_io_s == Approx(expected).epsilon(1e-9));
-    }
+  for (const auto input : {FrozenInput::CacheRead, FrozenInput::ForwardAndCacheWrite, FrozenInput::Advance})
+    for (const auto tier : {CacheTier::HostMemory, CacheTier::Disk})
+      for (const bool behind : {false, true}) {
+        CAPTURE(static_cast<int>(input), static_cast<int>(tier), behind);
+        ScheduleOptions o;
+        o.frozen_input = input;
+        IterationCosts costs;
+        costs.duration = unit_cost(0, 0, 1);
+        costs.bytes = [&](const Action& a) {
+          return a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite ? S : 0.0;
+        };
+        auto q = test::request(build_schedule(o), costs, {1});
+        q.cache_tier = tier;
+        q.cache_writes_behind = behind;
+        // A write behind the device is not waited for: the device reads only.
+        const int ios = (input == FrozenInput::CacheRead || input == FrozenInput::Advance) +
+                        (input != FrozenInput::CacheRead && !behind);
+        const double expected = ios * (link + (tier == CacheTier::Disk ? disk : 0));
+        const auto r = sim.run(q);
+        CHECK(r.iteration_end_s.at(0) == Approx(expected).epsilon(1e-9).margin(1e-15));
+        CHECK(r.cache_io_s == Approx(expected).epsilon(1e-9).margin(1e-15));
+      }
+}
+
+// Writes behind the device (as the executor stores a GPU's): hidden behind
+// its compute while they keep up, pacing its iterations once
+// kCacheWritesInFlight of them wait on the link or the disk.
+TEST_CASE("cache writes behind the device hide behind compute, or pace it when the writer is slower",
+          "[sim][network][cache]") {
+  Simulator sim(test::cluster(1, 2, kPcie));  // host memory 10 GB/s, PCIe 10 GB/s, disk 1 GB/s
+  const ClusterSpec& c = sim.cluster();
+  const int M = 4, n = 8;
+  const auto run = [&](double per_mb_s, double S, CacheTier tier, bool behind) {
+    ScheduleOptions o;
+    o.M = M;
+    o.frozen_input = FrozenInput::ForwardAndCacheWrite;
+    IterationCosts costs;
+    costs.duration = [=](const Action& a) {
+      return a.kind == ActionKind::Forward ? per_mb_s / 4 : a.kind == ActionKind::Backward ? per_mb_s / 2
+             : a.kind == ActionKind::FrozenForward                                     ? per_mb_s / 4
+                                                                                        : 0.0;
+    };
+    costs.bytes = [=](const Action& a) { return a.kind == ActionKind::CacheWrite ? S : 0.0; };
+    auto q = test::request(build_schedule(o), costs, {0});
+    q.iterations = n;
+    q.cache_tier = tier;
+    q.cache_writes_behind = behind;
+    return sim.run(q);
+  };
+  const double bw = std::min(c.host.memory_bandwidth_bytes_per_s, kPcie.bandwidth_bytes_per_s);
+  const double write = kPcie.latency_s / 2 + 5e6 / bw;  // 0.5 ms, against 6 ms of compute per micro-batch
+  const auto now = run(6e-3, 5e6, CacheTier::HostMemory, false);
+  const auto hidden = run(6e-3, 5e6, CacheTier::HostMemory, true);
+  for (int i = 0; i < n; ++i) {
+    CHECK(now.iteration_end_s[i] == Approx((i + 1) * M * (6e-3 + write)).epsilon(1e-9));
+    CHECK(hidden.iteration_end_s[i] == Approx((i + 1) * M * 6e-3).epsilon(1e-9));
+  }
+  CHECK(hidden.cache_io_s == 0);
+  // 0.35 ms of compute per micro-batch against 5 ms per write, on the link
+  // (50 MB at 10 GB/s) or on the disk (5 MB at 1 GB/s): once the queue is
+  // full, each iteration takes its writes' time.
+  for (const auto& [S, tier, per_write] : {std::tuple{5e7, CacheTier::HostMemory, 5e7 / bw},
+                                           std::tuple{5e6, CacheTier::Disk, 5e6 / c.host.disk_bandwidth_bytes_per_s}}) {
+    CAPTURE(S, static_cast<int>(tier));
+    const auto paced = run(0.35e-3, S, tier, true);
+    const auto& end = paced.iteration_end_s;
+    CHECK(end[n - 1] - end[n - 2] == Approx(M * per_write).epsilon(0.01));
+    CHECK(end[n - 1] < n * M * per_write);  // the last writes land after it
+    CHECK(paced.cache_io_s > 0.5 * M * per_write);
   }
 }
 

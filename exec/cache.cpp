@@ -24,6 +24,7 @@
 
 #include "exec/streams.hpp"
 #include "exec/torch_compat.hpp"
+#include "planner/cache_policy.hpp"
 #include "planner/error.hpp"
 
 namespace ep::exec {
@@ -242,8 +243,9 @@ struct ActivationCache::PendingWrite {
 // tags, in call order.
 struct ActivationCache::Writer {
   // A bound on the rows held for the thread (each write's batch; 77.5 MB at
-  // ViT-B/16 and 128): a writer that falls behind makes write() wait.
-  static constexpr std::size_t kMaxPending = 4;
+  // ViT-B/16 and 128): a writer that falls behind makes write() wait. The
+  // planner's, so that the simulator queues as many.
+  static constexpr std::size_t kMaxPending = kCacheWritesInFlight;
 
   explicit Writer(ActivationCache& c) : cache(c), thread([this] { run(); }) {}
   ~Writer() {

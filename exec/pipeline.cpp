@@ -414,10 +414,9 @@ struct Pipeline::DeviceRun {
 
   void cache_write(const Action& a) {
     if (!pipe.cache_) throw Error("pipeline: the schedule writes the activation cache, none is set");
-    // From a GPU, stored behind the worker, which goes on queuing; on the
-    // CPU the store would take the cores the worker computes on.
-    const at::Tensor& rows = frozen_out.at(a.microbatch);
-    pipe.cache_->write(job.batches[a.microbatch].indices, rows, part.frozen_layers, /*behind=*/rows.is_cuda());
+    // Stored behind the worker where the plan says so (cache_writes_behind).
+    pipe.cache_->write(job.batches[a.microbatch].indices, frozen_out.at(a.microbatch), part.frozen_layers,
+                       job.program->setup.cache_writes_behind);
     frozen_out.erase(a.microbatch);
   }
 

@@ -24,6 +24,7 @@
 #include "exec/state.hpp"
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
+#include "planner/cache_policy.hpp"
 #include "planner/error.hpp"
 
 namespace ep::exec {
@@ -247,11 +248,12 @@ void profile_cache(const Config& c, const ProfileOptions& o, const at::Device& d
         return s;
       }()).to(dev);
       const double bytes = static_cast<double>(b) * static_cast<double>(cache.entry_bytes());
-      // A write as it costs a stage worker: from a GPU, queuing the copy to
-      // the host (the cache's thread stores the rows while the worker goes
-      // on); on the CPU, the whole store.
-      p.cache.push_back({tier, "write", bytes, median_compute_seconds(dev, o.repeats, [&] { cache.flush(); }, [&] {
-                           cache.write(idx, values, 1, /*behind=*/values.is_cuda());  // as Pipeline's CacheWrite
+      // A write until it is stored, as training writes it (behind the
+      // worker, from a GPU: the copy to the host and the writer's store;
+      // the planner charges that to the writer, not to the device).
+      p.cache.push_back({tier, "write", bytes, median_seconds(o.repeats, [&] {
+                           cache.write(idx, values, 1, cache_writes_behind(c));
+                           cache.flush();
                          })});
       // As AutoCache's probe times it (CacheProbe::measure).
       p.cache.push_back({tier, "read", bytes, median_compute_seconds(dev, o.repeats, [&] { (void)cache.read(idx, 1, dev); })});

@@ -72,8 +72,11 @@ struct Run {
   Run(const ModelConfig& m, int workers, Checkpointing c = Checkpointing::Never)
       : model(m, 7), optimizer(sgd()), pipeline(model, optimizer, {cpus(workers), false}), ckpt(c) {}
   // `s` as a program with this run's recomputation.
-  IterationResult run(Schedule s, std::span<const MicroBatch> mbs, double real, double lr, int cache_valid_layers = -1) {
-    return pipeline.run(testing::program_of(std::move(s), ckpt, cache_valid_layers), mbs, real, lr);
+  IterationResult run(Schedule s, std::span<const MicroBatch> mbs, double real, double lr, int cache_valid_layers = -1,
+                      bool cache_writes_behind = false) {
+    IterationProgram p = testing::program_of(std::move(s), ckpt, cache_valid_layers);
+    p.setup.cache_writes_behind = cache_writes_behind;
+    return pipeline.run(p, mbs, real, lr);
   }
 };
 
@@ -296,9 +299,11 @@ TEST_CASE("the cached path gives recomputation's loss and gradients, and advanci
     std::mt19937 same(frozen);
     const Partition p = random_partition(n, frozen, 2, same);
     run.pipeline.configure(p, 2, 1);
+    // The advance stores its writes behind the workers, as from a GPU; the
+    // reads below wait for them.
     const auto iterate = [&](FrozenInput in, int valid) {
       const IterationResult r =
-          run.run(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, p, false, in), mbs, 12, 0, valid);
+          run.run(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, p, false, in), mbs, 12, 0, valid, frozen == 3);
       return std::pair{r.loss, grads(run.model)};
     };
     const auto [ref_loss, ref_grads] = iterate(FrozenInput::Forward, -1);

@@ -25,21 +25,23 @@ const std::map<std::string, ClusterSpec>& presets() {
       // InfiniBand FDR 56 Gb/s (ConnectX-3); FP32 peak 11.2 TFLOP/s.
       {"paper", node("8 x Quadro RTX 5000, PCIe 3.0 x16, InfiniBand FDR", 8,
                      {"Quadro RTX 5000", 11.2e12, 0.5, 50e-6, 17179869184.0, 448e9}, {15.754e9, 5e-6}, {7e9, 2e-6},
-                     {274877906944.0, 12e9, 2e9})},
+                     {274877906944.0, 12e9, 2e9, 15.754e9})},
       // DGX A100: 8 A100 SXM4 80GB (312 TFLOP/s dense BF16, 2,039 GB/s
       // HBM2e), NVLink 3 through NVSwitch (600 GB/s per GPU, both ways),
       // 8 x 200 Gb/s HDR InfiniBand; 2 TB of DDR4; host to GPU over four
-      // PCIe 4.0 x16 switches (assumed 4 x 32 GB/s); NVMe (assumed 25 GB/s).
+      // PCIe 4.0 x16 switches (assumed 4 x 32 GB/s), each GPU on its own
+      // x16 (assumed 32 GB/s); NVMe (assumed 25 GB/s).
       {"dgx_a100", node("DGX A100: 8 x A100 SXM4 80GB, NVLink 3, 8 x HDR 200 Gb/s", 8,
                         {"A100 SXM4 80GB", 312e12, 0.5, 10e-6, 85899345920.0, 2039e9}, {300e9, 3e-6}, {200e9, 5e-6},
-                        {2199023255552.0, 128e9, 25e9})},
+                        {2199023255552.0, 128e9, 25e9, 32e9})},
       // DGX H100: 8 H100 SXM5 80GB (989 TFLOP/s dense BF16, 3.35 TB/s HBM3),
       // NVLink 4 through NVSwitch (900 GB/s per GPU, both ways),
       // 8 x 400 Gb/s NDR InfiniBand; 2 TB of DDR5; host to GPU over four
-      // PCIe 5.0 x16 switches (assumed 4 x 64 GB/s); NVMe (assumed 50 GB/s).
+      // PCIe 5.0 x16 switches (assumed 4 x 64 GB/s), each GPU on its own
+      // x16 (assumed 64 GB/s); NVMe (assumed 50 GB/s).
       {"dgx_h100", node("DGX H100: 8 x H100 SXM5 80GB, NVLink 4, 8 x NDR 400 Gb/s", 8,
                         {"H100 SXM5 80GB", 989e12, 0.5, 10e-6, 85899345920.0, 3.35e12}, {450e9, 3e-6}, {400e9, 5e-6},
-                        {2199023255552.0, 256e9, 50e9})},
+                        {2199023255552.0, 256e9, 50e9, 64e9})},
   };
   return table;
 }

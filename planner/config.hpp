@@ -34,6 +34,9 @@ struct HostSpec {
   double memory_bytes = 0;                 // host RAM available to the activation cache
   double memory_bandwidth_bytes_per_s = 0;  // cache read/write from host memory
   double disk_bandwidth_bytes_per_s = 0;    // cache spill tier
+  // Each GPU's own link to host memory (its PCIe x16); 0: intra_node's
+  // (GPUs that reach each other over PCIe too, as the paper's).
+  double gpu_link_bandwidth_bytes_per_s = 0;
 };
 
 // What moving between plans costs beyond the bytes moved (SPEC §7), the
@@ -80,6 +83,10 @@ struct ClusterSpec {
   TopologySpec topology;
 
   [[nodiscard]] int total_gpus() const { return nodes * gpus_per_node; }
+  [[nodiscard]] double gpu_host_link_bandwidth() const {
+    return host.gpu_link_bandwidth_bytes_per_s == 0 ? intra_node.bandwidth_bytes_per_s
+                                                    : host.gpu_link_bandwidth_bytes_per_s;
+  }
 };
 
 enum class ModelFamily { ViT, Bert };

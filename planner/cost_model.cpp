@@ -1,5 +1,7 @@
 #include "planner/cost_model.hpp"
 
+#include <algorithm>
+
 namespace ep {
 
 namespace {
@@ -33,8 +35,9 @@ const LinkSpec& AnalyticCostModel::link(LinkKind kind) const {
 }
 
 double AnalyticCostModel::cache_bandwidth(CacheTier tier) const {
-  return tier == CacheTier::HostMemory ? cluster_.host.memory_bandwidth_bytes_per_s
-                                       : cluster_.host.disk_bandwidth_bytes_per_s;
+  return std::min(tier == CacheTier::HostMemory ? cluster_.host.memory_bandwidth_bytes_per_s
+                                                : cluster_.host.disk_bandwidth_bytes_per_s,
+                  cluster_.gpu_host_link_bandwidth());
 }
 
 double AnalyticCostModel::forward_s(const Sublayer& s, int samples) const {

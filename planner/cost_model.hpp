@@ -41,7 +41,8 @@ class CostModel {
 //             peak; BF16 runs at that rate here), frozen forward = forward;
 // p2p       = latency + bytes / bandwidth;
 // all-reduce (ring, n ranks) = 2(n−1)/n · bytes / bandwidth + 2(n−1) · latency, 0 for n = 1;
-// cache     = bytes / (host memory or disk bandwidth), reads and writes alike;
+// cache     = bytes / min(host memory or disk bandwidth, the GPU's host
+//             link), reads and writes alike;
 // optimizer = bytes touched / device memory bandwidth (memory-bound): weights
 //             read and written, gradients read, optimizer state read and
 //             written, all FP32.

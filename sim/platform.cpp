@@ -54,6 +54,7 @@ void check_cluster(const ClusterSpec& c) {
   require_rate(c.inter_node.bandwidth_bytes_per_s, "inter_node.bandwidth_bytes_per_s");
   require_rate(c.host.memory_bandwidth_bytes_per_s, "host.memory_bandwidth_bytes_per_s");
   require_rate(c.host.disk_bandwidth_bytes_per_s, "host.disk_bandwidth_bytes_per_s");
+  require_rate(c.gpu_host_link_bandwidth(), "host.gpu_link_bandwidth_bytes_per_s");
   require_latency(c.intra_node.latency_s, "intra_node.latency_s");
   require_latency(c.inter_node.latency_s, "inter_node.latency_s");
 }
@@ -89,9 +90,20 @@ void add_node(Platform& p, const ClusterSpec& c, s4u::NetZone* parent, int n) {
     p.gpus.push_back(gpu);
   }
   auto* host = zone->create_host(node + ".host", 1e9);  // runs nothing; speed is irrelevant
-  zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
-                  {{duplex(p, zone, node + ".mem", c.host.memory_bandwidth_bytes_per_s, 0, n, 2 * I, "host"), kUp}},
-                  true);
+  s4u::SplitDuplexLink* mem = duplex(p, zone, node + ".mem", c.host.memory_bandwidth_bytes_per_s, 0, n, 2 * I, "host");
+  zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {{mem, kUp}}, true);
+  // Host memory as GPU g reaches it: over its own host link, then the
+  // node's memory link, which every GPU's cache traffic shares.
+  for (int g = 0; g < I; ++g) {
+    auto* port = zone->create_host(node + ".host" + std::to_string(g), 1e9);
+    const std::string name = "hostlink" + std::to_string(g);
+    zone->add_route(port->get_netpoint(), nullptr, nullptr, nullptr,
+                    {{duplex(p, zone, node + "." + name, c.gpu_host_link_bandwidth(), 0, n, 2 * I + 2 + 2 * g, name),
+                      kUp},
+                     {mem, kUp}},
+                    true);
+    p.host_ports.push_back(port);
+  }
   p.disks.push_back(host->create_disk(node + ".disk", c.host.disk_bandwidth_bytes_per_s,
                                       c.host.disk_bandwidth_bytes_per_s)->seal());
   p.hosts.push_back(host);

@@ -5,17 +5,26 @@
 //
 //   root star zone "cluster" ─┬─ nic<n> ── node zone "node<n>" (star, gateway router n<n>.sw)
 //                             │               ├─ pcie<g> ── GPU host  n<n>.gpu<g>
-//                             │               └─ mem     ── CPU host  n<n>.host (+ disk n<n>.disk)
+//                             │               ├─ mem     ── CPU host  n<n>.host (+ disk n<n>.disk)
+//                             │               └─ mem, hostlink<g> ── n<n>.host<g>: host memory
+//                             │                                      as GPU g reaches it (cache IO)
 //
 // Latency split, so that the platform reproduces the cost model's formulas:
-//   pcie<g>: intra_node bandwidth, intra_node.latency / 2
+//   pcie<g>: intra_node bandwidth, intra_node.latency / 2 (the GPU's
+//            link to the others: NVLink on DGX nodes, PCIe on the paper's)
 //   nic<n>:  inter_node bandwidth, inter_node.latency / 2
 //   mem:     host memory bandwidth, latency 0
+//   hostlink<g>: the GPU's own link to host memory (host.gpu_link_bandwidth,
+//            its PCIe x16), latency 0
 // hence, for a transfer of S bytes alone on its route,
 //   GPU → GPU, same node:   intra.latency + S / intra.bw                      (PCIe up, PCIe down)
 //   GPU → GPU, other node:  intra.latency + inter.latency
 //                           + S / min(intra.bw, inter.bw)                     (PCIe up, NIC, NIC, PCIe down)
-//   host ↔ GPU (cache IO):  intra.latency / 2 + S / min(mem.bw, intra.bw)     (mem, PCIe)
+//   host ↔ GPU (cache IO):  intra.latency / 2
+//                           + S / min(mem.bw, hostlink.bw, intra.bw)          (mem, hostlink, pcie)
+// (cache IO also crosses pcie<g>: on a PCIe node that is the same link,
+// so it contends with the GPU's transfers; on NVLink nodes it stands for
+// the GPU's side of the PCIe switch, too fast to bind.)
 // The analytic cost model charges a cross-node hop inter.latency + S/inter.bw
 // only; the simulator also pays the PCIe hops at both ends.
 //
@@ -48,6 +57,7 @@ struct Platform {
   double gpu_speed_flops = 0;               // peak_flops_per_s · efficiency
   std::vector<simgrid::s4u::Host*> gpus;    // global GPU id = node · gpus_per_node + gpu
   std::vector<simgrid::s4u::Host*> hosts;   // per node: CPU and memory, holds the activation cache
+  std::vector<simgrid::s4u::Host*> host_ports;  // per global GPU: the node's memory as that GPU reaches it
   std::vector<simgrid::s4u::Disk*> disks;   // per node: the cache's spill tier
   // Nodes that stand together for others in a coarse collective model
   // (simulator.hpp): 1 where every node-to-node hop is alike (flat, or
@@ -60,7 +70,8 @@ struct Platform {
   std::vector<simgrid::s4u::Host*> shared_cpus;
   // Every one-directional link and the trace track its traffic goes to:
   // Track{Link, node, 2g / 2g+1, "pcie<g>.up/down"}, Track{Link, node, 2I / 2I+1,
-  // "host.up/down"} (up = leaving the host) and Track{Link, -1, 2n / 2n+1, "ib<n>.up/down"}.
+  // "host.up/down"} (up = leaving the host), Track{Link, node, 2I + 2 + 2g / +1,
+// "hostlink<g>.up/down"} and Track{Link, -1, 2n / 2n+1, "ib<n>.up/down"}.
   std::unordered_map<const simgrid::s4u::Link*, trace::Track> link_tracks;
 };
 

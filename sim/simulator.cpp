@@ -113,8 +113,7 @@ void land_write(Run& run, Worker& w) {
   wr.comm->wait();
   if (wr.io) wr.io->wait();
   if (run.rec) {
-    s4u::Host* host = run.P.hosts[w.gpu / run.P.gpus_per_node];
-    run.rec.on_links(w.host, host,
+    run.rec.on_links(w.host, run.P.host_ports[w.gpu],
                      action_event(-1, wr.a, wr.comm->get_start_time(), wr.comm->get_finish_time(),
                                   run.p.ranks[w.r], run.p.plan_id, wr.it, static_cast<std::int64_t>(wr.bytes)));
   }
@@ -180,11 +179,11 @@ void device_actor(Run& run, Worker& w) {
             // Queued: the device waits only for a free place in the writer's queue.
             while (static_cast<int>(w.writes.size()) >= kCacheWritesInFlight) land_write(run, w);
             if (st.bytes > 0)
-              w.writes.push_back({s4u::Comm::sendto_async(w.host, run.P.hosts[node], st.bytes),
+              w.writes.push_back({s4u::Comm::sendto_async(w.host, run.P.host_ports[w.gpu], st.bytes),
                                   disk ? run.P.disks[node]->write_async(st.bytes) : nullptr, a, it, st.bytes});
           } else if (st.bytes > 0) {
-            s4u::Host* from = read ? run.P.hosts[node] : w.host;
-            s4u::Host* to = read ? w.host : run.P.hosts[node];
+            s4u::Host* from = read ? run.P.host_ports[w.gpu] : w.host;
+            s4u::Host* to = read ? w.host : run.P.host_ports[w.gpu];
             if (read && disk) run.P.disks[node]->read(st.bytes);
             const double xfer = now();
             s4u::Comm::sendto(from, to, st.bytes);

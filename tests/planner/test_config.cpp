@@ -253,6 +253,15 @@ TEST_CASE("a cluster preset fills the node type; the file's keys override it; th
   CHECK(c.cluster.intra_node.bandwidth_bytes_per_s == 450e9);
   CHECK(c.cluster.inter_node.bandwidth_bytes_per_s == 100e9);  // the file's
   CHECK(c.cluster.inter_node.latency_s == 5e-6);              // the preset's
+  CHECK(c.cluster.gpu_host_link_bandwidth() == 64e9);          // each GPU's PCIe 5.0 x16, not NVLink
+  // Without a preset or the key, a GPU reaches host memory as it reaches
+  // the other GPUs; with the key, at its rate.
+  const ep::Config base = ep::parse_config(kBase, "test.toml");
+  CHECK(base.cluster.gpu_host_link_bandwidth() == base.cluster.intra_node.bandwidth_bytes_per_s);
+  const ep::Config own = ep::parse_config(with("disk_bandwidth_bytes_per_s = 500e6",
+                                               "disk_bandwidth_bytes_per_s = 500e6\ngpu_link_bandwidth_bytes_per_s = 3e9"),
+                                          "test.toml");
+  CHECK(own.cluster.gpu_host_link_bandwidth() == 3e9);
   // Every preset is a whole node the loader accepts, and the paper's is the
   // paper configs' cluster.
   for (const char* name : {"paper", "dgx_a100", "dgx_h100"}) {
@@ -427,6 +436,9 @@ TEST_CASE("physical quantities are checked against physical ranges at load") {
            {"memory_bytes = 2147483648", "memory_bytes = 1e30", "cluster.host.memory_bytes", "[0, 1e+16]"},
            {"disk_bandwidth_bytes_per_s = 500e6", "disk_bandwidth_bytes_per_s = 0",
             "cluster.host.disk_bandwidth_bytes_per_s", "[1000, 1e+15]"},
+           {"memory_bandwidth_bytes_per_s = 5e9",
+            "gpu_link_bandwidth_bytes_per_s = 0\nmemory_bandwidth_bytes_per_s = 5e9",
+            "cluster.host.gpu_link_bandwidth_bytes_per_s", "[1000, 1e+15]"},
        }) {
     const std::string text = with(from, to);
     const std::string msg = error_of(text);

@@ -67,12 +67,22 @@ TEST_CASE("ring all-reduce: 2(n-1)/n S/B + 2(n-1) latency", "[cost_model]") {
         Approx(2.0 * 7 / 8 * S / 16e9 + 14 * 10e-6));
 }
 
-TEST_CASE("cache: bytes / tier bandwidth", "[cost_model]") {
-  const AnalyticCostModel cost(cluster(), sgd(0.9));
-  CHECK(cost.cache_read_s(1e9, CacheTier::HostMemory) == Approx(0.05));
-  CHECK(cost.cache_write_s(1e9, CacheTier::HostMemory) == Approx(0.05));
-  CHECK(cost.cache_read_s(1e9, CacheTier::Disk) == Approx(0.5));
-  CHECK(cost.cache_write_s(1e9, CacheTier::Disk) == Approx(0.5));
+TEST_CASE("cache: bytes / the slower of the tier and the GPU's host link", "[cost_model]") {
+  ClusterSpec c = cluster();  // host memory 20 GB/s, disk 2 GB/s, GPUs to each other 16 GB/s
+  c.host.gpu_link_bandwidth_bytes_per_s = 64e9;
+  const AnalyticCostModel fast_link(c, sgd(0.9));
+  CHECK(fast_link.cache_read_s(1e9, CacheTier::HostMemory) == Approx(0.05));
+  CHECK(fast_link.cache_write_s(1e9, CacheTier::HostMemory) == Approx(0.05));
+  CHECK(fast_link.cache_read_s(1e9, CacheTier::Disk) == Approx(0.5));
+  CHECK(fast_link.cache_write_s(1e9, CacheTier::Disk) == Approx(0.5));
+  c.host.gpu_link_bandwidth_bytes_per_s = 5e9;
+  const AnalyticCostModel slow_link(c, sgd(0.9));
+  CHECK(slow_link.cache_read_s(1e9, CacheTier::HostMemory) == Approx(0.2));
+  CHECK(slow_link.cache_write_s(1e9, CacheTier::Disk) == Approx(0.5));
+  // Unset: the GPUs' link to each other (PCIe on the paper's nodes).
+  c.host.gpu_link_bandwidth_bytes_per_s = 0;
+  const AnalyticCostModel unset(c, sgd(0.9));
+  CHECK(unset.cache_read_s(1e9, CacheTier::HostMemory) == Approx(1.0 / 16));
 }
 
 TEST_CASE("optimizer step: bytes touched / memory bandwidth", "[cost_model]") {

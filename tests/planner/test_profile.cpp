@@ -38,7 +38,7 @@ ClusterSpec cluster() {
   c.device.memory_bandwidth_bytes_per_s = kMemBw;
   c.intra_node = {kIntraBw, kIntraLat};
   c.inter_node = {7e9, 2e-6};
-  c.host = {256e9, kHostBw, kDiskBw};
+  c.host = {256e9, kHostBw, kDiskBw, 64e9};
   return c;
 }
 

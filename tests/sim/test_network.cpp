@@ -135,6 +135,37 @@ TEST_CASE("cache IO crosses the host's memory link and the GPU's PCIe link, afte
       }
 }
 
+// A DGX-like node: GPUs joined by NVLink, each on its own PCIe link to
+// host memory, which they all share.
+TEST_CASE("cache IO moves at the GPU's own host link, and GPUs reading at once share host memory",
+          "[sim][network][cache]") {
+  constexpr LinkSpec kNvlink{450e9, 3e-6};
+  ClusterSpec c = test::cluster(1, 4, kNvlink);
+  c.host.gpu_link_bandwidth_bytes_per_s = 25e9;
+  c.host.memory_bandwidth_bytes_per_s = 60e9;
+  Simulator sim(c);
+  const double S = 50e6;
+  ScheduleOptions o;
+  o.frozen_input = FrozenInput::CacheRead;
+  IterationCosts costs;
+  costs.duration = unit_cost(0, 0, 1);
+  costs.bytes = [&](const Action& a) { return a.kind == ActionKind::CacheRead ? S : 0.0; };
+  // Alone: its link binds (25 GB/s, not NVLink's 450 nor memory's 60).
+  trace::Trace tr;
+  const auto alone = sim.run(test::request(build_schedule(o), costs, {1}), &tr);
+  CHECK(alone.iteration_end_s.at(0) == Approx(kNvlink.latency_s / 2 + S / 25e9).epsilon(1e-9));
+  std::vector<std::string> links;
+  for (const auto& e : tr.events)
+    if (tr.tracks.at(e.track).kind == trace::TrackKind::Link) links.push_back(tr.tracks.at(e.track).name);
+  std::sort(links.begin(), links.end());
+  CHECK(links == std::vector<std::string>{"host.up", "hostlink1.up", "pcie1.down"});
+  // Two at once fit in memory's 60 GB/s; four share it, 15 GB/s each.
+  CHECK(sim.run(test::request(build_schedule(o), costs, {0, 2})).iteration_end_s.at(0) ==
+        Approx(kNvlink.latency_s / 2 + S / 25e9).epsilon(1e-9));
+  CHECK(sim.run(test::request(build_schedule(o), costs, {0, 1, 2, 3})).iteration_end_s.at(0) ==
+        Approx(kNvlink.latency_s / 2 + S / 15e9).epsilon(1e-9));
+}
+
 // Writes behind the device (as the executor stores a GPU's): hidden behind
 // its compute while they keep up, pacing its iterations once
 // kCacheWritesInFlight of them wait on the link or the disk.

@@ -242,11 +242,6 @@ struct ActivationCache::PendingWrite {
 // The thread that stores writes behind their callers and publishes their
 // tags, in call order.
 struct ActivationCache::Writer {
-  // A bound on the rows held for the thread (each write's batch; 77.5 MB at
-  // ViT-B/16 and 128): a writer that falls behind makes write() wait. The
-  // planner's, so that the simulator queues as many.
-  static constexpr std::size_t kMaxPending = kCacheWritesInFlight;
-
   explicit Writer(ActivationCache& c) : cache(c), thread([this] { run(); }) {}
   ~Writer() {
     {
@@ -259,7 +254,10 @@ struct ActivationCache::Writer {
 
   void push(PendingWrite p) {
     std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return queue.size() < kMaxPending; });
+    // A bound on the rows held for the thread (each write's batch; 77.5 MB
+    // at ViT-B/16 and 128): a writer that falls behind makes write() wait.
+    // The planner's, so that the simulator queues as many.
+    cv.wait(lock, [&] { return queue.size() < static_cast<std::size_t>(kCacheWritesInFlight); });
     if (failed) std::rethrow_exception(failed);
     queue.push_back(std::move(p));
     cv.notify_all();

@@ -96,9 +96,10 @@ class ActivationCache {
   // behind = false: stored and published before write() returns.
   // behind = true: returns once the rows are queued (from a GPU, once their
   // copy is); this cache's thread stores them and publishes their tags,
-  // writes in call order, at most 4 pending. A reader of those entries
-  // waits for their tags as for another process's. `values` must not
-  // change in place before flush() (its memory is kept from reuse).
+  // writes in call order, at most kCacheWritesInFlight (cache_policy.hpp)
+  // pending. A reader of those entries waits for their tags as for another
+  // process's. `values` must not change in place before flush() (its
+  // memory is kept from reuse).
   // Thread-safe for distinct indices.
   void write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth, bool behind = false);
   // Returns once every write so far is stored and published; rethrows what

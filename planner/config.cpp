@@ -119,7 +119,7 @@ void read_cluster(Reader& r, ClusterSpec& c) {
   r.quantity("cluster.host.disk_bandwidth_bytes_per_s", c.host.disk_bandwidth_bytes_per_s, required, kMinBandwidth,
              kMaxBandwidth, kBandwidthWhy);
   // Absent, and not set by a preset: 0, intra_node's (ClusterSpec::gpu_host_link_bandwidth).
-  if (r.get("cluster.host.gpu_link_bandwidth_bytes_per_s") || c.host.gpu_link_bandwidth_bytes_per_s != 0)
+  if (r.has("cluster.host.gpu_link_bandwidth_bytes_per_s") || c.host.gpu_link_bandwidth_bytes_per_s != 0)
     r.quantity("cluster.host.gpu_link_bandwidth_bytes_per_s", c.host.gpu_link_bandwidth_bytes_per_s, false,
                kMinBandwidth, kMaxBandwidth, kBandwidthWhy);
   auto& t = c.topology;

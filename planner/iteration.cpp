@@ -105,6 +105,7 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
   for (int st = 0; st < stages; ++st) trains[st] = !p.active(st).empty();
   const auto grad_needed = [trains](int st) { return trains[st] && st > 0 && trains[st - 1]; };
 
+  const bool behind = s.cache_writes_behind;
   IterationCosts c;
   c.duration = [=](const Action& a) -> double {
     const int st = a.stage, m = a.microbatch;
@@ -119,11 +120,11 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
       case ActionKind::OptimizerStep: return opt[st];
       case ActionKind::FrozenForward: return frozen[m];
       case ActionKind::CacheRead: return cache_read[m];
-      case ActionKind::CacheWrite: return s.cache_writes_behind ? 0.0 : cache_write[m];
+      case ActionKind::CacheWrite: return behind ? 0.0 : cache_write[m];
     }
     return 0.0;
   };
-  c.behind = [=, behind = s.cache_writes_behind](const Action& a) -> double {
+  c.behind = [=](const Action& a) -> double {
     return behind && a.kind == ActionKind::CacheWrite ? cache_write[a.microbatch] : 0.0;
   };
   // SendAct(s)/RecvAct(s+1) carry stage s's output; SendGrad(s+1)/RecvGrad(s)

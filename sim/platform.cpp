@@ -92,20 +92,24 @@ void add_node(Platform& p, const ClusterSpec& c, s4u::NetZone* parent, int n) {
   auto* host = zone->create_host(node + ".host", 1e9);  // runs nothing; speed is irrelevant
   s4u::SplitDuplexLink* mem = duplex(p, zone, node + ".mem", c.host.memory_bandwidth_bytes_per_s, 0, n, 2 * I, "host");
   zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {{mem, kUp}}, true);
-  // Host memory as GPU g reaches it: over its own host link, then the
-  // node's memory link, which every GPU's cache traffic shares.
+  // The disk as a link: its reads (up) and writes (down) each at its
+  // bandwidth, shared by the node's GPUs, streamed through host memory.
+  s4u::SplitDuplexLink* disk =
+      duplex(p, zone, node + ".disk", c.host.disk_bandwidth_bytes_per_s, 0, n, 4 * I + 2, "disk");
+  // Host memory (and the disk behind it) as GPU g reaches it: over its own
+  // host link, then the node's memory link, which every GPU's cache
+  // traffic shares.
   for (int g = 0; g < I; ++g) {
-    auto* port = zone->create_host(node + ".host" + std::to_string(g), 1e9);
     const std::string name = "hostlink" + std::to_string(g);
-    zone->add_route(port->get_netpoint(), nullptr, nullptr, nullptr,
-                    {{duplex(p, zone, node + "." + name, c.gpu_host_link_bandwidth(), 0, n, 2 * I + 2 + 2 * g, name),
-                      kUp},
-                     {mem, kUp}},
-                    true);
+    s4u::SplitDuplexLink* own = duplex(p, zone, node + "." + name, c.gpu_host_link_bandwidth(), 0, n, 2 * I + 2 + 2 * g, name);
+    p.host_links.push_back({own->get_link_up(), own->get_link_down()});
+    auto* port = zone->create_host(node + ".host" + std::to_string(g), 1e9);
+    zone->add_route(port->get_netpoint(), nullptr, nullptr, nullptr, {{own, kUp}, {mem, kUp}}, true);
     p.host_ports.push_back(port);
+    auto* disk_port = zone->create_host(node + ".disk" + std::to_string(g), 1e9);
+    zone->add_route(disk_port->get_netpoint(), nullptr, nullptr, nullptr, {{own, kUp}, {mem, kUp}, {disk, kUp}}, true);
+    p.disk_ports.push_back(disk_port);
   }
-  p.disks.push_back(host->create_disk(node + ".disk", c.host.disk_bandwidth_bytes_per_s,
-                                      c.host.disk_bandwidth_bytes_per_s)->seal());
   p.hosts.push_back(host);
   if (c.shared_cores > 0) {
     // Never a route endpoint: devices only run their executions here.
@@ -159,6 +163,7 @@ Platform build_platform(const ClusterSpec& c) {
   p.nodes = c.nodes;
   p.gpus_per_node = c.gpus_per_node;
   p.gpu_speed_flops = c.device.peak_flops_per_s * c.device.efficiency;
+  p.host_link_bandwidth = c.gpu_host_link_bandwidth();
   auto* root = s4u::create_star_zone("cluster");
   const TopologySpec& t = c.topology;
   if (t.flat(c.nodes)) {

@@ -5,8 +5,10 @@
 //
 //   root star zone "cluster" ─┬─ nic<n> ── node zone "node<n>" (star, gateway router n<n>.sw)
 //                             │               ├─ pcie<g> ── GPU host  n<n>.gpu<g>
-//                             │               ├─ mem     ── CPU host  n<n>.host (+ disk n<n>.disk)
-//                             │               └─ mem, hostlink<g> ── n<n>.host<g>: host memory
+//                             │               ├─ mem     ── CPU host  n<n>.host
+//                             │               ├─ mem, hostlink<g> ── n<n>.host<g>: host memory
+//                             │               │                      as GPU g reaches it (cache IO)
+//                             │               └─ disk, mem, hostlink<g> ── n<n>.disk<g>: the disk
 //                             │                                      as GPU g reaches it (cache IO)
 //
 // Latency split, so that the platform reproduces the cost model's formulas:
@@ -16,12 +18,16 @@
 //   mem:     host memory bandwidth, latency 0
 //   hostlink<g>: the GPU's own link to host memory (host.gpu_link_bandwidth,
 //            its PCIe x16), latency 0
+//   disk:    host disk bandwidth, latency 0 (up: reads, down: writes),
+//            streamed through host memory as a disk read is copied on
 // hence, for a transfer of S bytes alone on its route,
 //   GPU → GPU, same node:   intra.latency + S / intra.bw                      (PCIe up, PCIe down)
 //   GPU → GPU, other node:  intra.latency + inter.latency
 //                           + S / min(intra.bw, inter.bw)                     (PCIe up, NIC, NIC, PCIe down)
 //   host ↔ GPU (cache IO):  intra.latency / 2
 //                           + S / min(mem.bw, hostlink.bw, intra.bw)          (mem, hostlink, pcie)
+//   disk ↔ GPU (cache IO):  intra.latency / 2
+//                           + S / min(disk.bw, mem.bw, hostlink.bw, intra.bw) (disk, mem, hostlink, pcie)
 // (cache IO also crosses pcie<g>: on a PCIe node that is the same link,
 // so it contends with the GPU's transfers; on NVLink nodes it stands for
 // the GPU's side of the PCIe switch, too fast to bind.)
@@ -58,7 +64,15 @@ struct Platform {
   std::vector<simgrid::s4u::Host*> gpus;    // global GPU id = node · gpus_per_node + gpu
   std::vector<simgrid::s4u::Host*> hosts;   // per node: CPU and memory, holds the activation cache
   std::vector<simgrid::s4u::Host*> host_ports;  // per global GPU: the node's memory as that GPU reaches it
-  std::vector<simgrid::s4u::Disk*> disks;   // per node: the cache's spill tier
+  std::vector<simgrid::s4u::Host*> disk_ports;  // per global GPU: the node's disk (the cache's spill tier) as it reaches it
+  // Per global GPU: its hostlink<g>, which only its cache IO crosses: up
+  // carries its reads, down its writes.
+  struct HostLink {
+    simgrid::s4u::Link* read = nullptr;
+    simgrid::s4u::Link* write = nullptr;
+  };
+  std::vector<HostLink> host_links;
+  double host_link_bandwidth = 0;  // ClusterSpec::gpu_host_link_bandwidth()
   // Nodes that stand together for others in a coarse collective model
   // (simulator.hpp): 1 where every node-to-node hop is alike (flat, or
   // uplinks with no latency and at least a NIC's bandwidth), else a leaf
@@ -71,7 +85,8 @@ struct Platform {
   // Every one-directional link and the trace track its traffic goes to:
   // Track{Link, node, 2g / 2g+1, "pcie<g>.up/down"}, Track{Link, node, 2I / 2I+1,
   // "host.up/down"} (up = leaving the host), Track{Link, node, 2I + 2 + 2g / +1,
-// "hostlink<g>.up/down"} and Track{Link, -1, 2n / 2n+1, "ib<n>.up/down"}.
+  // "hostlink<g>.up/down"}, Track{Link, node, 4I + 2 / +1, "disk.up/down"}
+  // (up = read) and Track{Link, -1, 2n / 2n+1, "ib<n>.up/down"}.
   std::unordered_map<const simgrid::s4u::Link*, trace::Track> link_tracks;
 };
 

@@ -67,11 +67,9 @@ struct Worker {  // one (replica, device)
   std::vector<double> end, lane_end;          // per iteration
   double compute = 0, allreduce = 0, p2p = 0, cache_io = 0;
   bool done = false, lane_done = true;
-  // Cache writes stored behind the device, oldest first: the copy to the
-  // node's host and, disk tier, the disk write alongside it.
+  // Cache writes stored behind the device, oldest first.
   struct Write {
     s4u::CommPtr comm;
-    s4u::IoPtr io;
     Action a;
     int it = 0;
     std::uint64_t bytes = 0;
@@ -107,13 +105,34 @@ void compute(const Run& run, const Worker& w, double seconds) {
   e->wait();
 }
 
+// The tier's end of a cache read or write from `w`'s GPU: host memory, or
+// the disk behind it.
+s4u::Host* cache_port(const Run& run, const Worker& w) {
+  return (run.p.cache_tier == CacheTier::Disk ? run.P.disk_ports : run.P.host_ports)[w.gpu];
+}
+
+// Starts a cache read or write: its bytes between the GPU and the tier.
+// The GPU's own host link, which only its cache IO crosses, runs that way
+// at most at the rate the cost model gives the copy alone (st.seconds: a
+// profile's measured copy, or the analytic tier and link bandwidth), so
+// the writes queued behind a device share it as the one writer does; the
+// node's memory link and disk are shared with its other GPUs. (SimGrid
+// 3.32 ignores Comm::set_rate on a host-to-host comm.)
+s4u::CommPtr start_cache_io(const Run& run, const Worker& w, const Step& st) {
+  const bool read = st.a.kind == ActionKind::CacheRead;
+  const Platform::HostLink& own = run.P.host_links[w.gpu];
+  const double bw = run.P.host_link_bandwidth;
+  (read ? own.read : own.write)->set_bandwidth(st.seconds > 0 ? std::min(bw, st.bytes / st.seconds) : bw);
+  s4u::Host* port = cache_port(run, w);
+  return s4u::Comm::sendto_async(read ? port : w.host, read ? w.host : port, st.bytes);
+}
+
 // Waits for the device's oldest write behind it to be stored.
 void land_write(Run& run, Worker& w) {
   const Worker::Write& wr = w.writes.front();
   wr.comm->wait();
-  if (wr.io) wr.io->wait();
   if (run.rec) {
-    run.rec.on_links(w.host, run.P.host_ports[w.gpu],
+    run.rec.on_links(w.host, cache_port(run, w),
                      action_event(-1, wr.a, wr.comm->get_start_time(), wr.comm->get_finish_time(),
                                   run.p.ranks[w.r], run.p.plan_id, wr.it, static_cast<std::int64_t>(wr.bytes)));
   }
@@ -122,8 +141,6 @@ void land_write(Run& run, Worker& w) {
 
 void device_actor(Run& run, Worker& w) {
   const auto& list = run.p.lists[w.d];
-  const int node = w.gpu / run.P.gpus_per_node;
-  const bool disk = run.p.cache_tier == CacheTier::Disk;
   const int rank = run.p.ranks[w.r];
   for (int it = 0; it < run.p.iterations; ++it) {
     for (const Step& st : list) {
@@ -178,19 +195,15 @@ void device_actor(Run& run, Worker& w) {
           if (!read && run.p.cache_writes_behind) {
             // Queued: the device waits only for a free place in the writer's queue.
             while (static_cast<int>(w.writes.size()) >= kCacheWritesInFlight) land_write(run, w);
-            if (st.bytes > 0)
-              w.writes.push_back({s4u::Comm::sendto_async(w.host, run.P.host_ports[w.gpu], st.bytes),
-                                  disk ? run.P.disks[node]->write_async(st.bytes) : nullptr, a, it, st.bytes});
+            if (st.bytes > 0) w.writes.push_back({start_cache_io(run, w, st), a, it, st.bytes});
           } else if (st.bytes > 0) {
-            s4u::Host* from = read ? run.P.host_ports[w.gpu] : w.host;
-            s4u::Host* to = read ? w.host : run.P.host_ports[w.gpu];
-            if (read && disk) run.P.disks[node]->read(st.bytes);
-            const double xfer = now();
-            s4u::Comm::sendto(from, to, st.bytes);
-            if (run.rec)
-              run.rec.on_links(from, to, action_event(-1, a, xfer, now(), rank, run.p.plan_id, it,
-                                                      static_cast<std::int64_t>(st.bytes)));
-            if (!read && disk) run.P.disks[node]->write(st.bytes);
+            start_cache_io(run, w, st)->wait();
+            if (run.rec) {
+              s4u::Host* port = cache_port(run, w);
+              run.rec.on_links(read ? port : w.host, read ? w.host : port,
+                               action_event(-1, a, start, now(), rank, run.p.plan_id, it,
+                                            static_cast<std::int64_t>(st.bytes)));
+            }
           }
           w.cache_io += now() - start;
           break;

@@ -2,7 +2,7 @@
 // cluster (sim/platform.hpp) and reports what they cost. Compute durations
 // come from the planner's CostModel (IterationCosts::duration); transfers,
 // all-reduces and cache IO move IterationCosts::bytes over the simulated
-// network and disks, so contention and topology are SimGrid's.
+// network (disks are links too), so contention and topology are SimGrid's.
 //
 // Semantics of one run (the planner's `simulate`, schedule.hpp):
 // - one actor per (replica, device) runs the device's list in order, every
@@ -36,10 +36,12 @@
 //   differs from one within a leaf (Platform::alike_nodes), two leaves'
 //   nodes stand for all instead. steps always simulates every replica;
 // - OPT(s) waits for this iteration's all-reduces of stage s on the device;
-// - CR: (disk tier: disk read on the node's host, then) host -> GPU;
-//   CW: GPU -> host (then, disk tier: disk write); stored behind the device
-//   (cache_writes_behind): the device queues the transfer (and, disk
-//   tier, the disk write alongside it) and goes on, waiting only while
+// - CR: host memory (disk tier: the disk, streamed through it) -> GPU; CW:
+//   GPU -> host memory (disk); each at most at the rate the cost model
+//   gives it alone, bytes / (duration + behind), so that a profile's
+//   measured copy is the simulated one's speed while the node's GPUs
+//   share its links. Stored behind the device (cache_writes_behind): the
+//   device queues the transfer and goes on, waiting only while
 //   kCacheWritesInFlight of its writes are still being stored
 //   (cache_policy.hpp); the last ones land after its last iteration ends;
 // - zero-byte transfers, all-reduces and cache IO take no time (no latency);
@@ -65,7 +67,8 @@ namespace ep::sim {
 
 struct SimRequest {
   Schedule schedule;                           // lowered; every replica runs the same one
-  IterationCosts costs;                        // duration: F, B, FZ, OPT; bytes: transfers, AR buckets, cache IO
+  IterationCosts costs;                        // duration: F, B, FZ, OPT; bytes: transfers, AR buckets, cache IO;
+                                               // CR, CW: duration + behind bounds the rate (0: no bound)
   std::vector<std::vector<int>> replica_gpus;  // per replica: schedule device d -> global GPU id (node * I + gpu)
   std::vector<int> replica_rank;               // per replica: its global rank; empty = 0, 1, ...
   CacheTier cache_tier = CacheTier::HostMemory;

@@ -104,13 +104,13 @@ TEST_CASE("a bad cluster or a second Simulator is an ep::Error", "[sim][errors]"
   CHECK_THROWS_WITH(Simulator(test::cluster(1, 2, kPcie)), Catch::Contains("one engine per process"));
 }
 
-TEST_CASE("cache IO crosses the host's memory link and the GPU's PCIe link, after or before the disk",
+TEST_CASE("cache IO crosses the host's memory link and the GPU's PCIe link, and the disk streamed through them",
           "[sim][network][cache]") {
   Simulator sim(test::cluster(1, 2, kPcie));  // host memory 10 GB/s, disk 1 GB/s
   const ClusterSpec& c = sim.cluster();
   const double S = 50e6;
   const double link = kPcie.latency_s / 2 + S / std::min(c.host.memory_bandwidth_bytes_per_s, kPcie.bandwidth_bytes_per_s);
-  const double disk = S / c.host.disk_bandwidth_bytes_per_s;
+  const double disk = kPcie.latency_s / 2 + S / c.host.disk_bandwidth_bytes_per_s;
   for (const auto input : {FrozenInput::CacheRead, FrozenInput::ForwardAndCacheWrite, FrozenInput::Advance})
     for (const auto tier : {CacheTier::HostMemory, CacheTier::Disk})
       for (const bool behind : {false, true}) {
@@ -128,11 +128,67 @@ TEST_CASE("cache IO crosses the host's memory link and the GPU's PCIe link, afte
         // A write behind the device is not waited for: the device reads only.
         const int ios = (input == FrozenInput::CacheRead || input == FrozenInput::Advance) +
                         (input != FrozenInput::CacheRead && !behind);
-        const double expected = ios * (link + (tier == CacheTier::Disk ? disk : 0));
-        const auto r = sim.run(q);
+        const double expected = ios * (tier == CacheTier::Disk ? disk : link);
+        trace::Trace tr;
+        const auto r = sim.run(q, &tr);
         CHECK(r.iteration_end_s.at(0) == Approx(expected).epsilon(1e-9).margin(1e-15));
         CHECK(r.cache_io_s == Approx(expected).epsilon(1e-9).margin(1e-15));
+        // The disk's reads go up its link, its writes down.
+        int reads = 0, writes = 0;
+        for (const auto& e : tr.events) {
+          reads += tr.tracks.at(e.track).name == "disk.up";
+          writes += tr.tracks.at(e.track).name == "disk.down";
+        }
+        const bool reads_cache = input != FrozenInput::ForwardAndCacheWrite;
+        CHECK(reads == (tier == CacheTier::Disk && reads_cache ? 1 : 0));
+        CHECK(writes == (tier == CacheTier::Disk && input != FrozenInput::CacheRead ? 1 : 0));
       }
+}
+
+// A profile's cache copy is slower than the platform's links (pageable
+// memory, the host's own copy): the simulated one takes the cost model's
+// time alone, and GPUs at once still share the links.
+TEST_CASE("cache IO runs at the cost model's rate for it alone, and GPUs at once still share the links",
+          "[sim][network][cache]") {
+  ClusterSpec c = test::cluster(1, 4, kPcie);  // PCIe 10 GB/s, disk 1 GB/s
+  c.host.memory_bandwidth_bytes_per_s = 6e9;
+  Simulator sim(c);
+  const double S = 50e6, half = kPcie.latency_s / 2;
+  const auto read = [&](double alone_s, CacheTier tier, std::vector<int> gpus) {
+    ScheduleOptions o;
+    o.frozen_input = FrozenInput::CacheRead;
+    IterationCosts costs;
+    costs.duration = [=](const Action& a) { return a.kind == ActionKind::CacheRead ? alone_s : 0.0; };
+    costs.bytes = [=](const Action& a) { return a.kind == ActionKind::CacheRead ? S : 0.0; };
+    auto q = test::request(build_schedule(o), costs, std::move(gpus));
+    q.cache_tier = tier;
+    return sim.run(q).iteration_end_s.at(0);
+  };
+  // 2.5 GB/s alone; four GPUs share memory's 6 GB/s, 1.5 each.
+  CHECK(read(S / 2.5e9, CacheTier::HostMemory, {1}) == Approx(half + S / 2.5e9).epsilon(1e-9));
+  CHECK(read(S / 2.5e9, CacheTier::HostMemory, {0, 1}) == Approx(half + S / 2.5e9).epsilon(1e-9));
+  CHECK(read(S / 2.5e9, CacheTier::HostMemory, {0, 1, 2, 3}) == Approx(half + S / 1.5e9).epsilon(1e-9));
+  // Faster than the platform: its links bind (memory, 6 GB/s).
+  CHECK(read(S / 50e9, CacheTier::HostMemory, {1}) == Approx(half + S / 6e9).epsilon(1e-9));
+  // The disk tier: 0.4 GB/s alone, under the disk's 1 GB/s; three at once share the disk.
+  CHECK(read(S / 0.4e9, CacheTier::Disk, {1}) == Approx(half + S / 0.4e9).epsilon(1e-9));
+  CHECK(read(S / 0.4e9, CacheTier::Disk, {0, 1, 2}) == Approx(half + S / (1e9 / 3)).epsilon(1e-9));
+  // Writes behind the device at their writer's time (IterationCosts::behind):
+  // the queued ones share that rate, as one writer stores them in turn, so
+  // M of them pace the iteration once the queue is full.
+  const int M = 4, n = 8;
+  ScheduleOptions o;
+  o.M = M;
+  o.frozen_input = FrozenInput::ForwardAndCacheWrite;
+  IterationCosts costs;
+  costs.duration = [](const Action&) { return 0.0; };
+  costs.behind = [=](const Action& a) { return a.kind == ActionKind::CacheWrite ? S / 2.5e9 : 0.0; };
+  costs.bytes = [=](const Action& a) { return a.kind == ActionKind::CacheWrite ? S : 0.0; };
+  auto q = test::request(build_schedule(o), costs, {0});
+  q.iterations = n;
+  q.cache_writes_behind = true;
+  const auto end = sim.run(q).iteration_end_s;
+  CHECK(end[n - 1] - end[n - 2] == Approx(M * S / 2.5e9).epsilon(0.01));
 }
 
 // A DGX-like node: GPUs joined by NVLink, each on its own PCIe link to

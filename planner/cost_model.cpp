@@ -34,10 +34,11 @@ const LinkSpec& AnalyticCostModel::link(LinkKind kind) const {
   return kind == LinkKind::IntraNode ? cluster_.intra_node : cluster_.inter_node;
 }
 
+// A disk copy streams through host memory, as every copy crosses the GPU's link.
 double AnalyticCostModel::cache_bandwidth(CacheTier tier) const {
-  return std::min(tier == CacheTier::HostMemory ? cluster_.host.memory_bandwidth_bytes_per_s
-                                                : cluster_.host.disk_bandwidth_bytes_per_s,
-                  cluster_.gpu_host_link_bandwidth());
+  const HostSpec& h = cluster_.host;
+  const double memory = std::min(h.memory_bandwidth_bytes_per_s, cluster_.gpu_host_link_bandwidth());
+  return tier == CacheTier::HostMemory ? memory : std::min(h.disk_bandwidth_bytes_per_s, memory);
 }
 
 double AnalyticCostModel::forward_s(const Sublayer& s, int samples) const {

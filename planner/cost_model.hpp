@@ -41,8 +41,9 @@ class CostModel {
 //             peak; BF16 runs at that rate here), frozen forward = forward;
 // p2p       = latency + bytes / bandwidth;
 // all-reduce (ring, n ranks) = 2(n−1)/n · bytes / bandwidth + 2(n−1) · latency, 0 for n = 1;
-// cache     = bytes / min(host memory or disk bandwidth, the GPU's host
-//             link), reads and writes alike;
+// cache     = bytes / min(host memory (disk tier: and disk) bandwidth, the
+//             GPU's host link), reads and writes alike, one copy alone
+//             (iteration_costs adds the node's copies sharing memory);
 // optimizer = bytes touched / device memory bandwidth (memory-bound): weights
 //             read and written, gradients read, optimizer state read and
 //             written, all FP32.

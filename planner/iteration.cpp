@@ -26,7 +26,25 @@ SublayerRange cached_prefix(const IterationSetup& s) {
   return ModelSpec::frozen_prefix(std::max(0, s.cache_valid_layers));
 }
 
+// A cache copy of `bytes` taking `alone` on its own, and as the node's
+// replicas copy at once: their stage-0 GPUs share the node's memory link
+// (and, disk tier, its disk).
+struct CacheCopy {
+  double alone = 0, shared = 0;
+};
+CacheCopy cache_copy(const PlanContext& ctx, const IterationSetup& s, double bytes, double alone) {
+  const HostSpec& host = ctx.config.cluster.host;
+  const double node_bw = s.cache_tier == CacheTier::HostMemory
+                             ? host.memory_bandwidth_bytes_per_s
+                             : std::min(host.disk_bandwidth_bytes_per_s, host.memory_bandwidth_bytes_per_s);
+  return {alone, std::max(alone, cache_copiers_per_node(ctx.config.cluster, s) * bytes / node_bw)};
+}
+
 }  // namespace
+
+int cache_copiers_per_node(const ClusterSpec& c, const IterationSetup& s) {
+  return std::max(1, (s.replicas + c.nodes - 1) / c.nodes);
+}
 
 ScheduleOptions schedule_options(const PlanContext& ctx, const IterationSetup& s) {
   ScheduleOptions o;
@@ -69,14 +87,15 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
   const double write_at = prefix.empty() ? 0 : out_bytes(prefix.last - 1);
   // Precomputed per (stage, micro-batch): the functions are called once per action.
   std::vector<std::vector<double>> fwd(stages, std::vector<double>(s.M)), bwd = fwd, act = fwd, act_bytes = fwd;
-  std::vector<double> frozen(s.M), cache_read(s.M), cache_write(s.M), read_bytes(s.M), write_bytes(s.M);
+  std::vector<double> frozen(s.M), read_bytes(s.M), write_bytes(s.M);
+  std::vector<CacheCopy> cache_read(s.M), cache_write(s.M);
   for (int m = 0; m < s.M; ++m) {
     const int b = sizes[m];
     frozen[m] = stage_frozen_forward_s(cost, spec, frozen_run, b);
     read_bytes[m] = b * read_at;
     write_bytes[m] = b * write_at;
-    cache_read[m] = cost.cache_read_s(read_bytes[m], s.cache_tier);
-    cache_write[m] = cost.cache_write_s(write_bytes[m], s.cache_tier);
+    cache_read[m] = cache_copy(ctx, s, read_bytes[m], cost.cache_read_s(read_bytes[m], s.cache_tier));
+    cache_write[m] = cache_copy(ctx, s, write_bytes[m], cost.cache_write_s(write_bytes[m], s.cache_tier));
     for (int st = 0; st < stages; ++st) {
       const SublayerRange a = p.active(st);
       const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : p.hosted_frozen(st);
@@ -119,13 +138,18 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
       case ActionKind::AllReduce: return ar[st];
       case ActionKind::OptimizerStep: return opt[st];
       case ActionKind::FrozenForward: return frozen[m];
-      case ActionKind::CacheRead: return cache_read[m];
-      case ActionKind::CacheWrite: return behind ? 0.0 : cache_write[m];
+      case ActionKind::CacheRead: return cache_read[m].shared;
+      case ActionKind::CacheWrite: return behind ? 0.0 : cache_write[m].shared;
     }
     return 0.0;
   };
   c.behind = [=](const Action& a) -> double {
-    return behind && a.kind == ActionKind::CacheWrite ? cache_write[a.microbatch] : 0.0;
+    return behind && a.kind == ActionKind::CacheWrite ? cache_write[a.microbatch].shared : 0.0;
+  };
+  c.alone = [=](const Action& a) -> double {
+    return a.kind == ActionKind::CacheRead ? cache_read[a.microbatch].alone
+           : a.kind == ActionKind::CacheWrite ? cache_write[a.microbatch].alone
+                                               : 0.0;
   };
   // SendAct(s)/RecvAct(s+1) carry stage s's output; SendGrad(s+1)/RecvGrad(s)
   // carry the gradient of that same tensor.

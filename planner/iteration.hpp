@@ -110,12 +110,24 @@ struct IterationProgram {
 //
 // A CacheWrite stored behind the device (setup.cache_writes_behind) costs
 // the device nothing: `behind` is the time the cache's writer then takes
-// to store it (the cost model's cache_write_s), 0 for every other action.
+// to store it, 0 for every other action.
+//
+// A cache copy (CR, CW) alone on its node takes the cost model's
+// cache_read_s / cache_write_s: `alone` (0 for every other action). Its
+// duration (or behind) is that or, when the node's replicas copy at once
+// through the node's memory link (and disk) and share it, copiers ·
+// bytes / the node's bandwidth: each replica's stage 0 copies at the same
+// point of the same schedule. The simulator shares the links itself and
+// runs a copy at most at bytes / alone.
 struct IterationCosts {
   DurationFn duration;
   std::function<double(const Action&)> bytes;
   DurationFn behind;
+  DurationFn alone;
 };
+// Replicas of `setup` that copy cache entries at once on one node (their
+// stage-0 GPUs): replicas / nodes, at least 1.
+[[nodiscard]] int cache_copiers_per_node(const ClusterSpec&, const IterationSetup&);
 [[nodiscard]] IterationCosts iteration_costs(const PlanContext&, const IterationSetup&);
 // The planner's own timing: the schedule's dependency graph under the cost
 // model. With cluster.shared_cores > 0 the node's busy workers (K per

@@ -142,7 +142,7 @@ Prepared prepare(const SimRequest& q, const Platform& platform) {
         st.bytes = whole_bytes(checked(q.costs.bytes(a), "bytes", a));
       }
       if (a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite)
-        st.seconds = checked(q.costs.duration(a) + (q.costs.behind ? q.costs.behind(a) : 0.0), "duration", a);
+        st.seconds = q.costs.alone ? checked(q.costs.alone(a), "alone", a) : 0.0;
       switch (a.kind) {
         case ActionKind::SendAct: st.slot = slot(0, a.stage + 1, a.microbatch); break;
         case ActionKind::SendGrad: st.slot = slot(1, a.stage - 1, a.microbatch); break;

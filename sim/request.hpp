@@ -24,7 +24,7 @@ inline std::uint64_t whole_bytes(double b) { return static_cast<std::uint64_t>(s
 // once per run so the actors do no lookups.
 struct Step {
   Action a;
-  double seconds = 0;       // F, B, FZ, OPT; CR, CW: the cost model's time for it alone (its rate bound)
+  double seconds = 0;       // F, B, FZ, OPT; CR, CW: IterationCosts::alone (its rate bound; 0: none)
   std::uint64_t bytes = 0;  // transfers, AR, CR, CW
   int slot = -1;            // send/recv: rendezvous slot of the tensor (direction, receiving stage, micro-batch)
   int peer = -1;            // recv: the sending device

@@ -38,7 +38,7 @@
 // - OPT(s) waits for this iteration's all-reduces of stage s on the device;
 // - CR: host memory (disk tier: the disk, streamed through it) -> GPU; CW:
 //   GPU -> host memory (disk); each at most at the rate the cost model
-//   gives it alone, bytes / (duration + behind), so that a profile's
+//   gives it alone, bytes / IterationCosts::alone, so that a profile's
 //   measured copy is the simulated one's speed while the node's GPUs
 //   share its links. Stored behind the device (cache_writes_behind): the
 //   device queues the transfer and goes on, waiting only while
@@ -68,7 +68,7 @@ namespace ep::sim {
 struct SimRequest {
   Schedule schedule;                           // lowered; every replica runs the same one
   IterationCosts costs;                        // duration: F, B, FZ, OPT; bytes: transfers, AR buckets, cache IO;
-                                               // CR, CW: duration + behind bounds the rate (0: no bound)
+                                               // alone: CR, CW's rate bound (absent or 0: none)
   std::vector<std::vector<int>> replica_gpus;  // per replica: schedule device d -> global GPU id (node * I + gpu)
   std::vector<int> replica_rank;               // per replica: its global rank; empty = 0, 1, ...
   CacheTier cache_tier = CacheTier::HostMemory;

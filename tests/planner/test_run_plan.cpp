@@ -387,6 +387,52 @@ TEST_CASE("cache writes behind the device cost it nothing, and iterations cannot
   CHECK(writer_bound < 35);
 }
 
+// Over random setups: a cache copy alone takes the cost model's time; the
+// node's replicas copy at the same point of the same schedule, so each
+// takes at least their bytes together over the node's memory link (disk).
+TEST_CASE("the node's replicas copying the cache at once share its memory link and disk") {
+  std::mt19937 rng(11);
+  int shared = 0, alone = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int nodes = 1 << (rng() % 3), K = 1 << (rng() % 3);
+    const int per_node = 1 << (rng() % (4 - (K == 1 ? 0 : K == 2 ? 1 : 2)));  // divides 8 / K
+    const double mem_bw = std::pow(10.0, 9.0 + 2.0 * (rng() % 1000) / 1000.0);  // 1 to 100 GB/s
+    const ep::Config c = paper_config("vit_imagenet", {"cluster.nodes=" + std::to_string(nodes),
+                                                        "cluster.host.memory_bandwidth_bytes_per_s=" +
+                                                            std::to_string(mem_bw)});
+    const ep::AnalyticCostModel cost(c.cluster, c.training);
+    const ep::PlanContext ctx(c, cost);
+    const ep::CacheTier tier = rng() % 2 ? ep::CacheTier::Disk : ep::CacheTier::HostMemory;
+    const int frozen = 2 + static_cast<int>(rng() % 7);
+    ep::IterationSetup s{ep::plan_partition(ctx, frozen, K, true), K, 1, K, nodes * per_node, nodes > 1, true,
+                         tier, static_cast<int>(rng() % frozen), c.training.batch_size};
+    s.cache_writes_behind = rng() % 2;
+    INFO("trial " << trial << " nodes=" << nodes << " K=" << K << " per_node=" << per_node << " mem_bw=" << mem_bw);
+    REQUIRE(ep::cache_copiers_per_node(c.cluster, s) == per_node);
+    const ep::HostSpec& host = c.cluster.host;
+    const double node_bw = tier == ep::CacheTier::HostMemory
+                               ? host.memory_bandwidth_bytes_per_s
+                               : std::min(host.memory_bandwidth_bytes_per_s, host.disk_bandwidth_bytes_per_s);
+    const ep::IterationCosts costs = ep::iteration_costs(ctx, s);
+    ep::IterationSetup one = s;
+    one.replicas = nodes;
+    const ep::IterationCosts single = ep::iteration_costs(ctx, one);
+    for (const ep::Action x : {ep::Action{ep::ActionKind::CacheRead, 0, 0}, ep::Action{ep::ActionKind::CacheWrite, 0, 0}}) {
+      const bool read = x.kind == ep::ActionKind::CacheRead;
+      const double bytes = costs.bytes(x);
+      REQUIRE(bytes > 0);
+      const double own = read ? cost.cache_read_s(bytes, tier) : cost.cache_write_s(bytes, tier);
+      CHECK(costs.alone(x) == own);
+      const double charged = costs.duration(x) + costs.behind(x);  // one of them is 0
+      CHECK(charged == std::max(own, per_node * bytes / node_bw));
+      CHECK(single.duration(x) + single.behind(x) == own);  // one replica per node copies alone
+      (charged > own ? shared : alone) += 1;
+    }
+  }
+  CHECK(shared > 10);
+  CHECK(alone > 10);
+}
+
 TEST_CASE("the plan stores cache writes behind the device on GPUs only") {
   for (const bool cuda : {false, true}) {
     const ep::Config c = paper_config("vit_imagenet", {cuda ? "exec.device=\"cuda\"" : "exec.device=\"cpu\""});

@@ -158,7 +158,8 @@ TEST_CASE("cache IO runs at the cost model's rate for it alone, and GPUs at once
     ScheduleOptions o;
     o.frozen_input = FrozenInput::CacheRead;
     IterationCosts costs;
-    costs.duration = [=](const Action& a) { return a.kind == ActionKind::CacheRead ? alone_s : 0.0; };
+    costs.duration = [](const Action&) { return 0.0; };
+    costs.alone = [=](const Action& a) { return a.kind == ActionKind::CacheRead ? alone_s : 0.0; };
     costs.bytes = [=](const Action& a) { return a.kind == ActionKind::CacheRead ? S : 0.0; };
     auto q = test::request(build_schedule(o), costs, std::move(gpus));
     q.cache_tier = tier;
@@ -173,7 +174,7 @@ TEST_CASE("cache IO runs at the cost model's rate for it alone, and GPUs at once
   // The disk tier: 0.4 GB/s alone, under the disk's 1 GB/s; three at once share the disk.
   CHECK(read(S / 0.4e9, CacheTier::Disk, {1}) == Approx(half + S / 0.4e9).epsilon(1e-9));
   CHECK(read(S / 0.4e9, CacheTier::Disk, {0, 1, 2}) == Approx(half + S / (1e9 / 3)).epsilon(1e-9));
-  // Writes behind the device at their writer's time (IterationCosts::behind):
+  // Writes behind the device at their writer's time alone:
   // the queued ones share that rate, as one writer stores them in turn, so
   // M of them pace the iteration once the queue is full.
   const int M = 4, n = 8;
@@ -182,7 +183,7 @@ TEST_CASE("cache IO runs at the cost model's rate for it alone, and GPUs at once
   o.frozen_input = FrozenInput::ForwardAndCacheWrite;
   IterationCosts costs;
   costs.duration = [](const Action&) { return 0.0; };
-  costs.behind = [=](const Action& a) { return a.kind == ActionKind::CacheWrite ? S / 2.5e9 : 0.0; };
+  costs.alone = [=](const Action& a) { return a.kind == ActionKind::CacheWrite ? S / 2.5e9 : 0.0; };
   costs.bytes = [=](const Action& a) { return a.kind == ActionKind::CacheWrite ? S : 0.0; };
   auto q = test::request(build_schedule(o), costs, {0});
   q.iterations = n;

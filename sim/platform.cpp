@@ -101,7 +101,8 @@ void add_node(Platform& p, const ClusterSpec& c, s4u::NetZone* parent, int n) {
   // traffic shares.
   for (int g = 0; g < I; ++g) {
     const std::string name = "hostlink" + std::to_string(g);
-    s4u::SplitDuplexLink* own = duplex(p, zone, node + "." + name, c.gpu_host_link_bandwidth(), 0, n, 2 * I + 2 + 2 * g, name);
+    s4u::SplitDuplexLink* own =
+        duplex(p, zone, node + "." + name, c.gpu_host_link_bandwidth(), 0, n, 2 * I + 2 + 2 * g, name);
     p.host_links.push_back({own->get_link_up(), own->get_link_down()});
     auto* port = zone->create_host(node + ".host" + std::to_string(g), 1e9);
     zone->add_route(port->get_netpoint(), nullptr, nullptr, nullptr, {{own, kUp}, {mem, kUp}}, true);

@@ -18,8 +18,8 @@
 //   mem:     host memory bandwidth, latency 0
 //   hostlink<g>: the GPU's own link to host memory (host.gpu_link_bandwidth,
 //            its PCIe x16), latency 0
-//   disk:    host disk bandwidth, latency 0 (up: reads, down: writes),
-//            streamed through host memory as a disk read is copied on
+//   disk:    host disk bandwidth, latency 0 (up: reads, down: writes);
+//            a disk copy streams through memory at its slowest link's rate
 // hence, for a transfer of S bytes alone on its route,
 //   GPU → GPU, same node:   intra.latency + S / intra.bw                      (PCIe up, PCIe down)
 //   GPU → GPU, other node:  intra.latency + inter.latency

@@ -417,8 +417,9 @@ TEST_CASE("the node's replicas copying the cache at once share its memory link a
     ep::IterationSetup one = s;
     one.replicas = nodes;
     const ep::IterationCosts single = ep::iteration_costs(ctx, one);
-    for (const ep::Action x : {ep::Action{ep::ActionKind::CacheRead, 0, 0}, ep::Action{ep::ActionKind::CacheWrite, 0, 0}}) {
-      const bool read = x.kind == ep::ActionKind::CacheRead;
+    for (const ep::ActionKind kind : {ep::ActionKind::CacheRead, ep::ActionKind::CacheWrite}) {
+      const ep::Action x{kind, 0, 0};
+      const bool read = kind == ep::ActionKind::CacheRead;
       const double bytes = costs.bytes(x);
       REQUIRE(bytes > 0);
       const double own = read ? cost.cache_read_s(bytes, tier) : cost.cache_write_s(bytes, tier);

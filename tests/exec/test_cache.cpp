@@ -23,6 +23,7 @@
 #include "exec/measure.hpp"
 #include "exec/model.hpp"
 #include "tests/exec/support.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace {
 
@@ -31,22 +32,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 namespace fs = std::filesystem;
 
-// A fresh directory per test: ctest runs test cases in parallel processes.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static int n = 0;
-    std::random_device rd;
-    dir = fs::temp_directory_path() /
-          ("ep_cache_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" + std::to_string(rd()));
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  [[nodiscard]] std::string file(const std::string& name) const { return (dir / name).string(); }
-};
+using ep::test::TempDir;
 
 // Runs `body` in a forked child that exits 0 on success, 1 on an exception
 // (printed). _exit: the child must not run the parent's atexit handlers

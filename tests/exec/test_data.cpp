@@ -17,6 +17,7 @@
 
 #include "exec/data.hpp"
 #include "planner/error.hpp"
+#include "tests/temp_dir.hpp"
 
 using namespace ep;
 using namespace ep::exec;
@@ -28,23 +29,7 @@ namespace fs = std::filesystem;
 
 using Bytes = std::vector<std::uint8_t>;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("ep-test-data-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using ep::test::TempDir;
 
 void put_be32(Bytes& b, std::uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) b.push_back(static_cast<std::uint8_t>(v >> shift));
@@ -251,7 +236,7 @@ TEST_CASE("read_idx rejects absurd dims, extra bytes, corrupt gzip and missing f
                     Contains(dir.file("absent.gz")) && Contains("cannot open"));
   // Only regular files: a device or a directory is refused, not read.
   CHECK_THROWS_WITH(read_idx("/dev/zero", 1), Contains("/dev/zero: a character device"));
-  CHECK_THROWS_WITH(read_idx(dir.path.string(), 1), Contains(dir.path.string() + ": a directory"));
+  CHECK_THROWS_WITH(read_idx(dir.path(), 1), Contains(dir.path() + ": a directory"));
 }
 
 // ---- Fashion-MNIST ----------------------------------------------------------------
@@ -263,17 +248,17 @@ TEST_CASE("fashion_mnist_dir names the missing path and the Debian package") {
                                                     Contains("dataset-fashion-mnist") &&
                                                     Contains("data.path"));
   write_fake_fashion(dir, 2);
-  CHECK(fashion_mnist_dir(dir.path.string()) == dir.path.string());
+  CHECK(fashion_mnist_dir(dir.path()) == dir.path());
   fs::remove(dir.file("t10k-labels-idx1-ubyte.gz"));
   CHECK_THROWS_WITH(
-      fashion_mnist_dir(dir.path.string()),
+      fashion_mnist_dir(dir.path()),
       Contains(dir.file("t10k-labels-idx1-ubyte.gz")) && Contains("dataset-fashion-mnist"));
 }
 
 TEST_CASE("load_fashion_mnist normalises, pads, downsamples and limits small fake files") {
   TempDir dir;
   write_fake_fashion(dir, 12, /*gzip=*/false);  // plain files are found too
-  const Dataset d28 = load_fashion_mnist(dir.path.string(), true, 28, 0);
+  const Dataset d28 = load_fashion_mnist(dir.path(), true, 28, 0);
   CHECK(d28.name == "fashion-mnist/train");
   CHECK(d28.size == 12);
   CHECK(d28.num_classes == 10);
@@ -281,7 +266,7 @@ TEST_CASE("load_fashion_mnist normalises, pads, downsamples and limits small fak
   CHECK(d28.labels[11] == 1);
   CHECK(d28.pixels[5 * 784 + 3 * 28 + 4] == Approx(normalised((5 + 3 * 28 + 4) % 256)));
 
-  const Dataset d32 = load_fashion_mnist(dir.path.string(), false, 32, 5);
+  const Dataset d32 = load_fashion_mnist(dir.path(), false, 32, 5);
   CHECK(d32.name == "fashion-mnist/test");
   CHECK(d32.size == 5);
   CHECK(d32.labels.size() == 5);
@@ -293,7 +278,7 @@ TEST_CASE("load_fashion_mnist normalises, pads, downsamples and limits small fak
   CHECK(d32.pixels[4 * 1024 + 2 * 32 + 2] == Approx(normalised(4)));  // (0, 0) of sample 4
   CHECK(d32.pixels[1 * 1024 + 29 * 32 + 29] == Approx(normalised((1 + 27 * 28 + 27) % 256)));
 
-  const Dataset d14 = load_fashion_mnist(dir.path.string(), true, 14, 3);  // 2x2 averages
+  const Dataset d14 = load_fashion_mnist(dir.path(), true, 14, 3);  // 2x2 averages
   for (int y = 0; y < 14; ++y)
     for (int x = 0; x < 14; ++x) {
       float sum = 0;
@@ -301,33 +286,33 @@ TEST_CASE("load_fashion_mnist normalises, pads, downsamples and limits small fak
       CHECK(d14.pixels[2 * 196 + static_cast<std::size_t>(y * 14 + x)] ==
             Approx(normalised(sum / 4)).margin(1e-5));
     }
-  const Dataset d9 = load_fashion_mnist(dir.path.string(), true, 9, 1);  // 28/9: uneven areas
+  const Dataset d9 = load_fashion_mnist(dir.path(), true, 9, 1);  // 28/9: uneven areas
   CHECK(d9.pixels.size() == 81u);
 
-  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 13),
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path(), true, 28, 13),
                     Contains("train-images-idx3-ubyte") && Contains("at least 13 samples") &&
                         Contains("found 12"));
-  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 0, 0), Contains("image_size"));
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path(), true, 0, 0), Contains("image_size"));
 }
 
 TEST_CASE("load_fashion_mnist keeps a class subset, relabelled in its order, and limits what is kept") {
   TempDir dir;
   write_fake_fashion(dir, 30);  // labels 0..9, 0..9, 0..9
-  const Dataset all = load_fashion_mnist(dir.path.string(), true, 28, 0);
-  const Dataset d = load_fashion_mnist(dir.path.string(), true, 28, 0, {7, 2});
+  const Dataset all = load_fashion_mnist(dir.path(), true, 28, 0);
+  const Dataset d = load_fashion_mnist(dir.path(), true, 28, 0, {7, 2});
   CHECK(d.num_classes == 2);
   REQUIRE(d.size == 6);
   CHECK(d.labels == std::vector<std::int64_t>{1, 0, 1, 0, 1, 0});  // samples 2, 7, 12, 17, 22, 27
   const std::size_t n = 28 * 28;
   for (const auto& [kept, source] : {std::pair{0, 2}, {1, 7}, {5, 27}})
     CHECK(std::equal(d.pixels.begin() + kept * n, d.pixels.begin() + (kept + 1) * n, all.pixels.begin() + source * n));
-  const Dataset first = load_fashion_mnist(dir.path.string(), false, 28, 4, {7, 2});
+  const Dataset first = load_fashion_mnist(dir.path(), false, 28, 4, {7, 2});
   CHECK(first.size == 4);
   CHECK(first.labels == std::vector<std::int64_t>{1, 0, 1, 0});
-  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 7, {7, 2}),
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path(), true, 28, 7, {7, 2}),
                     Contains("at least 7 samples of classes 7,2") && Contains("found 6"));
-  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 0, {3, 10}), Contains("[0, 10)"));
-  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 0, {3, 3}), Contains("distinct"));
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path(), true, 28, 0, {3, 10}), Contains("[0, 10)"));
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path(), true, 28, 0, {3, 3}), Contains("distinct"));
 }
 
 TEST_CASE("load_fashion_mnist checks counts, labels and image dims") {
@@ -336,14 +321,14 @@ TEST_CASE("load_fashion_mnist checks counts, labels and image dims") {
   const std::string labels = dir.file("train-labels-idx1-ubyte.gz");
   const std::string images = dir.file("train-images-idx3-ubyte.gz");
   write_file(labels, idx_bytes(0x801, {3}, {0, 1, 2}), true);
-  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 0),
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path(), true, 28, 0),
                     Contains(labels) && Contains("expected 4 labels") && Contains("found 3"));
   write_file(labels, idx_bytes(0x801, {4}, {0, 1, 10, 2}), true);
-  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 0),
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path(), true, 28, 0),
                     Contains(labels) && Contains("label 2 in [0, 10), found 10"));
   write_file(labels, idx_bytes(0x801, {4}, {0, 1, 2, 3}), true);
   write_file(images, idx_bytes(0x803, {4, 32, 32}, Bytes(4 * 32 * 32)), true);
-  CHECK_THROWS_WITH(load_fashion_mnist(dir.path.string(), true, 28, 0),
+  CHECK_THROWS_WITH(load_fashion_mnist(dir.path(), true, 28, 0),
                     Contains(images) && Contains("expected 28x28 images, found 32x32"));
 }
 

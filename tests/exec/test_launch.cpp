@@ -24,6 +24,7 @@
 
 #include "exec/launch.hpp"
 #include "planner/error.hpp"
+#include "tests/temp_dir.hpp"
 
 using namespace ep;
 using namespace ep::exec;
@@ -42,23 +43,7 @@ ProcessEnv detect(const EnvMap& env) {
   });
 }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("ep-test-launch-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using ep::test::TempDir;
 
 // nproc copies of `sh -c script`, with $D the temp dir.
 LaunchOptions sh(int nproc, const std::string& script, const TempDir& dir) {
@@ -66,7 +51,7 @@ LaunchOptions sh(int nproc, const std::string& script, const TempDir& dir) {
   o.nproc = nproc;
   o.program = "/bin/sh";
   o.args = {"-c", script};
-  o.env = {{"D", dir.path.string()}};
+  o.env = {{"D", dir.path()}};
   return o;
 }
 
@@ -543,7 +528,7 @@ TEST_CASE("launch_local: a program that cannot be executed", "[launch]") {
   TempDir dir;
   LaunchOptions o;
   o.nproc = 2;
-  o.program = dir.path.string();  // a directory: passes access(X_OK), execve fails
+  o.program = dir.path();  // a directory: passes access(X_OK), execve fails
   const LaunchResult r = launch_local(o);
   CHECK(r.exit_code == 127);
   CHECK(r.failed_rank == 0);

@@ -13,33 +13,9 @@
 #include "planner/config.hpp"
 #include "planner/error.hpp"
 #include "planner/schedule.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace ep::test {
-
-// A scratch folder unique to this run, removed with everything in it.
-class TempDir {
- public:
-  explicit TempDir(const std::string& what)
-      : path_(std::filesystem::temp_directory_path() / ("ep_test_" + what + "_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] std::string path(const std::string& name) const { return (path_ / name).string(); }
-  // Writes `text` to NAME in the folder; returns its path.
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return path(name);
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 // The message of the ep::Error `f` throws; "" when it throws none.
 inline std::string error_of(const std::function<void()>& f) {

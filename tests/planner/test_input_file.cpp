@@ -31,8 +31,8 @@ TEST_CASE("input files: a regular file is read whole, within its bound", "[input
   CHECK_THAT(test::error_of([&] { (void)read_input_file(big, kSmall); }),
              StartsWith(big + ": 17 bytes, expected the test input of at most 16 bytes (a test's bound)"));
   // Through a symbolic link, the target is what counts.
-  std::filesystem::create_symlink(dir.path("a"), dir.path("link"));
-  CHECK(read_input_file(dir.path("link"), kSmall).size() == 16);
+  std::filesystem::create_symlink(dir.file("a"), dir.file("link"));
+  CHECK(read_input_file(dir.file("link"), kSmall).size() == 16);
 }
 
 TEST_CASE("input files: anything but a regular file is refused, naming the path", "[input]") {
@@ -40,24 +40,24 @@ TEST_CASE("input files: anything but a regular file is refused, naming the path"
   const auto refused = [](const std::string& path, const std::string& why) {
     CHECK_THAT(test::error_of([&] { (void)read_input_file(path, kSmall); }), StartsWith(path + ": " + why));
   };
-  refused(dir.path("missing"), "cannot open the test input: No such file or directory");
-  refused(dir.path(""), "a directory, expected the test input in a regular file");
+  refused(dir.file("missing"), "cannot open the test input: No such file or directory");
+  refused(dir.file(""), "a directory, expected the test input in a regular file");
   refused("/dev/zero", "a character device, expected the test input in a regular file");
   refused("/dev/null", "a character device");
-  std::filesystem::create_symlink("/dev/zero", dir.path("zero"));
-  refused(dir.path("zero"), "a symbolic link to a character device");
+  std::filesystem::create_symlink("/dev/zero", dir.file("zero"));
+  refused(dir.file("zero"), "a symbolic link to a character device");
   CHECK_THAT(test::error_of([&] { (void)read_input_file("", kSmall); }), Contains("an empty path"));
 
   // A FIFO without a writer: refused at once, not waited on.
-  REQUIRE(::mkfifo(dir.path("fifo").c_str(), 0600) == 0);
+  REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
   const auto t0 = std::chrono::steady_clock::now();
-  refused(dir.path("fifo"), "a FIFO");
+  refused(dir.file("fifo"), "a FIFO");
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
 
   const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  const std::string sock = dir.path("sock");
+  const std::string sock = dir.file("sock");
   if (sock.size() < sizeof addr.sun_path) {
     sock.copy(addr.sun_path, sock.size());
     REQUIRE(::bind(s, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);

@@ -375,7 +375,7 @@ TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
   same(parse_profile(json::parse(j.dump()), "text"));
 
   const test::TempDir dir("profile");
-  const std::string path = dir.path("profile.json");
+  const std::string path = dir.file("profile.json");
   write_profile(p, path);
   same(read_profile(path));
 
@@ -451,21 +451,21 @@ TEST_CASE("malformed profiles are refused naming path, expected and found", "[pr
 
 TEST_CASE("profile files: not JSON, missing, unwritable", "[profile]") {
   const test::TempDir dir("profile");
-  const std::string bad = dir.path("bad.json");
+  const std::string bad = dir.file("bad.json");
   std::ofstream(bad) << "{\"schema\": oops}";
   CHECK_THAT(test::error_of([&] { (void)read_profile(bad); }),
              Catch::Contains(bad + ": not valid JSON at byte 12"));
-  const std::string missing = dir.path("missing.json");
+  const std::string missing = dir.file("missing.json");
   CHECK_THAT(test::error_of([&] { (void)read_profile(missing); }),
              Catch::Contains(missing + ": cannot open"));
   Profile empty;  // no compute samples
-  const std::string out = dir.path("out.json");
+  const std::string out = dir.file("out.json");
   CHECK_THAT(test::error_of([&] { write_profile(empty, out); }),
              Catch::Contains("writing " + out + ": compute: expected at least one sample"));
   CHECK_FALSE(std::filesystem::exists(out));
   Profile ok;
   ok.compute = {{"head", "backward", 2, 1e-3}};
-  CHECK_THAT(test::error_of([&] { write_profile(ok, dir.path("no/such/dir/p.json")); }),
+  CHECK_THAT(test::error_of([&] { write_profile(ok, dir.file("no/such/dir/p.json")); }),
              Catch::Contains("cannot open"));
 }
 

@@ -199,10 +199,8 @@ class Reader {
   }
 
   void string_list(const std::string& key, std::vector<std::string>& out) {
-    const toml::node* n = get(key);
-    if (!n) return;
-    const toml::array* arr = n->as_array();
-    if (!arr) fail(key, "an array of strings", describe(*n));
+    const toml::array* arr = array(key, "an array of strings");
+    if (!arr) return;
     out.clear();
     for (const auto& e : *arr) {
       if (!e.is_string() || e.value<std::string>()->empty())
@@ -212,10 +210,8 @@ class Reader {
   }
 
   void int_list(const std::string& key, std::vector<int>& out) {
-    const toml::node* n = get(key);
-    if (!n) return;
-    const toml::array* arr = n->as_array();
-    if (!arr) fail(key, "an array of integers", describe(*n));
+    const toml::array* arr = array(key, "an array of integers");
+    if (!arr) return;
     out.clear();
     for (const auto& e : *arr) {
       if (!e.is_integer()) fail(key, "an array of integers", "an element " + describe(e));
@@ -240,6 +236,15 @@ class Reader {
   }
 
  private:
+  // The array at `key`; null when the key is absent.
+  const toml::array* array(const std::string& key, const std::string& expected) {
+    const toml::node* n = get(key);
+    if (!n) return nullptr;
+    const toml::array* arr = n->as_array();
+    if (!arr) fail(key, expected, describe(*n));
+    return arr;
+  }
+
   // The --set that gave `key` its value: the key itself, or a table
   // containing it (--set cluster.device={...}).
   std::optional<std::string> override_of(const std::string& key) const {

@@ -34,6 +34,22 @@ double ModeRun::total_s() const {
   return t;
 }
 
+SimRequest program_request(const PlanContext& ctx, const IterationProgram& p, int iterations, int plan_id) {
+  SimRequest req;
+  req.schedule = p.schedule;
+  req.costs = iteration_costs(ctx, p.setup);
+  for (const auto& r : p.layout.replica) {
+    req.replica_gpus.push_back(r.gpus);
+    req.replica_rank.push_back(r.rank);
+  }
+  req.cache_tier = p.setup.cache_tier;
+  req.cache_writes_behind = p.setup.cache_writes_behind;
+  req.collectives = ctx.config.sim.collectives;
+  req.iterations = iterations;
+  req.plan_id = plan_id;
+  return req;
+}
+
 namespace {
 
 // Iteration period with free communication: what communication adds is

@@ -76,6 +76,12 @@ struct RunOptions {
 // same question get one run. Results in the order of `configs`.
 [[nodiscard]] std::vector<RunResult> simulate_trainings(const std::vector<Config>&, const RunOptions&, Simulator&);
 
+// What SimGrid runs for a program as the planner lowered it: its schedule,
+// replicas (GPUs and ranks) and cache, its actions priced by ctx's cost
+// model (iteration_costs), `iterations` back to back.
+[[nodiscard]] SimRequest program_request(const PlanContext& ctx, const IterationProgram& p, int iterations = 1,
+                                         int plan_id = -1);
+
 // The steady-state iteration time (seconds) SimGrid gives each program under
 // `cost`: what `elasticpipe validate` compares with measured iterations.
 [[nodiscard]] std::vector<double> simulate_steady_iterations(const Config&, const CostModel& cost,

@@ -16,6 +16,7 @@
 
 #include "planner/autodp.hpp"
 #include "planner/iteration.hpp"
+#include "sim/driver.hpp"
 #include "sim/simulator.hpp"
 
 namespace ep::sim {
@@ -46,7 +47,7 @@ class Runner {
     {
       std::vector<SimRequest> requests;
       for (const IterationProgram& p : programs) {
-        requests.push_back(request(ctx, p, iterations, -1));
+        requests.push_back(program_request(ctx, p, iterations, -1));
         keys.push_back(signature(requests.back(), p.setup, iterations));
       }
       const std::lock_guard lock(mutex_);
@@ -86,30 +87,13 @@ class Runner {
   std::vector<trace::Trace> trace(const PlanContext& ctx, const std::vector<IterationProgram>& programs,
                                   const std::vector<int>& plan_ids) {
     std::vector<SimRequest> requests;
-    for (std::size_t i = 0; i < programs.size(); ++i) requests.push_back(request(ctx, programs[i], 1, plan_ids[i]));
+    for (std::size_t i = 0; i < programs.size(); ++i) requests.push_back(program_request(ctx, programs[i], 1, plan_ids[i]));
     std::vector<trace::Trace> traces;
     (void)sim_.run_batch(requests, jobs_, &traces);
     return traces;
   }
 
  private:
-  // The program as the planner lowered it; the cost model prices its actions.
-  static SimRequest request(const PlanContext& ctx, const IterationProgram& p, int iterations, int plan_id) {
-    SimRequest req;
-    req.schedule = p.schedule;
-    req.costs = iteration_costs(ctx, p.setup);
-    for (const auto& r : p.layout.replica) {
-      req.replica_gpus.push_back(r.gpus);
-      req.replica_rank.push_back(r.rank);
-    }
-    req.cache_tier = p.setup.cache_tier;
-    req.cache_writes_behind = p.setup.cache_writes_behind;
-    req.collectives = ctx.config.sim.collectives;
-    req.iterations = iterations;
-    req.plan_id = plan_id;
-    return req;
-  }
-
   // F and B time of one device of one replica, per iteration.
   static double fb_per_device(const SimRequest& req) {
     double fb = 0;

@@ -16,7 +16,7 @@
 #include "planner/autodp.hpp"
 #include "planner/autopipe.hpp"
 #include "planner/error.hpp"
-#include "planner/run_plan.hpp"
+#include "sim/driver.hpp"
 #include "support.hpp"
 
 using namespace ep;
@@ -233,13 +233,9 @@ TEST_CASE("a node's replicas reading the cache at once: the planner's prediction
       setup.cache_on = true;
       setup.cache_tier = tier;
       setup.batch = c.training.batch_size;
-      sim::SimRequest q;
-      q.schedule = build_schedule(schedule_options(ctx, setup));
-      q.costs = iteration_costs(ctx, setup);
-      q.cache_tier = tier;
-      for (const auto& r : replica_layout(c, 1, replicas).replica) q.replica_gpus.push_back(r.gpus);
       const double predicted = predict_iteration(ctx, setup).makespan;
-      CHECK(sim.run(q).iteration_end_s.at(0) == Approx(predicted).epsilon(0.005));
+      CHECK(sim.run(sim::program_request(ctx, lower_iteration(ctx, setup))).iteration_end_s.at(0) ==
+            Approx(predicted).epsilon(0.005));
       // Sharing binds: eight readers take far longer than one.
       if (replicas == 1) alone_s = predicted;
       if (replicas == 8) CHECK(predicted > 1.5 * alone_s);

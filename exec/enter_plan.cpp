@@ -82,7 +82,6 @@ void Trainer::onboard() {
 void Trainer::repartition() {
   ever_active_ = true;
   pipeline_->set_devices(plan_devices());
-  compat::set_thread_count(plan_->program.threads.process);  // the workers take theirs from the program
   pipeline_->configure(plan_->partition, plan_->K, plan_->v);
   if (plan_->cache.on && !cache_ && leader_) {
     cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),
@@ -129,17 +128,19 @@ void Trainer::rebuild_cache() {
     const int depth = !fill || static_cast<std::int64_t>(j) < p_.consumed ? plan_->frozen_layers : plan_->cache_fill_from;
     if (depth > 0) by_depth[depth].push_back(order[j]);
   }
-  c10::NoGradGuard no_grad;
   const at::Device dev = pipeline_->device_of_sublayer(0);
   const int chunk = eval_batch_;
-  for (auto& [depth, idx] : by_depth) {
-    std::sort(idx.begin(), idx.end());
-    for (std::size_t at = 0; at < idx.size(); at += chunk) {
-      const std::vector<std::int64_t> part(idx.begin() + at, idx.begin() + std::min(idx.size(), at + chunk));
-      const MicroBatch mb = make_batch(data_.train, part);
-      cache_->write(part, model_.forward(ModelSpec::frozen_prefix(depth), mb.input.to(dev)), depth);
+  on_worker([&] {  // as the fill would have run: at the training precision
+    c10::NoGradGuard no_grad;
+    for (auto& [depth, idx] : by_depth) {
+      std::sort(idx.begin(), idx.end());
+      for (std::size_t at = 0; at < idx.size(); at += chunk) {
+        const std::vector<std::int64_t> part(idx.begin() + at, idx.begin() + std::min(idx.size(), at + chunk));
+        const MicroBatch mb = make_batch(data_.train, part);
+        cache_->write(part, model_.forward(ModelSpec::frozen_prefix(depth), mb.input.to(dev)), depth);
+      }
     }
-  }
+  });
   char buf[128];
   std::snprintf(buf, sizeof buf, "node %d: cache rebuilt after resume (%.2f s)", node_, seconds(t0, Clock::now()));
   log(buf);

@@ -104,6 +104,9 @@ struct Pipeline::Job {
   };
   std::vector<std::vector<Bucket>> buckets;
   std::vector<int> bucket_count;  // per stage: its AllReduce actions
+  // Instead of an iteration: on_worker's task, for stage 0's worker.
+  const std::function<void()>* task = nullptr;
+  int task_threads = 0;
   std::exception_ptr error;
 };
 
@@ -217,15 +220,7 @@ IterationFuture Pipeline::launch(const IterationProgram& program, std::span<cons
   for (const auto& list : schedule.devices)
     for (const Action& a : list)
       if (a.kind == ActionKind::AllReduce) ++job.bucket_count[a.stage];
-  {
-    std::unique_lock lock(mutex_);
-    job_ = &job;
-    finished_ = 0;
-    ++generation_;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return finished_ == schedule.K; });
-    job_ = nullptr;
-  }
+  post(job, schedule.K);
   if (job.error) std::rethrow_exception(job.error);
 
   IterationFuture future;
@@ -303,6 +298,24 @@ IterationResult IterationFuture::get() {
   return result;
 }
 
+void Pipeline::post(Job& job, int workers) {
+  std::unique_lock lock(mutex_);
+  job_ = &job;
+  finished_ = 0;
+  ++generation_;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return finished_ == workers; });
+  job_ = nullptr;
+}
+
+void Pipeline::on_worker(int threads, const std::function<void()>& task) {
+  Job job;
+  job.task = &task;
+  job.task_threads = threads;
+  post(job, 1);
+  if (job.error) std::rethrow_exception(job.error);
+}
+
 void Pipeline::worker_main(int device) {
   int threads = 0;
   compat::set_autocast(options_.devices[device].type(), options_.bf16_autocast, at::kBFloat16);
@@ -314,16 +327,18 @@ void Pipeline::worker_main(int device) {
       cv_.wait(lock, [&] { return stop_ || (job_ != nullptr && generation_ != seen); });
       if (stop_) return;
       seen = generation_;
-      // A device outside this schedule's K must not touch the job at all:
-      // run() returns (and the job dies) once the K devices are done.
-      if (device >= job_->schedule->K) continue;
+      // A device outside this schedule's K (any but stage 0's for a task)
+      // must not touch the job at all: run() returns (and the job dies)
+      // once the devices taking part are done.
+      if (device >= (job_->task ? 1 : job_->schedule->K)) continue;
       job = job_;
     }
     // The program's thread count (with fewer devices, each worker may use more cores).
-    const int want = job->program->threads.worker;
+    const int want = job->task ? job->task_threads : job->program->threads.worker;
     if (want > 0 && want != threads) compat::set_thread_count(threads = want);
     try {
-      run_device(device, *job);
+      if (job->task) (*job->task)();
+      else run_device(device, *job);
       // Autocast keeps one bf16 copy per trained weight until its cache is
       // cleared: cleared after each iteration, as leaving PyTorch's autocast
       // region does, or the next iteration would compute with the weights

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -157,14 +158,26 @@ class Pipeline {
                          double lr, std::optional<std::chrono::steady_clock::time_point> origin = {});
 
   // Forward only, no autograd, all sublayers in order on their devices: the
-  // logits of `input` (evaluation).
+  // logits of `input` (evaluation), on the calling thread: inside on_worker.
   [[nodiscard]] at::Tensor infer(const at::Tensor& input);
+
+  // Runs `task` on stage 0's worker thread, with `threads` intra-op threads
+  // and the worker's autocast, between iterations; returns when it is done
+  // and rethrows what it threw. Model work outside an iteration (evaluation,
+  // the cache probe and fills) goes here: a second thread running torch's
+  // multi-threaded operators keeps a second OpenMP team, and with more
+  // OpenMP threads than cores libgomp stops spinning between parallel
+  // regions, so every later region of every worker waits for its team to
+  // wake (on 2 cores, a step's optimizer went from 0.7 to 9 ms).
+  void on_worker(int threads, const std::function<void()>& task);
 
  private:
   struct Job;
   struct DeviceRun;  // one device's actions of one iteration, a handler per kind
   void worker_main(int device);
   void run_device(int device, Job& job);
+  // Hands `job` to the workers and waits for the first `workers` of them.
+  void post(Job& job, int workers);
 
   Model& model_;
   Optimizer& optimizer_;

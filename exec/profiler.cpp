@@ -365,10 +365,10 @@ double measure_replica(const Config& c, const ValidationPlan& plan, int iteratio
   std::unique_ptr<ActivationCache> cache;
   if (s.cache_on) {
     at::Tensor row;
-    {
+    pipe.on_worker(plan.program.threads.worker, [&] {  // not here: see Pipeline::on_worker
       c10::NoGradGuard g;
       row = model.forward({0, 1}, x.narrow(0, 0, 1));
-    }
+    });
     const std::string dir = s.cache_tier == CacheTier::HostMemory ? c.exec.cache_memory_dir
                                                                   : std::filesystem::temp_directory_path().string();
     cache = std::make_unique<ActivationCache>(

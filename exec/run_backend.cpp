@@ -77,7 +77,7 @@ std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
                                             cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)),
                                             entry_shape());
     }
-    p_.cache_measurements[frozen] = probe_->measure(model_, frozen);
+    on_worker([&] { p_.cache_measurements[frozen] = probe_->measure(model_, frozen); });
     probe_s_ += seconds(t0, Clock::now());
   }
   return p_.cache_measurements.at(frozen);
@@ -124,12 +124,20 @@ std::string Trainer::cache_file(CacheTier tier, const std::string& name) const {
 // The shape of one cache entry (the stem's output for one sample).
 std::vector<std::int64_t> Trainer::entry_shape() {
   if (entry_shape_.empty()) {
-    c10::NoGradGuard no_grad;
-    const MicroBatch one = make_batch(data_.train, {0});
-    const at::Tensor out = model_.forward({0, 1}, one.input.to(pipeline_->device_of_sublayer(0)));
-    entry_shape_ = out.sizes().slice(1).vec();
+    on_worker([&] {
+      c10::NoGradGuard no_grad;
+      const MicroBatch one = make_batch(data_.train, {0});
+      const at::Tensor out = model_.forward({0, 1}, one.input.to(pipeline_->device_of_sublayer(0)));
+      entry_shape_ = out.sizes().slice(1).vec();
+    });
   }
   return entry_shape_;
+}
+
+void Trainer::on_worker(const std::function<void()>& task) {
+  pipeline_->on_worker(plan_ ? plan_->program.threads.worker
+                             : worker_threads(c_, c_.planner.K, c_.cluster.gpus_per_node, cores_).worker,
+                       task);
 }
 
 }  // namespace ep::exec

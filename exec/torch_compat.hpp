@@ -77,22 +77,40 @@ inline void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType d
   if (!enabled) at::autocast::clear_cache();
 }
 
-// bf16 autocast on `device` (as a stage worker sets it) for this object's
-// lifetime in the calling thread.
+// The calling thread's autocast state on `device`.
+inline bool autocast_enabled(c10::DeviceType device) {
+#if EP_TORCH_2_4
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+inline c10::ScalarType autocast_dtype(c10::DeviceType device) {
+#if EP_TORCH_2_4
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                         : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+// bf16 autocast on `device` (as a stage worker sets it), or none, for this
+// object's lifetime in the calling thread; then the thread's state before
+// it (a stage worker's own autocast survives a scope run on it).
 class AutocastScope {
  public:
-  AutocastScope(c10::DeviceType device, bool bf16) : device_(device), on_(bf16) {
-    if (on_) set_autocast(device_, true, c10::ScalarType::BFloat16);
+  AutocastScope(c10::DeviceType device, bool bf16)
+      : device_(device), was_on_(autocast_enabled(device)), was_dtype_(autocast_dtype(device)) {
+    set_autocast(device_, bf16, c10::ScalarType::BFloat16);
   }
-  ~AutocastScope() {
-    if (on_) set_autocast(device_, false, c10::ScalarType::BFloat16);
-  }
+  ~AutocastScope() { set_autocast(device_, was_on_, was_dtype_); }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
   c10::DeviceType device_;
-  bool on_;
+  bool was_on_;
+  c10::ScalarType was_dtype_;
 };
 
 // One Adam step (AdamW: `decoupled` weight decay) over parameters of one

@@ -45,8 +45,10 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
   PipelineOptions po{devices(c), c.training.precision == Precision::BF16};
   pipeline_ = std::make_unique<Pipeline>(model_, optimizer_, po);
   pipeline_->set_reducer(dist_.get());
-  // Until the first plan is entered: one process per device of the node.
-  compat::set_thread_count(worker_threads(c, c.planner.K, c.cluster.gpus_per_node, cores_).process);
+  // One intra-op thread here: model work runs on a stage worker
+  // (Pipeline::on_worker), and whatever else this thread computes must not
+  // start a second OpenMP team beside the workers'.
+  compat::set_thread_count(1);
   p_.interval_norm_sum.assign(L_, 0.0);
   if (!opt.out_dir.empty() && rank0()) create_output_dir(opt.out_dir);
 }
@@ -375,21 +377,18 @@ double Trainer::evaluate() {
   const std::int64_t block = (test.size + n - 1) / n;
   const std::int64_t lo = std::min(test.size, me * block), hi = std::min(test.size, lo + block);
   const int batch = eval_batch_;
-  // One intra-op thread: the stage workers keep their own OpenMP teams, and
-  // a second multi-threaded team here (OpenBLAS products included) made every
-  // later step of a K = 1 worker with 2 threads 1.7x slower (measured:
-  // epochs of 17 s instead of 8-9 s on 2 cores).
-  const int threads = at::get_num_threads();
-  compat::set_thread_count(1);
   double correct = 0;
-  for (std::int64_t first = lo; first < hi; first += batch) {
-    std::vector<std::int64_t> idx;
-    for (std::int64_t i = first; i < std::min(hi, first + batch); ++i) idx.push_back(i);
-    const MicroBatch mb = make_batch(test, idx);
-    const at::Tensor logits = pipeline_->infer(mb.input);
-    correct += static_cast<double>((logits.argmax(-1).cpu() == mb.labels).sum().item<std::int64_t>());
-  }
-  compat::set_thread_count(threads);
+  on_worker([&] {
+    // In float32, whatever the training precision.
+    const compat::AutocastScope fp32(pipeline_->device_of_sublayer(0).type(), false);
+    for (std::int64_t first = lo; first < hi; first += batch) {
+      std::vector<std::int64_t> idx;
+      for (std::int64_t i = first; i < std::min(hi, first + batch); ++i) idx.push_back(i);
+      const MicroBatch mb = make_batch(test, idx);
+      const at::Tensor logits = pipeline_->infer(mb.input);
+      correct += static_cast<double>((logits.argmax(-1).cpu() == mb.labels).sum().item<std::int64_t>());
+    }
+  });
   if (dist_ && n > 1) {
     at::Tensor t = at::tensor({correct}, at::kDouble);
     dist_->allreduce_now(t, "evaluation all-reduce");

@@ -5,6 +5,7 @@
 // and the transition (enter_plan.cpp), checkpoints and resume (resume.cpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -55,6 +56,9 @@ class Trainer final : RunBackend {
   std::vector<double> chunk_times(const std::vector<IterationProgram>& programs);
   [[nodiscard]] std::string cache_file(CacheTier tier, const std::string& name) const;
   std::vector<std::int64_t> entry_shape();
+  // Model work outside an iteration, on stage 0's worker (Pipeline::on_worker)
+  // with the plan's threads.
+  void on_worker(const std::function<void()>& task);
 
   // enter_plan.cpp: carrying out a plan and the move between two.
   [[nodiscard]] std::vector<at::Device> plan_devices() const;

@@ -1,6 +1,7 @@
 // The stage runtime against one device: every schedule, stage count and
 // micro-batch count gives the loss and gradients of the whole model run at
-// once, before and after a transition that freezes layers and repacks.
+// once, before and after a transition that freezes layers and repacks; and
+// model work handed to a worker between iterations.
 #include "tests/exec/pch.hpp"
 
 #include <unistd.h>
@@ -9,11 +10,13 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "exec/cache.hpp"
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
+#include "exec/torch_compat.hpp"
 #include "planner/autopipe.hpp"
 #include "tests/exec/support.hpp"
 
@@ -348,4 +351,53 @@ TEST_CASE("bf16 autocast: every iteration computes with the weights the last opt
     for (std::size_t i = 0; i < from.size(); ++i) to[i].tensor.copy_(from[i].tensor);
   }
   CHECK(second == bf16_run(fresh, b, 0));
+}
+
+TEST_CASE("model work handed to stage 0's worker runs there, with the threads given, and leaves its autocast as it was") {
+  const ModelConfig m = tiny(ModelFamily::ViT);
+  const at::Tensor x = inputs(m, 8, 6);
+  const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
+  Model model(m, 7);
+  exec::Optimizer opt(sgd());
+  Pipeline pipe(model, opt, {cpus(2), true});  // bf16 autocast on every worker
+  Partition all{0, 0, {0, model.num_sublayers()}};
+  pipe.configure(all, 1, 1);
+  const auto loss = [&] {  // lr 0: the loss at the weights as they are, in bf16
+    return pipe.run(testing::program_of(schedule_for(ScheduleKind::GPipe, 1, 1, 1, all, true)), split(x, y, 1), 8, 0)
+        .loss;
+  };
+  const double before = loss();
+
+  std::vector<std::thread::id> ran_on;
+  for (const int threads : {1, 2}) {
+    pipe.on_worker(threads, [&] {
+      ran_on.push_back(std::this_thread::get_id());
+      CHECK(at::get_num_threads() == threads);
+      CHECK(compat::autocast_enabled(c10::DeviceType::CPU));
+      {
+        // What evaluation does: float32 for itself only.
+        const compat::AutocastScope fp32(c10::DeviceType::CPU, false);
+        CHECK_FALSE(compat::autocast_enabled(c10::DeviceType::CPU));
+        c10::NoGradGuard no_grad;
+        CHECK(pipe.infer(x).scalar_type() == at::kFloat);
+      }
+      CHECK(compat::autocast_enabled(c10::DeviceType::CPU));
+      CHECK(compat::autocast_dtype(c10::DeviceType::CPU) == at::kBFloat16);
+    });
+  }
+  REQUIRE(ran_on.size() == 2);
+  CHECK(ran_on[0] != std::this_thread::get_id());
+  CHECK(ran_on[0] == ran_on[1]);  // the same persistent worker
+  CHECK(loss() == before);        // still bf16: float32 would give another loss
+  CHECK(std::abs(before - [&] {
+          Model fp32_model(m, 7);
+          exec::Optimizer o(sgd());
+          Pipeline fp32(fp32_model, o, {cpus(1), false});
+          fp32.configure(all, 1, 1);
+          return fp32.run(testing::program_of(schedule_for(ScheduleKind::GPipe, 1, 1, 1, all, true)), split(x, y, 1), 8, 0)
+              .loss;
+        }()) > 1e-6);
+
+  CHECK_THROWS_WITH(pipe.on_worker(1, [] { throw Error("task failed"); }), "task failed");
+  CHECK(loss() == before);  // usable afterwards
 }

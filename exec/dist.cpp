@@ -157,6 +157,10 @@ Dist::Dist(const ProcessEnv& env, std::chrono::milliseconds timeout)
   impl_->device = gloo_device(env);
   checked(env.rank, "building the message group of " + std::to_string(env.world_size) + " ranks", [&] {
     impl_->message = gloo_group(impl_->store, "message", env.rank, env.world_size, impl_->device, timeout);
+    // No rank goes on before every rank holds the whole mesh: one that
+    // failed right after (a bad --resume) would otherwise close a connection
+    // another rank was still completing, whose error then hid the cause.
+    impl_->message->barrier()->wait();
   });
 }
 

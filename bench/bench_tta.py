@@ -19,10 +19,8 @@ same task from the seed's weights. Runs:
   ep_time    ElasticPipe with the planner's time objective
   ep_paper_lr, ep_time_lr           the same with training.batch_policy = "lr_scaled"
   ep_paper_global, ep_time_global   the same with training.batch_policy = "global"
-  ep_one     ElasticPipe on one device, one process (K = 1): freezing without
-             the cache (planner.cache = "off"; on OpenBLAS reading the cache
-             cost more than the frozen forward it saves), no pipeline and no
-             replicas: the same updates as plain
+  ep_one     ElasticPipe on one device, one process (K = 1): freezing and
+             AutoCache, no pipeline and no replicas: the same updates as plain
 
 Wall time is the process's, from its start to the line that reports an
 epoch's test accuracy (start-up, chunk search and evaluation included). The
@@ -56,7 +54,7 @@ DESCRIBE = {
     "ep_time_lr": "ElasticPipe, time objective, lr_scaled",
     "ep_paper_global": "ElasticPipe, paper's decisions, global batch",
     "ep_time_global": "ElasticPipe, time objective, global batch",
-    "ep_one": "ElasticPipe, 1 process, K = 1, freezing without the cache",
+    "ep_one": "ElasticPipe, 1 process, K = 1, freezing and AutoCache",
 }
 
 
@@ -108,8 +106,7 @@ def base_command(run, cfg, workload, bindir, nproc, pretrained):
     if run == "plain":
         return [os.path.join(bindir, "plain_train"), cfg] + init
     if run == "ep_one":
-        return [ep, "train", cfg] + sets("cluster.gpus_per_node=1", "planner.K=1", "planner.autodp=false",
-                                         'planner.cache="off"') + init
+        return [ep, "train", cfg] + sets("cluster.gpus_per_node=1", "planner.K=1", "planner.autodp=false") + init
     if run in ("dp", "dp_global"):
         return [ep, "train", cfg] + multi + no_freeze + sets("planner.K=1", 'planner.compression="none"') + init
     if run == "gpipe":

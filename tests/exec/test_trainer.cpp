@@ -2,6 +2,7 @@
 // freezing per the plan, and refusing what one process cannot run.
 #include "tests/exec/pch.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "tests/exec/support.hpp"
@@ -200,4 +201,31 @@ TEST_CASE("a node of more GPUs than this process sees is refused naming cluster.
                                                  Catch::Contains("at most the 1 GPU(s) this process sees") &&
                                                  Catch::Contains("found 4"));
   CHECK_NOTHROW(check_gpus_visible(parse_config(testing::kTiny, "tiny.toml"), 1));  // CPU: nothing to check
+}
+
+TEST_CASE("training with AutoCache runs its model work on the worker: no OpenMP threads are left to the caller's thread") {
+  // The cache's probe and entry shape run torch operators. On the calling
+  // thread with more than one intra-op thread they would start an OpenMP
+  // team there, which outlives the run (its threads belong to the caller)
+  // and, beside the workers' teams, puts libgomp past one thread per core,
+  // where every worker's parallel region waits for its team to wake.
+  const auto threads_now = [] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& t : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+  };
+  const Overrides one_worker = {"cluster.gpus_per_node=1",     "planner.K=1",        "exec.threads_per_worker=2",
+                                "planner.freeze_policy=\"alpha\"", "planner.compression=\"none\""};
+  const auto with_cache = [&](const char* mode) {
+    Overrides o = one_worker;
+    o.push_back(std::string("planner.cache=") + mode);
+    return tiny(o);
+  };
+  (void)exec::train(with_cache("\"off\""), {});  // whatever starts once per process starts here
+  const std::size_t before = threads_now();
+  const exec::TrainResult on = exec::train(with_cache("\"on\""), {});  // the entry shape, the fills
+  REQUIRE(std::any_of(on.epochs.begin(), on.epochs.end(), [](const auto& e) { return e.cache; }));
+  CHECK(threads_now() == before);
+  (void)exec::train(with_cache("\"auto\""), {});  // the probe at every freeze step
+  CHECK(threads_now() == before);
 }

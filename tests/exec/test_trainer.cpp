@@ -3,7 +3,9 @@
 #include "tests/exec/pch.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "tests/exec/support.hpp"
 #include "exec/job.hpp"
@@ -214,6 +216,18 @@ TEST_CASE("training with AutoCache runs its model work on the worker: no OpenMP 
     for ([[maybe_unused]] const auto& t : std::filesystem::directory_iterator("/proc/self/task")) ++n;
     return n;
   };
+  // Once the threads a run leaves exiting (its batch loader's, say) are
+  // gone: the count unchanged over 200 ms, 5 s at most.
+  const auto settled_threads = [&] {
+    std::size_t n = threads_now();
+    for (int stable = 0, i = 0; stable < 10 && i < 250; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const std::size_t m = threads_now();
+      stable = m == n ? stable + 1 : 0;
+      n = m;
+    }
+    return n;
+  };
   const Overrides one_worker = {"cluster.gpus_per_node=1",     "planner.K=1",        "exec.threads_per_worker=2",
                                 "planner.freeze_policy=\"alpha\"", "planner.compression=\"none\""};
   const auto with_cache = [&](const char* mode) {
@@ -222,10 +236,10 @@ TEST_CASE("training with AutoCache runs its model work on the worker: no OpenMP 
     return tiny(o);
   };
   (void)exec::train(with_cache("\"off\""), {});  // whatever starts once per process starts here
-  const std::size_t before = threads_now();
+  const std::size_t before = settled_threads();
   const exec::TrainResult on = exec::train(with_cache("\"on\""), {});  // the entry shape, the fills
   REQUIRE(std::any_of(on.epochs.begin(), on.epochs.end(), [](const auto& e) { return e.cache; }));
-  CHECK(threads_now() == before);
+  CHECK(settled_threads() == before);
   (void)exec::train(with_cache("\"auto\""), {});  // the probe at every freeze step
-  CHECK(threads_now() == before);
+  CHECK(settled_threads() == before);
 }

@@ -71,7 +71,7 @@ double executor(const ep::Config& c, const ep::PlanContext& ctx, const ep::Plan&
   pipe.set_cache(&cache);
   ep::IterationProgram steady = plan.program;
   // The benchmark's setting; 0: the planner's rule for one pipeline on this machine.
-  steady.threads = threads > 0 ? ep::WorkerThreads{threads, threads}
+  steady.threads = threads > 0 ? ep::WorkerThreads{threads}
                                : ep::worker_threads(c, plan.K, 1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   if (plan.cache.on) {
     ep::IterationSetup fill = steady.setup;

@@ -177,6 +177,7 @@ def plot(results, targets, path, workloads):
     fig, axes = plt.subplots(1, len(workloads), figsize=(6.5 * len(workloads), 4.5), squeeze=False)
     # One colour and marker per run, the same in every panel: more runs than
     # matplotlib's 10-colour cycle, which would give two runs one colour.
+    # tab20 holds 10 hues in (dark, light) pairs: the dark ones first.
     names = list(RUNS)
     colours = plt.get_cmap("tab20").colors
     markers = "osD^vP*Xdh<>"
@@ -186,7 +187,7 @@ def plot(results, targets, path, workloads):
                 continue
             i = names.index(r["run"])
             ax.plot([wall for _, wall, _ in r["rows"]], [acc for _, _, acc in r["rows"]], label=r["run"],
-                    color=colours[(2 * i) % 20 + (2 * i) // 20], marker=markers[i % len(markers)])
+                    color=colours[(2 * i + i // 10) % 20], marker=markers[i % len(markers)])
         if targets.get(w) is not None:
             ax.axhline(targets[w], color="grey", linestyle="--", linewidth=1, label="target %.2f%%" % targets[w])
         ax.set_title(w)

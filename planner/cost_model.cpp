@@ -34,11 +34,14 @@ const LinkSpec& AnalyticCostModel::link(LinkKind kind) const {
   return kind == LinkKind::IntraNode ? cluster_.intra_node : cluster_.inter_node;
 }
 
-// A disk copy streams through host memory, as every copy crosses the GPU's link.
+double node_cache_bandwidth(const HostSpec& h, CacheTier tier) {
+  return tier == CacheTier::HostMemory ? h.memory_bandwidth_bytes_per_s
+                                       : std::min(h.disk_bandwidth_bytes_per_s, h.memory_bandwidth_bytes_per_s);
+}
+
+// Every copy also crosses the GPU's own link to host memory.
 double AnalyticCostModel::cache_bandwidth(CacheTier tier) const {
-  const HostSpec& h = cluster_.host;
-  const double memory = std::min(h.memory_bandwidth_bytes_per_s, cluster_.gpu_host_link_bandwidth());
-  return tier == CacheTier::HostMemory ? memory : std::min(h.disk_bandwidth_bytes_per_s, memory);
+  return std::min(node_cache_bandwidth(cluster_.host, tier), cluster_.gpu_host_link_bandwidth());
 }
 
 double AnalyticCostModel::forward_s(const Sublayer& s, int samples) const {

@@ -14,6 +14,11 @@ namespace ep {
 enum class LinkKind { IntraNode, InterNode };
 enum class CacheTier { HostMemory, Disk };
 
+// The node's bandwidth for cache copies in `tier`, its GPUs' own links
+// aside: host memory's; a disk copy streams through memory, so the disk
+// tier's is the slower of the disk and memory.
+[[nodiscard]] double node_cache_bandwidth(const HostSpec&, CacheTier);
+
 class CostModel {
  public:
   virtual ~CostModel() = default;

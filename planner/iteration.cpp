@@ -33,10 +33,7 @@ struct CacheCopy {
   double alone = 0, shared = 0;
 };
 CacheCopy cache_copy(const PlanContext& ctx, const IterationSetup& s, double bytes, double alone) {
-  const HostSpec& host = ctx.config.cluster.host;
-  const double node_bw = s.cache_tier == CacheTier::HostMemory
-                             ? host.memory_bandwidth_bytes_per_s
-                             : std::min(host.disk_bandwidth_bytes_per_s, host.memory_bandwidth_bytes_per_s);
+  const double node_bw = node_cache_bandwidth(ctx.config.cluster.host, s.cache_tier);
   return {alone, std::max(alone, cache_copiers_per_node(ctx.config.cluster, s) * bytes / node_bw)};
 }
 

@@ -65,12 +65,12 @@ struct IterationSetup {
 };
 [[nodiscard]] ScheduleOptions schedule_options(const PlanContext&, const IterationSetup&);
 
-// Intra-op threads where the node's pipelines share the host's cores: each
-// process (one pipeline) takes cores / pipelines, each of its K stage
-// workers that divided by K (or exec.threads_per_worker); at least 1. 0
-// where no host is given.
+// Intra-op threads of each stage worker where the node's pipelines share
+// the host's cores: each process (one pipeline) takes cores / pipelines,
+// each of its K stage workers that divided by K (or
+// exec.threads_per_worker); at least 1. 0 where no host is given. (The
+// process's other threads run with one: exec/pipeline.hpp, on_worker.)
 struct WorkerThreads {
-  int process = 0;
   int worker = 0;
   friend bool operator==(const WorkerThreads&, const WorkerThreads&) = default;
 };

@@ -11,7 +11,7 @@ WorkerThreads worker_threads(const Config& c, int K, int pipelines_per_node, int
   if (host_cores <= 0) return {};
   const int process = std::max(1, host_cores / std::max(1, pipelines_per_node));
   const int worker = c.exec.threads_per_worker > 0 ? c.exec.threads_per_worker : std::max(1, process / std::max(1, K));
-  return {process, worker};
+  return {worker};
 }
 
 IterationProgram lower_iteration(const PlanContext& ctx, const IterationSetup& s) {

@@ -87,7 +87,8 @@ class Runner {
   std::vector<trace::Trace> trace(const PlanContext& ctx, const std::vector<IterationProgram>& programs,
                                   const std::vector<int>& plan_ids) {
     std::vector<SimRequest> requests;
-    for (std::size_t i = 0; i < programs.size(); ++i) requests.push_back(program_request(ctx, programs[i], 1, plan_ids[i]));
+    for (std::size_t i = 0; i < programs.size(); ++i)
+      requests.push_back(program_request(ctx, programs[i], 1, plan_ids[i]));
     std::vector<trace::Trace> traces;
     (void)sim_.run_batch(requests, jobs_, &traces);
     return traces;

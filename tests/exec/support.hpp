@@ -133,7 +133,7 @@ inline IterationProgram program_of(Schedule s, Checkpointing ckpt = Checkpointin
   p.setup.M = s.M;
   p.setup.cache_valid_layers = cache_valid_layers;
   p.recomputed_microbatches = recomputed_microbatches(ckpt, s.M);
-  p.threads = {1, 1};
+  p.threads = {1};
   p.schedule = std::move(s);
   return p;
 }

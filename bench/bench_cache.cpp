@@ -17,7 +17,7 @@
 int main(int argc, char** argv) {
   const int batch = argc > 1 ? std::stoi(argv[1]) : 128;
   const std::string dir = argc > 2 ? argv[2] : "/dev/shm";
-  const at::Device device(argc > 3 && std::string(argv[3]) == "cuda" ? at::kCUDA : at::kCPU);
+  const at::Device device = argc > 3 && std::string(argv[3]) == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   const int repeats = argc > 4 ? std::stoi(argv[4]) : 12;
   const std::vector<std::int64_t> shape{197, 768};
   ep::exec::ActivationCache cache(dir + "/elasticpipe-bench-cache-" + std::to_string(getpid()), 2 * batch, shape, true);

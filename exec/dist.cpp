@@ -68,9 +68,8 @@ class Pending final : public PendingReduce {
   Pending(c10::intrusive_ptr<c10d::Work> work, int rank, std::string what)
       : work_(std::move(work)), rank_(rank), what_(std::move(what)), launched_(Clock::now()) {
     auto done = done_;
-    work_->getFuture()->addCallback([done](c10::ivalue::Future&) {
-      done->store(Clock::now().time_since_epoch().count(), std::memory_order_release);
-    });
+    compat::when_done(*work_->getFuture(),
+                      [done] { done->store(Clock::now().time_since_epoch().count(), std::memory_order_release); });
   }
   void wait() override {
     try {

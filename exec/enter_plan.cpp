@@ -81,7 +81,9 @@ void Trainer::onboard() {
 // group rebuild (a barrier), the others open it after.
 void Trainer::repartition() {
   ever_active_ = true;
-  pipeline_->set_devices(plan_devices());
+  const std::vector<at::Device> devices = plan_devices();
+  compat::use_device(devices.front());  // this thread's GPU before it touches one (see use_device)
+  pipeline_->set_devices(devices);
   pipeline_->configure(plan_->partition, plan_->K, plan_->v);
   if (plan_->cache.on && !cache_ && leader_) {
     cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),

@@ -187,11 +187,12 @@ void BatchLoader::request(Request r) {
   pending_ = std::async(std::launch::async, [this, r = std::move(r)] {
     auto ready = std::make_shared<Ready>();
     const bool gpu = r.input_device.is_cuda() || r.label_device.is_cuda();
+    compat::use_device(r.input_device.is_cuda() ? r.input_device : r.label_device);
     for (const auto& idx : r.micro_batches) ready->batches.push_back(make_batch(d_, idx, gpu, r.input_needed));
     // Copies on a side stream of each device, non-blocking from pinned memory.
     const auto copy = [&](const at::Device& dev, const std::function<void(MicroBatch&)>& move) {
       if (!dev.is_cuda()) return;
-      ready->copied.emplace_back(dev, on_side_stream(dev, [&](const c10::Stream&) {
+      ready->copied.emplace_back(dev, on_side_stream(dev, CopyWay::ToDevice, [&](const c10::Stream&) {
                                    for (MicroBatch& mb : ready->batches) move(mb);
                                  }));
     };
@@ -221,6 +222,25 @@ std::vector<MicroBatch> BatchLoader::take(const Request& r) {
     after_side_stream(dev, event, used);
   }
   return std::move(ready->batches);
+}
+
+BatchLoader::Request batch_request(const Pipeline& pipeline, const std::vector<std::int64_t>& idx,
+                                   const IterationProgram& program) {
+  BatchLoader::Request r;
+  std::size_t at = 0;
+  for (const int n : program.micro_batches) {
+    if (at + n > idx.size())
+      throw Error("a batch of " + std::to_string(idx.size()) + " samples for the plan's micro-batches of " +
+                  std::to_string(program.setup.batch));
+    r.micro_batches.emplace_back(idx.begin() + at, idx.begin() + at + n);
+    at += n;
+  }
+  r.input_device = pipeline.device_of_sublayer(0);
+  r.label_device = pipeline.output_device();
+  r.input_needed = std::none_of(program.schedule.devices.begin(), program.schedule.devices.end(), [](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::CacheRead; });
+  });
+  return r;
 }
 
 std::vector<std::int64_t> first_samples(const Dataset& d, int batch) {

@@ -90,6 +90,13 @@ class BatchLoader {
   Taken last_take_;
 };
 
+// The samples `idx` as `program` reads them on `pipeline`: cut into its
+// micro-batches, the stem input on the first stage's device (unless the
+// cache stands in for it), labels and weights on the last stage's.
+// Throws when `idx` holds fewer samples than the micro-batches take.
+[[nodiscard]] BatchLoader::Request batch_request(const Pipeline& pipeline, const std::vector<std::int64_t>& idx,
+                                                 const IterationProgram& program);
+
 // `batch` samples of `d` from index 0 on (wrapping), for timing.
 [[nodiscard]] std::vector<std::int64_t> first_samples(const Dataset& d, int batch);
 

@@ -22,13 +22,11 @@ using nlohmann::json;
 double time_chunk_candidate(Pipeline& pipeline, const Dataset& train, const IterationProgram& program, int runs) {
   const IterationSetup& s = program.setup;
   pipeline.configure(s.partition, s.K, s.v);
-  const std::vector<std::int64_t> idx = first_samples(train, s.batch);
-  std::vector<MicroBatch> mbs;
-  std::size_t at = 0;
-  for (const int n : program.micro_batches) {
-    mbs.push_back(make_batch(train, {idx.begin() + at, idx.begin() + at + n}));
-    at += n;
-  }
+  // On the devices before the clock starts, as training's loader puts them
+  // there: a pageable batch copied to a GPU inside would wait for the
+  // device's queue to drain at every micro-batch.
+  BatchLoader loader(train);
+  const std::vector<MicroBatch> mbs = loader.take(batch_request(pipeline, first_samples(train, s.batch), program));
   return median_seconds(runs, [&] { (void)pipeline.run(program, mbs, s.batch, 0); });
 }
 

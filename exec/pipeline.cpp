@@ -166,6 +166,8 @@ at::Device Pipeline::device_of_sublayer(int sublayer) const {
   throw Error("pipeline: sublayer " + std::to_string(sublayer) + " is in no stage");
 }
 
+at::Device Pipeline::output_device() const { return device_of_sublayer(model_.num_sublayers() - 1); }
+
 IterationResult Pipeline::run(const IterationProgram& program, std::span<const MicroBatch> batches,
                               double real_samples, double lr,
                               std::optional<std::chrono::steady_clock::time_point> origin) {
@@ -336,6 +338,7 @@ void Pipeline::worker_main(int device) {
     // The program's thread count (with fewer devices, each worker may use more cores).
     const int want = job->task ? job->task_threads : job->program->threads.worker;
     if (want > 0 && want != threads) compat::set_thread_count(threads = want);
+    compat::use_device(options_.devices[device]);  // its GPU, which AutoDP may have moved
     try {
       if (job->task) (*job->task)();
       else run_device(device, *job);

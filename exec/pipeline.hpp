@@ -133,6 +133,8 @@ class Pipeline {
   [[nodiscard]] const Partition& partition() const { return partition_; }
   // Device and trainable flag of each sublayer as configured.
   [[nodiscard]] at::Device device_of_sublayer(int sublayer) const;
+  // The last stage's device: where the loss reads labels and weights.
+  [[nodiscard]] at::Device output_device() const;
 
   // The activation cache CacheRead/CacheWrite use, and the frozen depth (in
   // layers) its entries hold before this iteration (Advance reads those).

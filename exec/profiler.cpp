@@ -347,6 +347,7 @@ double measure_replica(const Config& c, const ValidationPlan& plan, int iteratio
   Model model(c.model, c.training.seed);
   exec::Optimizer opt(c.training);
   const std::vector<at::Device> devices = replica_devices(c, s.K, rank);
+  compat::use_device(devices.front());  // a replica's thread: its own GPU (see use_device)
   Pipeline pipe(model, opt, {devices, c.training.precision == Precision::BF16});
   pipe.configure(s.partition, s.K, s.v);
   pipe.set_reducer(dist);

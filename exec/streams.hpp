@@ -1,6 +1,7 @@
-// Host-to-device copies that overlap the work a device's current stream is
-// still running: queued on a side stream, then ordered before the current
-// stream's next work (the batch loader's copies, a cache read's).
+// Copies between the host and a device that overlap the work the device's
+// current stream is still running: queued on a side stream, then ordered
+// before the current stream's next work (the batch loader's copies, a cache
+// read's) or after the work that made their source (a cache write's).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,16 +10,41 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
+
+#include "exec/torch_compat.hpp"
 
 namespace ep::exec {
 
+enum class CopyWay { ToDevice, FromDevice };
+
+// The device's one side stream for copies one way, the same on every call.
+// The caching allocator hands a block out again only on the stream it was
+// allocated on: a fresh stream from torch's pool of 32 per copy would cache
+// up to 32 copies of a batch's blocks. Two ways, so that copies to the
+// device never queue behind copies from it, which wait for their rows to
+// be made.
+inline c10::Stream side_stream(const c10::Device& device, CopyWay way) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int>, c10::Stream> streams;
+  const c10::Device d = compat::indexed(device);
+  const auto key = std::make_tuple(static_cast<int>(d.type()), static_cast<int>(d.index()), static_cast<int>(way));
+  std::lock_guard lock(mu);
+  auto it = streams.find(key);
+  if (it == streams.end())
+    it = streams.emplace(key, c10::impl::getDeviceGuardImpl(d.type())->getStreamFromGlobalPool(d)).first;
+  return it->second;
+}
+
 // Runs `queue(side)` (which queues work on `device`, e.g. non-blocking
-// copies to or from pinned memory) with `side`, a side stream of `device`,
-// current; the event marks the end of that work.
+// copies to or from pinned memory) with `side`, the device's side stream
+// for copies `way`, current; the event marks the end of that work.
 template <class Queue>
-c10::Event on_side_stream(const c10::Device& device, Queue&& queue) {
-  const c10::Stream side = c10::impl::getDeviceGuardImpl(device.type())->getStreamFromGlobalPool(device);
+c10::Event on_side_stream(const c10::Device& device, CopyWay way, Queue&& queue) {
+  const c10::Stream side = side_stream(device, way);
   c10::StreamGuard guard(side);
   queue(side);
   c10::Event done(device.type());
@@ -30,18 +56,20 @@ c10::Event on_side_stream(const c10::Device& device, Queue&& queue) {
 // allocator before `stream`'s work queued so far is done with them.
 inline void used_on_stream(const c10::Device& device, const c10::Stream& stream,
                            const std::vector<const at::Tensor*>& used) {
-  const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(device.type());
+  const c10::Device d = compat::indexed(device);
+  const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(d.type());
   for (const at::Tensor* t : used)
-    if (t->defined() && t->device() == device) impl->recordDataPtrOnStream(t->storage().data_ptr(), stream);
+    if (t->defined() && t->device() == d) impl->recordDataPtrOnStream(t->storage().data_ptr(), stream);
 }
 
 // `device`'s current stream waits for `done` before its next work, and the
 // blocks of `used` (the side stream's results on `device`) are kept for it.
 inline void after_side_stream(const c10::Device& device, const c10::Event& done,
                               const std::vector<const at::Tensor*>& used) {
-  const c10::Stream current = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+  const c10::Device d = compat::indexed(device);
+  const c10::Stream current = c10::impl::getDeviceGuardImpl(d.type())->getStream(d);
   done.block(current);
-  used_on_stream(device, current, used);
+  used_on_stream(d, current, used);
 }
 
 }  // namespace ep::exec

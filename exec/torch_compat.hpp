@@ -159,13 +159,42 @@ inline at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::
 #endif
 }
 
+// `device` with its index: an index-less GPU ("cuda") is this thread's
+// current one. Comparing devices and calls per device need the index.
+inline c10::Device indexed(const c10::Device& device) {
+  if (!device.is_cuda() || device.has_index()) return device;
+  return c10::impl::getDeviceGuardImpl(device.type())->getDevice();
+}
+
+// Makes `device` this thread's current GPU (nothing on the CPU). Torch puts
+// a thread's current device back after recording or destroying an event on
+// another one; a thread that never chose one gets GPU 0 back, and with it a
+// CUDA context there (hundreds of MB) in a process that trains on another
+// GPU. So each thread that works on a GPU names it first.
+inline void use_device(const c10::Device& device) {
+  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(indexed(device));
+}
+
 // Waits for the device's queued work (CUDA), so a recorded end time means
 // the work is done. 1.13 builds are CPU-only here, where there is nothing to wait for.
 inline void synchronize(const c10::Device& device) {
 #if TORCH_VERSION_MAJOR >= 2
-  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
+  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(indexed(device).index());
 #else
   (void)device;
+#endif
+}
+
+// Calls `f` when `future` completes (a collective's; for NCCL that is when
+// the collective is queued on the device). torch 2.x runs a callback that
+// does not use its future without taking a stream from torch's pool to wait
+// for the collective; 1.13 has no such flag (its builds are CPU-only here).
+template <class Future, class F>
+void when_done(Future& future, F f) {
+#if TORCH_VERSION_MAJOR >= 2
+  future.addCallback([f = std::move(f)](auto&) { f(); }, /*uses_future=*/false);
+#else
+  future.addCallback([f = std::move(f)](auto&) { f(); });
 #endif
 }
 

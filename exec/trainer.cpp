@@ -121,26 +121,14 @@ bool Trainer::filling() const {
   return role == CacheRole::Fill || role == CacheRole::Advance;
 }
 
-// The replica's batch in the program's micro-batches, where the pipeline
-// reads them: the stem input on the first stage's device (unless the cache
-// stands in for it), labels and weights on the last stage's.
+// The replica's batch as the plan's pipeline reads it; an error names this rank.
 BatchLoader::Request Trainer::batch_request(const std::vector<std::int64_t>& idx,
                                             const IterationProgram& program) const {
-  BatchLoader::Request r;
-  std::size_t at = 0;
-  for (const int n : program.micro_batches) {
-    if (at + n > idx.size())
-      throw Error("rank " + std::to_string(env_.rank) + ": a batch of " + std::to_string(idx.size()) +
-                  " samples for the plan's micro-batches of " + std::to_string(program.setup.batch));
-    r.micro_batches.emplace_back(idx.begin() + at, idx.begin() + at + n);
-    at += n;
+  try {
+    return exec::batch_request(*pipeline_, idx, program);
+  } catch (const Error& e) {
+    throw Error("rank " + std::to_string(env_.rank) + ": " + e.what());
   }
-  r.input_device = pipeline_->device_of_sublayer(0);
-  r.label_device = pipeline_->device_of_sublayer(model_.num_sublayers() - 1);
-  r.input_needed = std::none_of(program.schedule.devices.begin(), program.schedule.devices.end(), [](const auto& list) {
-    return std::any_of(list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::CacheRead; });
-  });
-  return r;
 }
 
 // The next epoch's first batch, as this plan would run it (BatchLoader::take

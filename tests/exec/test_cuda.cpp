@@ -22,6 +22,7 @@
 #include "exec/pipeline.hpp"
 #include "exec/profiler.hpp"
 #include "exec/timing.hpp"
+#include "exec/streams.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/iteration.hpp"
 #include "tests/exec/support.hpp"
@@ -186,7 +187,7 @@ TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) behind the work
     at::Tensor gone = at::randn({256, 197, 64}, at::TensorOptions().device(gpu));
     const at::Tensor kept = gone.cpu();
     compat::hold_stream(gpu, 0.05);  // the copy waits for this stream's work so far
-    cache.write(idx, gone, 2);
+    cache.write(idx, gone, 2, /*behind=*/true);
     gone.reset();
     const at::Tensor reused = at::full({256, 197, 64}, 7.0f, at::TensorOptions().device(gpu));
     cache.flush();
@@ -202,6 +203,18 @@ TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) behind the work
   cache.remove();
 }
 
+TEST_CASE("CUDA: copies to and from a GPU each have one side stream, the same on every call", "[cuda]") {
+  if (no_gpu()) return;
+  const at::Device gpu(at::kCUDA, 0);
+  compat::use_device(gpu);
+  const c10::Stream to = side_stream(gpu, CopyWay::ToDevice);
+  CHECK(side_stream(gpu, CopyWay::ToDevice) == to);  // blocks freed after a copy are reused by the next
+  CHECK(side_stream(at::Device(at::kCUDA), CopyWay::ToDevice) == to);  // index-less: the current GPU
+  CHECK(side_stream(gpu, CopyWay::FromDevice) != to);
+  CHECK(side_stream(gpu, CopyWay::FromDevice) == side_stream(gpu, CopyWay::FromDevice));
+  CHECK(to != c10::impl::getDeviceGuardImpl(at::kCUDA)->getStream(gpu));  // not the compute stream
+}
+
 // The tiny ViT as one stage on GPU 0, and a batch of 8 in 4 micro-batches.
 struct OneStageOnGpu {
   ModelConfig m = testing::tiny(ModelFamily::ViT);
@@ -215,7 +228,10 @@ struct OneStageOnGpu {
     at::manual_seed(4);
     const at::Tensor x = at::randn({8, m.num_channels, m.image_size, m.image_size});
     const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
-    batches = split(x, y, 4);
+    // On the GPU, as training's loader puts them: a pageable batch copied
+    // there inside the iteration would wait for the device's queue.
+    for (MicroBatch& mb : split(x, y, 4))
+      batches.push_back({mb.input.to(gpu), mb.labels.to(gpu), mb.weights.to(gpu), mb.indices});
     Partition one;
     one.bounds = {0, model.num_sublayers()};
     pipe.configure(one, 1, 1);

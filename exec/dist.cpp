@@ -238,6 +238,12 @@ double Dist::rebuild_active(int generation, const std::vector<int>& active_ranks
                 options->timeout = timeout_;
                 lane.nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
                     c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store), local, size, options);
+#if EP_TORCH_2_4
+                // The communicator now, with the group (every rank builds the
+                // lanes in one order): made lazily, it would land in the first
+                // all-reduce, outside the rebuild's time.
+                lane.nccl->eagerConnectSingleDevice(lane_devices[k]);
+#endif
 #else
                 throw Error("CUDA lanes need a build with -DELASTICPIPE_CUDA=ON (ProcessGroupNCCL)");
 #endif

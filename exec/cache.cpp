@@ -385,7 +385,7 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
   // block stays allocated until the copy is done.
   at::Tensor on_device;
   const c10::Event copied =
-      on_side_stream(device, CopyWay::ToDevice, [&](const c10::Stream&) { on_device = out.to(device, /*non_blocking=*/true); });
+      on_side_stream(device, SideUse::CopyToDevice, [&](const c10::Stream&) { on_device = out.to(device, /*non_blocking=*/true); });
   after_side_stream(device, copied, {&on_device});
   return on_device;
 }
@@ -421,7 +421,7 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
     c10::Event produced(device.type());
     produced.record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
     p.host = at::empty(v.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
-    p.copied = on_side_stream(device, CopyWay::FromDevice, [&](const c10::Stream& side) {
+    p.copied = on_side_stream(device, SideUse::CopyFromDevice, [&](const c10::Stream& side) {
       produced.block(side);
       p.host.copy_(v, /*non_blocking=*/true);
       used_on_stream(device, side, {&v});  // v's block stays out of the allocator's hands until the copy is done

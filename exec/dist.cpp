@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "exec/streams.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/error.hpp"
 
@@ -65,15 +66,24 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c
 
 class Pending final : public PendingReduce {
  public:
-  Pending(c10::intrusive_ptr<c10d::Work> work, int rank, std::string what)
-      : work_(std::move(work)), rank_(rank), what_(std::move(what)), launched_(Clock::now()) {
+  Pending(c10::intrusive_ptr<c10d::Work> work, int rank, std::string what, const at::Device& device)
+      : work_(std::move(work)), rank_(rank), what_(std::move(what)), device_(device), launched_(Clock::now()) {
     auto done = done_;
     compat::when_done(*work_->getFuture(),
                       [done] { done->store(Clock::now().time_since_epoch().count(), std::memory_order_release); });
   }
   void wait() override {
     try {
-      work_->wait();
+#ifdef ELASTICPIPE_CUDA
+      if (device_.is_cuda() && !end_) {
+        // A stream that waits for the collective and then records an event:
+        // with nothing else to run, the event's time is the collective's end.
+        const c10::StreamGuard on(side_stream(device_, SideUse::CollectiveEnd));
+        work_->wait();
+        end_ = std::make_shared<c10::Event>(compat::recorded_event(device_));
+      }
+#endif
+      work_->wait();  // the current stream's next work comes after the collective
     } catch (const std::exception& e) {
       throw Error(describe_collective_failure(rank_, what_, seconds(launched_, Clock::now()), e.what()));
     }
@@ -82,12 +92,15 @@ class Pending final : public PendingReduce {
     const auto t = done_->load(std::memory_order_acquire);
     return t ? Clock::time_point(Clock::duration(t)) : Clock::now();
   }
+  [[nodiscard]] std::shared_ptr<c10::Event> device_end() const override { return end_; }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
   int rank_;
   std::string what_;
+  at::Device device_;
   Clock::time_point launched_;
+  std::shared_ptr<c10::Event> end_;
   std::shared_ptr<std::atomic<Clock::rep>> done_ = std::make_shared<std::atomic<Clock::rep>>(0);
 };
 
@@ -262,7 +275,7 @@ std::shared_ptr<PendingReduce> Dist::allreduce(int lane, at::Tensor flat, const 
   std::vector<at::Tensor> tensors{std::move(flat)};
   c10::intrusive_ptr<c10d::Work> work;
   checked(rank(), full, [&] { work = impl_->lanes[lane].allreduce(tensors); });
-  return std::make_shared<Pending>(std::move(work), rank(), full);
+  return std::make_shared<Pending>(std::move(work), rank(), full, tensors.front().device());
 }
 
 void Dist::allreduce_now(at::Tensor& t, const std::string& what) {

@@ -192,7 +192,7 @@ void BatchLoader::request(Request r) {
     // Copies on a side stream of each device, non-blocking from pinned memory.
     const auto copy = [&](const at::Device& dev, const std::function<void(MicroBatch&)>& move) {
       if (!dev.is_cuda()) return;
-      ready->copied.emplace_back(dev, on_side_stream(dev, CopyWay::ToDevice, [&](const c10::Stream&) {
+      ready->copied.emplace_back(dev, on_side_stream(dev, SideUse::CopyToDevice, [&](const c10::Stream&) {
                                    for (MicroBatch& mb : ready->batches) move(mb);
                                  }));
     };

@@ -93,6 +93,7 @@ struct Pipeline::Job {
   // Per device on a GPU, a traced iteration's events around each action
   // (two per action, in records' order), read when the host reads the iteration.
   std::vector<std::shared_ptr<compat::DeviceMarks>> marks;
+  std::vector<std::vector<IterationFuture::CollectiveEnd>> collective_ends;  // per device on a GPU, traced
   std::vector<std::vector<char>> recomputed;       // per stage, per micro-batch (each written by one worker)
   // Per stage: its launched bucket all-reduces, the flat buffers and where
   // their AllReduce records sit (end time filled in at completion).
@@ -216,6 +217,7 @@ IterationFuture Pipeline::launch(const IterationProgram& program, std::span<cons
   job.stage_grad_layer.resize(schedule.num_stages());
   job.records.resize(schedule.K);
   job.marks.resize(schedule.K);
+  job.collective_ends.resize(schedule.K);
   job.recomputed.assign(schedule.num_stages(), std::vector<char>(schedule.M, 0));
   job.buckets.resize(schedule.num_stages());
   job.bucket_count.assign(schedule.num_stages(), 0);
@@ -229,7 +231,8 @@ IterationFuture Pipeline::launch(const IterationProgram& program, std::span<cons
   IterationResult& result = future.result_;
   for (const auto& stage : job.recomputed) result.recomputed.emplace_back(stage.begin(), stage.end());
   for (std::size_t d = 0; d < job.records.size(); ++d) {
-    if (job.marks[d]) future.traced_.push_back({job.marks[d], result.records.size(), *job.origin});
+    if (job.marks[d])
+      future.traced_.push_back({job.marks[d], result.records.size(), *job.origin, std::move(job.collective_ends[d])});
     result.records.insert(result.records.end(), job.records[d].begin(), job.records[d].end());
   }
   // What the host reads of the iteration, in one copy per device.
@@ -279,10 +282,12 @@ IterationResult IterationFuture::get() {
     for (std::size_t i = 0; 2 * i + 1 < times.size(); ++i) {
       ActionRecord& r = result.records.at(t.first_record + i);
       r.start_s = std::chrono::duration<double>(times[2 * i] - t.origin).count();
-      // A collective completes on its own stream: the OptimizerStep that
-      // waited for it set its end (PendingReduce::completed_at).
+      // A collective runs on its own stream: its end is the event after it
+      // (below), set by the OptimizerStep that waited for it.
       if (r.action.kind != ActionKind::AllReduce) r.end_s = std::chrono::duration<double>(times[2 * i + 1] - t.origin).count();
     }
+    for (const auto& [i, end] : t.collective_ends)
+      result.records.at(t.first_record + i).end_s = std::chrono::duration<double>(t.marks->time_of(*end) - t.origin).count();
   }
   traced_.clear();
   for (std::size_t m = 0; m < g->loss.size(); ++m) {
@@ -509,9 +514,10 @@ struct Pipeline::DeviceRun {
     const std::vector<NamedTensor> params = stage_params(s);
     for (auto& b : job.buckets[s]) {  // the replicas' summed gradients, back in place
       b.pending->wait();
-      if (job.origin)
-        job.records[device][b.record].end_s =
-            std::chrono::duration<double>(b.pending->completed_at() - *job.origin).count();
+      if (job.origin) {
+        if (std::shared_ptr<c10::Event> end = b.pending->device_end()) job.collective_ends[device].emplace_back(b.record, end);
+        else job.records[device][b.record].end_s = std::chrono::duration<double>(b.pending->completed_at() - *job.origin).count();
+      }
       std::int64_t at = 0;
       for (auto& g : b.grads) {
         const std::int64_t n = g.numel();

@@ -35,6 +35,10 @@
 #include "planner/partition.hpp"
 #include "planner/schedule.hpp"
 
+namespace c10 {
+class Event;  // c10/core/Event.h
+}  // namespace c10
+
 namespace ep::exec::compat {
 class DeviceMarks;  // exec/torch_compat.hpp
 }  // namespace ep::exec::compat
@@ -53,8 +57,12 @@ class PendingReduce {
   // Blocks until done; throws ep::Error naming the rank and the operation
   // (timeout or a failed peer).
   virtual void wait() = 0;
-  // When the collective finished (valid after wait()).
+  // When the collective finished (valid after wait()): on the host's clock,
+  // when c10d completed it, which for NCCL is when it was queued.
   [[nodiscard]] virtual std::chrono::steady_clock::time_point completed_at() const = 0;
+  // On a GPU, an event the device passes once the collective has run
+  // (valid after wait()); null elsewhere.
+  [[nodiscard]] virtual std::shared_ptr<c10::Event> device_end() const { return nullptr; }
 };
 
 class GradientReducer {
@@ -102,10 +110,14 @@ class IterationFuture {
  private:
   friend class Pipeline;
   struct Gathered;
+  // An AllReduce record (its index among its device's records) and the
+  // event at its collective's end.
+  using CollectiveEnd = std::pair<std::size_t, std::shared_ptr<c10::Event>>;
   struct Traced {  // a GPU's traced actions, their times read by get()
     std::shared_ptr<compat::DeviceMarks> marks;
     std::size_t first_record = 0;  // its first action in result_.records
     std::chrono::steady_clock::time_point origin;
+    std::vector<CollectiveEnd> collective_ends;
   };
   IterationResult result_;  // what the host already holds (records, recomputation)
   std::shared_ptr<Gathered> gathered_;

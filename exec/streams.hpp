@@ -1,7 +1,8 @@
-// Copies between the host and a device that overlap the work the device's
-// current stream is still running: queued on a side stream, then ordered
-// before the current stream's next work (the batch loader's copies, a cache
-// read's) or after the work that made their source (a cache write's).
+// Work beside a device's current stream: copies between the host and the
+// device that overlap what the stream is still running, queued on a side
+// stream, then ordered before the current stream's next work (the batch
+// loader's copies, a cache read's) or after the work that made their source
+// (a cache write's); and the event that times a collective's end.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -19,19 +20,21 @@
 
 namespace ep::exec {
 
-enum class CopyWay { ToDevice, FromDevice };
+// What a side stream carries: copies one way, or only the wait for a
+// collective and the event after it (so that event's time is its end).
+enum class SideUse { CopyToDevice, CopyFromDevice, CollectiveEnd };
 
-// The device's one side stream for copies one way, the same on every call.
-// The caching allocator hands a block out again only on the stream it was
+// The device's one side stream for `use`, the same on every call. The
+// caching allocator hands a block out again only on the stream it was
 // allocated on: a fresh stream from torch's pool of 32 per copy would cache
-// up to 32 copies of a batch's blocks. Two ways, so that copies to the
+// up to 32 copies of a batch's blocks. One per use, so that copies to the
 // device never queue behind copies from it, which wait for their rows to
-// be made.
-inline c10::Stream side_stream(const c10::Device& device, CopyWay way) {
+// be made, and a collective's end event waits for nothing else.
+inline c10::Stream side_stream(const c10::Device& device, SideUse use) {
   static std::mutex mu;
   static std::map<std::tuple<int, int, int>, c10::Stream> streams;
   const c10::Device d = compat::indexed(device);
-  const auto key = std::make_tuple(static_cast<int>(d.type()), static_cast<int>(d.index()), static_cast<int>(way));
+  const auto key = std::make_tuple(static_cast<int>(d.type()), static_cast<int>(d.index()), static_cast<int>(use));
   std::lock_guard lock(mu);
   auto it = streams.find(key);
   if (it == streams.end())
@@ -41,10 +44,10 @@ inline c10::Stream side_stream(const c10::Device& device, CopyWay way) {
 
 // Runs `queue(side)` (which queues work on `device`, e.g. non-blocking
 // copies to or from pinned memory) with `side`, the device's side stream
-// for copies `way`, current; the event marks the end of that work.
+// for `use`, current; the event marks the end of that work.
 template <class Queue>
-c10::Event on_side_stream(const c10::Device& device, CopyWay way, Queue&& queue) {
-  const c10::Stream side = side_stream(device, way);
+c10::Event on_side_stream(const c10::Device& device, SideUse use, Queue&& queue) {
+  const c10::Stream side = side_stream(device, use);
   c10::StreamGuard guard(side);
   queue(side);
   c10::Event done(device.type());

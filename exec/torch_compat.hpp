@@ -261,17 +261,29 @@ class DeviceMarks {
   // passed the last.
   [[nodiscard]] std::vector<TimePoint> times() const {
     std::vector<TimePoint> t;
-#if TORCH_VERSION_MAJOR >= 2
     if (events_.empty()) return t;
     wait(events_.back());
-    for (const c10::Event& e : events_)
-      t.push_back(anchor_.host + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                     std::chrono::duration<double>(anchor_.event->elapsedTime(e) / 1000.0)));
-#endif
+    for (const c10::Event& e : events_) t.push_back(since_anchor(e));
     return t;
+  }
+  // The host-clock time of `event`, one of this device's on any of its
+  // streams; waits until the device has passed it.
+  [[nodiscard]] TimePoint time_of(const c10::Event& event) const {
+    wait(event);
+    return since_anchor(event);
   }
 
  private:
+  [[nodiscard]] TimePoint since_anchor(const c10::Event& e) const {
+#if TORCH_VERSION_MAJOR >= 2
+    return anchor_.host + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(anchor_.event->elapsedTime(e) / 1000.0));
+#else
+    (void)e;
+    return anchor_.host;  // not reached: 1.13 builds record no device events
+#endif
+  }
+
   c10::Device device_;
   Anchor anchor_;
   std::vector<c10::Event> events_;

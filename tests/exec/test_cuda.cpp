@@ -110,8 +110,9 @@ TEST_CASE("CUDA: bf16 autocast runs a stage's matrix products in bf16 and trains
   CHECK(bf16_grads.size() == fp32_grads.size());
 }
 
-TEST_CASE("CUDA: an NCCL lane of one rank builds and reduces a device tensor", "[cuda][dist]") {
-  if (no_gpu()) return;
+namespace {
+// A job of one process: its groups are of one rank.
+std::unique_ptr<Dist> one_rank() {
   ProcessEnv env;
   env.rank = 0;
   env.world_size = 1;
@@ -119,14 +120,20 @@ TEST_CASE("CUDA: an NCCL lane of one rank builds and reduces a device tensor", "
   env.local_world_size = 1;
   env.master_port = free_port();
   env.launcher = "test";
-  Dist dist(env, std::chrono::seconds(30));
-  dist.rebuild_active(0, {0}, 1, {at::Device(at::kCUDA, 0)});
+  return std::make_unique<Dist>(env, std::chrono::seconds(30));
+}
+}  // namespace
+
+TEST_CASE("CUDA: an NCCL lane of one rank builds and reduces a device tensor", "[cuda][dist]") {
+  if (no_gpu()) return;
+  const std::unique_ptr<Dist> dist = one_rank();
+  dist->rebuild_active(0, {0}, 1, {at::Device(at::kCUDA, 0)});
   const at::Tensor t = at::arange(6, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0));
   at::Tensor sum = t.clone();
-  dist.allreduce(0, sum, "test sum")->wait();
+  dist->allreduce(0, sum, "test sum")->wait();
   CHECK(at::equal(sum.cpu(), t.cpu()));
   at::Tensor host = at::full({3}, 2.0);
-  dist.allreduce_now(host, "host value through the NCCL lane");
+  dist->allreduce_now(host, "host value through the NCCL lane");
   CHECK(at::equal(host, at::full({3}, 2.0)));
 }
 
@@ -207,11 +214,11 @@ TEST_CASE("CUDA: copies to and from a GPU each have one side stream, the same on
   if (no_gpu()) return;
   const at::Device gpu(at::kCUDA, 0);
   compat::use_device(gpu);
-  const c10::Stream to = side_stream(gpu, CopyWay::ToDevice);
-  CHECK(side_stream(gpu, CopyWay::ToDevice) == to);  // blocks freed after a copy are reused by the next
-  CHECK(side_stream(at::Device(at::kCUDA), CopyWay::ToDevice) == to);  // index-less: the current GPU
-  CHECK(side_stream(gpu, CopyWay::FromDevice) != to);
-  CHECK(side_stream(gpu, CopyWay::FromDevice) == side_stream(gpu, CopyWay::FromDevice));
+  const c10::Stream to = side_stream(gpu, SideUse::CopyToDevice);
+  CHECK(side_stream(gpu, SideUse::CopyToDevice) == to);  // blocks freed after a copy are reused by the next
+  CHECK(side_stream(at::Device(at::kCUDA), SideUse::CopyToDevice) == to);  // index-less: the current GPU
+  CHECK(side_stream(gpu, SideUse::CopyFromDevice) != to);
+  CHECK(side_stream(gpu, SideUse::CopyFromDevice) == side_stream(gpu, SideUse::CopyFromDevice));
   CHECK(to != c10::impl::getDeviceGuardImpl(at::kCUDA)->getStream(gpu));  // not the compute stream
 }
 
@@ -271,6 +278,35 @@ TEST_CASE("CUDA: a traced iteration is queued like any other: launch returns bef
   CHECK(since(t0) > 0.15);
   REQUIRE(r.records.size() == 8);
   for (const ActionRecord& a : r.records) CHECK(a.start_s > launched_at + 0.15);  // ran after the hold
+}
+
+TEST_CASE("CUDA: a traced all-reduce on an NCCL lane ends on the device's clock, after it started", "[cuda][dist]") {
+  if (no_gpu()) return;
+  const std::unique_ptr<Dist> dist = one_rank();
+  OneStageOnGpu s;
+  dist->rebuild_active(0, {0}, 1, {s.gpu});
+  s.pipe.set_reducer(dist.get());
+  ScheduleOptions o;
+  o.kind = ScheduleKind::OneFOneB;
+  o.M = 4;
+  o.buckets_per_stage = {2};
+  o.optimizer_step = true;
+  const IterationProgram program = testing::program_of(build_schedule(o));
+  const auto origin = std::chrono::steady_clock::now();
+  (void)s.pipe.run(program, s.batches, 8, 0, origin);  // the device's clock anchored
+  // The device busy while the host queues the iteration: c10d completes an
+  // NCCL all-reduce's future when it is queued, long before the device runs it.
+  compat::hold_stream(s.gpu, 0.2);
+  const IterationResult r = s.pipe.launch(program, s.batches, 8, 0, origin).get();
+  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count();
+  int reduces = 0;
+  for (const ActionRecord& a : r.records)
+    if (a.action.kind == ActionKind::AllReduce) {
+      ++reduces;
+      CHECK(a.end_s >= a.start_s);
+      CHECK(a.end_s <= after);
+    }
+  CHECK(reduces == 2);
 }
 
 TEST_CASE("CUDA: the optimizer's fused steps on the GPU equal its steps on the CPU", "[cuda]") {

@@ -325,6 +325,7 @@ void Pipeline::on_worker(int threads, const std::function<void()>& task) {
 
 void Pipeline::worker_main(int device) {
   int threads = 0;
+  at::Device current = at::kCPU;  // the GPU made current on this thread, once per move
   compat::set_autocast(options_.devices[device].type(), options_.bf16_autocast, at::kBFloat16);
   std::uint64_t seen = 0;
   while (true) {
@@ -343,7 +344,7 @@ void Pipeline::worker_main(int device) {
     // The program's thread count (with fewer devices, each worker may use more cores).
     const int want = job->task ? job->task_threads : job->program->threads.worker;
     if (want > 0 && want != threads) compat::set_thread_count(threads = want);
-    compat::use_device(options_.devices[device]);  // its GPU, which AutoDP may have moved
+    if (options_.devices[device] != current) compat::use_device(current = options_.devices[device]);  // AutoDP moves it
     try {
       if (job->task) (*job->task)();
       else run_device(device, *job);

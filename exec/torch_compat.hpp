@@ -54,9 +54,16 @@ namespace ep::exec::compat {
 // thread re-applies the process-wide count (the last set_num_threads of any
 // thread), so a thread that sets its own count must initialise first, or a
 // stage worker can silently switch team size and its results their
-// rounding (seen as non-deterministic losses).
+// rounding (seen as non-deterministic losses). "Initialised" is a
+// thread_local of an inline function that torch 2.x no longer exports:
+// this binary and libtorch each hold one, so both are set here
+// (get_num_threads is libtorch's). With only ours, the main thread's first
+// large CPU operator in libtorch (the checkpoint's finiteness check) took
+// the workers' count and kept a second OpenMP team: libgomp then stops
+// spinning, and every later epoch on a 2-core CPU ran 1.3x slower.
 inline void set_thread_count(int n) {
   at::internal::lazy_init_num_threads();
+  (void)at::get_num_threads();
   at::set_num_threads(n);
 }
 

@@ -102,7 +102,6 @@ void require_close(const std::map<std::string, at::Tensor>& a, const std::map<st
 const ScheduleKind kKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::LoopingBreadthFirst,
                                ScheduleKind::LoopingDepthFirst};
 
-}  // namespace
 
 TEST_CASE("every schedule on 1, 2 and 4 stages gives one device's loss and gradients") {
   std::mt19937 rng(5);
@@ -399,3 +398,23 @@ TEST_CASE("model work handed to stage 0's worker runs there, with the threads gi
   CHECK_THROWS_WITH(pipe.on_worker(1, [] { throw Error("task failed"); }), "task failed");
   CHECK(loss() == before);  // usable afterwards
 }
+
+TEST_CASE("a thread's intra-op count holds in libtorch's own operators after another thread sets another") {
+#if AT_PARALLEL_OPENMP
+  // The main thread keeps one thread while a stage worker takes two: the
+  // main thread's first parallel operator inside libtorch must not take
+  // the worker's count (a second OpenMP team slows every worker).
+  int seen = 0;
+  std::thread main_like([&] {
+    compat::set_thread_count(1);
+    std::thread([] { compat::set_thread_count(2); }).join();
+    seen = at::get_num_threads();  // libtorch's, with its own "initialised" flag
+  });
+  main_like.join();
+  CHECK(seen == 1);
+#else
+  SUCCEED("ATen without OpenMP: its thread count is one for the whole process");
+#endif
+}
+
+}  // namespace

@@ -102,6 +102,7 @@ void require_close(const std::map<std::string, at::Tensor>& a, const std::map<st
 const ScheduleKind kKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::LoopingBreadthFirst,
                                ScheduleKind::LoopingDepthFirst};
 
+}  // namespace
 
 TEST_CASE("every schedule on 1, 2 and 4 stages gives one device's loss and gradients") {
   std::mt19937 rng(5);
@@ -399,8 +400,8 @@ TEST_CASE("model work handed to stage 0's worker runs there, with the threads gi
   CHECK(loss() == before);  // usable afterwards
 }
 
+#if AT_PARALLEL_OPENMP  // elsewhere ATen's thread count is one for the whole process
 TEST_CASE("a thread's intra-op count holds in libtorch's own operators after another thread sets another") {
-#if AT_PARALLEL_OPENMP
   // The main thread keeps one thread while a stage worker takes two: the
   // main thread's first parallel operator inside libtorch must not take
   // the worker's count (a second OpenMP team slows every worker).
@@ -412,9 +413,5 @@ TEST_CASE("a thread's intra-op count holds in libtorch's own operators after ano
   });
   main_like.join();
   CHECK(seen == 1);
-#else
-  SUCCEED("ATen without OpenMP: its thread count is one for the whole process");
-#endif
 }
-
-}  // namespace
+#endif

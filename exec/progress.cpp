@@ -12,14 +12,11 @@ namespace ep::exec {
 
 void TracedMeasures::add(const IterationResult& r, int K) {
   if (r.records.empty()) return;
-  double lo = r.records.front().start_s, hi = lo, fb = 0, busy = 0;
+  double lo = r.records.front().start_s, hi = lo, busy = 0;
   for (const ActionRecord& rec : r.records) {
     lo = std::min(lo, rec.start_s);
     hi = std::max(hi, rec.end_s);
-    const ActionKind k = rec.action.kind;
-    const double d = rec.end_s - rec.start_s;
-    if (k == ActionKind::Forward || k == ActionKind::Backward) fb += d;
-    if (is_compute(k)) busy += d;
+    if (is_compute(rec.action.kind)) busy += rec.end_s - rec.start_s;
   }
   std::vector<std::vector<std::pair<double, double>>> spans(K);
   for (const ActionRecord& rec : r.records)
@@ -34,7 +31,7 @@ void TracedMeasures::add(const IterationResult& r, int K) {
     comm_s += sum / K;
   }
   compute_s += busy / K;
-  bubble += hi > lo ? 1 - fb / (K * (hi - lo)) : 0;
+  bubble += hi > lo ? std::max(0.0, 1 - busy / (K * (hi - lo))) : 0;
   ++iterations;
 }
 

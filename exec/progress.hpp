@@ -12,8 +12,9 @@
 
 namespace ep::exec {
 
-// Per-iteration measures from traced actions: F/B busy time per device and
-// the bubble (1 - F/B time / (K * makespan)), and all-reduce time per
+// Per-iteration measures from traced actions: compute time per device, the
+// bubble (1 - compute time / (K * makespan), Timeline's definition: the
+// share of the devices' time computing nothing) and all-reduce time per
 // device (the union of its bucket spans: they overlap each other).
 struct TracedMeasures {
   double compute_s = 0, bubble = 0, comm_s = 0;

@@ -71,7 +71,7 @@ class DependencyKeys {
 
 double Timeline::bubble_fraction() const {
   const double capacity = static_cast<double>(per_device.size()) * makespan;
-  return capacity > 0 ? 1.0 - compute_time / capacity : 0.0;
+  return capacity > 0 ? std::max(0.0, 1.0 - compute_time / capacity) : 0.0;
 }
 
 DurationFn unit_cost(double t_f, double t_b, int v) {
@@ -140,7 +140,7 @@ Timeline simulate(const Schedule& s, const DurationFn& duration) {
       } else {
         device_free[d] = end;
       }
-      if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward) t.compute_time += dur;
+      if (is_compute(a.kind)) t.compute_time += dur;
       if (const auto slot = slot_of(a.kind)) {
         const int k = keys.key(*slot, a.stage, a.microbatch);
         done[k] = end;

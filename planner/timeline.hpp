@@ -20,12 +20,14 @@ struct ActionTiming {
 
 struct Timeline {
   double makespan = 0;
-  double compute_time = 0;  // Σ over devices of F and B durations
+  double compute_time = 0;  // Σ over devices of compute durations (is_compute)
   std::vector<std::vector<ActionTiming>> per_device;  // parallel to Schedule::devices
 
-  // Idle share of the devices' F/B capacity:
-  // 1 − compute_time / (K · makespan). Everything that is not F or B
-  // (transfers, frozen forward, all-reduce, optimizer) counts as idle.
+  // Share of the devices' time in which they compute nothing:
+  // 1 − compute_time / (K · makespan). F, B, the frozen forward and the
+  // optimizer step are compute; waiting on a transfer, an all-reduce or a
+  // cache read is idle. One device alone idles only where it waits on
+  // such; a pipeline adds its fill and drain.
   [[nodiscard]] double bubble_fraction() const;
 };
 

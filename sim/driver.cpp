@@ -141,15 +141,18 @@ void add_transition_events(trace::Trace& t, const Config& c, const Plan& p, cons
     }
 }
 
-trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, int epoch, bool fill,
-                              double epoch_s, double transition, std::int64_t samples) {
+// An epoch's row: its own program's steady state, the filling one's in an
+// epoch that (re)fills the cache (its frozen forward computes and writes).
+trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, const Measured& fill_state, int epoch,
+                              bool fill, double epoch_s, double transition, std::int64_t samples) {
   trace::EpochMetrics e = trace::plan_epoch_row(p, epoch, "sim", to_string(mode), epoch_s, transition, fill);
   e.iteration_s = fill ? p.fill_iteration_s : p.iteration_s;
   e.samples_per_s = static_cast<double>(samples) / epoch_s;
-  e.bubble_fraction = p.bubble_fraction;
+  e.bubble_fraction = fill ? fill_state.bubble_fraction(p.fill_iteration_s) : p.bubble_fraction;
   e.exposed_comm_s = ps.exposed_comm_s;
-  e.comm_s = ps.steady.allreduce_s;
-  e.compute_s = ps.steady.compute_s;
+  const SimResult& state = fill ? fill_state.sim : ps.steady;
+  e.comm_s = state.allreduce_s;
+  e.compute_s = state.compute_s;
   return e;
 }
 
@@ -281,9 +284,16 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     transitions.push_back(std::async(std::launch::async, [&, pi] {
       return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim);
     }));
-  // The steady states plan_run had simulated (memo hits), for their breakdown.
+  // The steady states plan_run had simulated (memo hits), for their
+  // breakdown: each plan's, then the filling ones of the plans that fill.
   std::vector<IterationProgram> steady;
   for (const Plan& p : plans) steady.push_back(p.program);
+  std::vector<std::size_t> fill_state(plans.size(), 0);
+  for (std::size_t pi = 0; pi < plans.size(); ++pi)
+    if (!plans[pi].fill_program.empty()) {
+      fill_state[pi] = steady.size();
+      steady.push_back(plans[pi].fill_program);
+    }
   const auto steady_states = steady_periods(runner, ctx, steady);
   double clock = 0;  // start of the plan on the run's timeline
   std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
@@ -311,7 +321,8 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
         epoch_s = runner.run(ctx, {p.program_for(e)}, n).front().sim.iteration_end_s.back();
       }
       const double transition = e == p.first_epoch ? ps.transition_s : 0.0;
-      run.epochs.push_back(epoch_row(mode, p, ps, e, fill, epoch_s, transition, mc.data.num_train_samples));
+      run.epochs.push_back(epoch_row(mode, p, ps, steady_states[fill ? fill_state[pi] : pi].second, e, fill, epoch_s,
+                                     transition, mc.data.num_train_samples));
       clock += epoch_s + transition;
     }
     run.plans.push_back(ps);

@@ -3,6 +3,7 @@
 // once. Internal to sim/ (driver.cpp).
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -24,9 +25,9 @@ namespace ep::sim {
 // What one simulated iteration run gives the driver.
 struct Measured {
   SimResult sim;
-  double fb_per_device_s = 0;  // F and B time of one device of one replica, per iteration
-  // Idle share of the devices' F/B capacity at this period (Timeline's definition).
-  [[nodiscard]] double bubble_fraction(double period_s) const { return 1.0 - fb_per_device_s / period_s; }
+  double compute_per_device_s = 0;  // compute time (is_compute) of one device of one replica, per iteration
+  // Idle share of the devices' time at this period (Timeline's definition).
+  [[nodiscard]] double bubble_fraction(double period_s) const { return std::max(0.0, 1.0 - compute_per_device_s / period_s); }
 };
 
 // Runs iterations of lowered programs on SimGrid, memoised across plans, modes and
@@ -69,7 +70,7 @@ class Runner {
     }
     std::unique_lock lock(mutex_);
     for (std::size_t i = 0; i < misses.size(); ++i) {
-      memo_.emplace(miss_keys[i], Measured{results[i], fb_per_device(misses[i])});
+      memo_.emplace(miss_keys[i], Measured{results[i], compute_per_device(misses[i])});
       running_.erase(miss_keys[i]);
     }
     ready_.notify_all();
@@ -96,12 +97,12 @@ class Runner {
 
  private:
   // F and B time of one device of one replica, per iteration.
-  static double fb_per_device(const SimRequest& req) {
-    double fb = 0;
+  static double compute_per_device(const SimRequest& req) {
+    double busy = 0;
     for (const auto& device : req.schedule.devices)
       for (const Action& a : device)
-        if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward) fb += req.costs.duration(a);
-    return fb / req.schedule.K;
+        if (is_compute(a.kind)) busy += req.costs.duration(a);
+    return busy / req.schedule.K;
   }
 
   // Everything of a request SimGrid's result depends on (the platform is

@@ -112,7 +112,7 @@ struct EpochMetrics {
   double epoch_s = 0;
   double iteration_s = 0;
   double samples_per_s = 0;
-  double bubble_fraction = 0;
+  double bubble_fraction = 0;  // share of the devices' iteration computing nothing: 1 - compute_s / iteration
   double exposed_comm_s = 0;   // per iteration: what communication adds to it
   double comm_s = 0;           // per iteration, per device: DDP all-reduce busy time (union of bucket spans)
   double compute_s = 0;        // per iteration, per device: F, B, frozen forward, optimizer

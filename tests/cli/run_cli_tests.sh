@@ -253,7 +253,7 @@ mkdir -p "$tmp/tiny"
 if mount -t tmpfs -o size=64k tmpfs "$tmp/tiny" 2> /dev/null; then
   expect_rc 2 "simulate on a full tmpfs" -- "$bin" simulate "$bert" --out "$tmp/tiny/run" --set data.num_train_samples=1024
   expect_text "full tmpfs" "No space left on device (nothing written)"
-  [ -z "$(ls "$tmp/tiny/run")" ] && ok || bad "a full tmpfs kept a partial file: $(ls "$tmp/tiny/run")"
+  [ -z "$(ls "$tmp/tiny/run" 2> /dev/null)" ] && ok || bad "a full tmpfs kept a partial file: $(ls "$tmp/tiny/run")"
   mount -o remount,ro "$tmp/tiny"
   expect_rc 2 "simulate onto a read-only file system" -- "$bin" simulate "$bert" --out "$tmp/tiny/ro"
   expect_text "read-only --out named" "ERROR: --out $tmp/tiny/ro: cannot create the output folder: Read-only file system"

@@ -158,6 +158,34 @@ TEST_CASE("a new plan's warm-up is the device's extra time in its first iteratio
   CHECK(warmup == Approx(2));
 }
 
+TEST_CASE("a traced iteration's bubble is the share of its span the devices compute nothing") {
+  const auto rec = [](const char* action, int device, double start, double end) {
+    return exec::ActionRecord{parse_action(action), device, start, end};
+  };
+  // One device: a frozen forward, the pipeline's F and B, the optimizer, back
+  // to back, then a cache read before a gap: the frozen forward and the
+  // optimizer are compute (they once made a lone device report a bubble).
+  exec::IterationResult one;
+  one.records = {rec("0FZ0", 0, 0, 2), rec("0CW0", 0, 2, 2), rec("0F0", 0, 2, 3), rec("0B0", 0, 3, 5),
+                 rec("0OPT", 0, 5, 6)};
+  exec::TracedMeasures m;
+  m.add(one, 1);
+  CHECK(m.bubble == Approx(0.0).margin(1e-12));
+  CHECK(m.compute_s == Approx(6));
+  one.records.push_back(rec("0CR1", 0, 6, 7));
+  one.records.push_back(rec("0F1", 0, 8, 9));  // waited 1 after the read
+  exec::TracedMeasures gap;
+  gap.add(one, 1);
+  CHECK(gap.bubble == Approx(1 - 7.0 / 9));
+  // Two stages, one micro-batch: each device computes 3 of the span of 6.
+  exec::IterationResult two;
+  two.records = {rec("0F0", 0, 0, 1), rec("1F0", 1, 1, 2), rec("1B0", 1, 2, 4), rec("0B0", 0, 4, 6)};
+  exec::TracedMeasures pipe;
+  pipe.add(two, 2);
+  CHECK(pipe.bubble == Approx(0.5));
+  CHECK(pipe.compute_s == Approx(3));
+}
+
 TEST_CASE("the batch loader assembles the requested micro-batches as make_batch does, one request at a time") {
   using namespace ep::exec;
   const Dataset d = synthetic_images(40, 1, 8, 4, 5, true);

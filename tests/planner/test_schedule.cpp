@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <random>
 #include <string>
 #include <unordered_set>
 
@@ -345,6 +346,39 @@ TEST_CASE("GPipe and 1F1B: makespan (M+K-1)(t_f+t_b), bubble (K-1)/(M+K-1)", "[s
 // full pipeline whose fill overlaps the previous chunk's micro-batches;
 // depth-first (see schedule_builders.cpp) holds it for every M ≥ K here.
 // With M < K the hand-over between chunks stalls; never worse than GPipe.
+// The bubble is the devices' time computing nothing: the frozen forward and
+// the optimizer step are compute (before, they counted as idle, and one
+// device alone with a frozen prefix reported a bubble of 0.15).
+TEST_CASE("the frozen forward and the optimizer step are compute: one device never idles, a pipeline's "
+          "bubble is its fill and drain",
+          "[schedule]") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.1, 3.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int K = trial % 2 == 0 ? 1 : 2 + trial % 3;
+    const int M = 1 + static_cast<int>(rng() % 8);
+    ScheduleOptions o = test::schedule(trial % 4 < 2 ? ScheduleKind::GPipe : ScheduleKind::OneFOneB, K, M);
+    o.optimizer_step = true;
+    o.frozen_input = trial % 3 == 0 ? FrozenInput::ForwardAndCacheWrite : FrozenInput::Forward;
+    const double t_f = u(rng), t_b = u(rng), t_fz = u(rng), t_opt = u(rng);
+    const Timeline t = simulate(build_schedule(o), [&](const Action& a) {
+      switch (a.kind) {
+        case ActionKind::Forward: return t_f;
+        case ActionKind::Backward: return t_b;
+        case ActionKind::FrozenForward: return t_fz;
+        case ActionKind::OptimizerStep: return t_opt;
+        default: return 0.0;  // transfers and the cache write take no time here
+      }
+    });
+    INFO("trial " << trial << " K=" << K << " M=" << M);
+    const double compute = K * (M * (t_f + t_b) + t_opt) + M * t_fz;
+    REQUIRE(t.compute_time == Approx(compute));
+    REQUIRE(t.bubble_fraction() == Approx(std::max(0.0, 1.0 - compute / (K * t.makespan))).margin(1e-12));
+    if (K == 1) REQUIRE(t.bubble_fraction() == Approx(0.0).margin(1e-12));
+    if (K > 1) REQUIRE(t.bubble_fraction() > 0);
+  }
+}
+
 TEST_CASE("looping shrinks GPipe's bubble by v = 2 when M >= K, never grows it",
           "[schedule]") {
   for (ScheduleKind kind : {ScheduleKind::LoopingBreadthFirst, ScheduleKind::LoopingDepthFirst}) {

@@ -133,6 +133,27 @@ TEST_CASE("an epoch's time is its iterations times the period plus its transitio
         Approx(c.cluster.transition.context_creation_s + c.cluster.transition.pipeline_warmup_s));  // one replica: no DDP to build
 }
 
+// compute_s and the bubble describe the same iteration as iteration_s: in
+// an epoch that fills the cache, the filling program's (it computes the
+// frozen prefix), not the reading one's that follows.
+TEST_CASE("an epoch's compute and bubble are those of the iteration it runs, filling ones included", "[driver]") {
+  const Config c = test::tiny_bert({"data.num_train_samples=2048", "training.epochs=4", "planner.cache=\"on\""});
+  Simulator sim(c.cluster);
+  RunOptions opt;
+  opt.modes = {Mode::AutoCache};
+  const RunResult r = simulate_training(c, opt, sim);
+  int fills = 0;
+  for (const auto& e : r.modes.front().epochs) {
+    INFO("epoch " << e.epoch << " frozen " << e.frozen_layers << " K " << e.K);
+    const Plan& p = r.modes.front().plan.plans[e.plan_id];
+    const CacheRole role = p.cache_role(e.epoch);
+    fills += role == CacheRole::Fill || role == CacheRole::Advance;
+    CHECK(e.compute_s > 0);
+    CHECK(e.compute_s == Approx(e.iteration_s * (1 - e.bubble_fraction)).epsilon(1e-9));
+  }
+  CHECK(fills > 0);
+}
+
 TEST_CASE("the trace is valid trace-event JSON with one iteration per distinct plan", "[driver]") {
   const Config c = small();
   Simulator sim(c.cluster);

@@ -138,8 +138,8 @@ std::vector<EpochDiff> diff_epochs(const std::vector<EpochMetrics>& first, const
   std::vector<EpochDiff> out;
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
     out.push_back({a[i]->epoch, a[i]->frozen_layers, b[i]->frozen_layers, a[i]->K, b[i]->K, a[i]->replicas,
-                   b[i]->replicas, a[i]->epoch_s + a[i]->transition_s, b[i]->epoch_s + b[i]->transition_s,
-                   a[i]->iteration_s, b[i]->iteration_s});
+                   b[i]->replicas, a[i]->M, b[i]->M, a[i]->epoch_s + a[i]->transition_s,
+                   b[i]->epoch_s + b[i]->transition_s, a[i]->iteration_s, b[i]->iteration_s});
   return out;
 }
 
@@ -150,19 +150,23 @@ std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
   std::ostringstream os;
   os << "per epoch (the epochs.csv beside each trace; an epoch with the transition charged to its start):\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%5s %7s %9s %11s %11s %8s %15s %16s %8s\n", "epoch", "frozen", "K x rep",
+  std::snprintf(line, sizeof line, "%5s %7s %11s %11s %11s %8s %15s %16s %8s\n", "epoch", "frozen", "K x rep, M",
                 "first (s)", "second (s)", "error", "iter first (ms)", "iter second (ms)", "error");
   os << line;
   double sum_a = 0, sum_b = 0, worst = 0, worst_iteration = 0;
-  bool same_frozen = true, same_layout = true;
+  bool same_frozen = true, same_layout = true, same_M = true;
   for (const EpochDiff& e : d) {
     const std::string frozen = both(std::to_string(e.frozen_first), std::to_string(e.frozen_second));
-    const std::string layout = both(std::to_string(e.K_first) + "x" + std::to_string(e.replicas_first),
-                                    std::to_string(e.K_second) + "x" + std::to_string(e.replicas_second));
+    const auto shape = [](int K, int replicas, int M) {
+      return std::to_string(K) + "x" + std::to_string(replicas) + "," + std::to_string(M);
+    };
+    const std::string layout = both(shape(e.K_first, e.replicas_first, e.M_first),
+                                    shape(e.K_second, e.replicas_second, e.M_second));
     same_frozen = same_frozen && e.frozen_first == e.frozen_second;
     same_layout = same_layout && e.K_first == e.K_second && e.replicas_first == e.replicas_second;
+    same_M = same_M && e.M_first == e.M_second;
     const double err = error(e.first_s, e.second_s), iteration_err = error(e.first_iteration_s, e.second_iteration_s);
-    std::snprintf(line, sizeof line, "%5d %7s %9s %11.3f %11.3f %+7.1f%% %15.3f %16.3f %+7.1f%%\n", e.epoch + 1,
+    std::snprintf(line, sizeof line, "%5d %7s %11s %11.3f %11.3f %+7.1f%% %15.3f %16.3f %+7.1f%%\n", e.epoch + 1,
                   frozen.c_str(), layout.c_str(), e.first_s, e.second_s, err * 100, e.first_iteration_s * 1e3,
                   e.second_iteration_s * 1e3, iteration_err * 100);
     os << line;
@@ -171,7 +175,7 @@ std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
     worst = std::max(worst, std::abs(err));
     worst_iteration = std::max(worst_iteration, std::abs(iteration_err));
   }
-  std::snprintf(line, sizeof line, "%5s %7s %9s %11.3f %11.3f %+7.1f%%\n", "all", "", "", sum_a, sum_b,
+  std::snprintf(line, sizeof line, "%5s %7s %11s %11.3f %11.3f %+7.1f%%\n", "all", "", "", sum_a, sum_b,
                 error(sum_a, sum_b) * 100);
   os << line;
   std::snprintf(line, sizeof line, "largest |error|: %.1f%% per epoch, %.1f%% per iteration\n", worst * 100,
@@ -182,6 +186,11 @@ std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
           "(planner.freeze_policy = \"replay\") to compare like with like\n";
   if (!same_layout)
     os << "the runs' layouts differ (K x replicas, first|second): their iterations are not the same work\n";
+  // Each back end's chunk search picks M by its own timings (the
+  // simulator's from the profile, the executor's measured on its devices).
+  if (same_layout && !same_M)
+    os << "the runs chose different micro-batch counts M (first|second): to compare one plan, fix M in both "
+          "(planner.M_min_factor = planner.M_max_factor = M / K)\n";
   return os.str();
 }
 

@@ -83,13 +83,14 @@ TEST_CASE("diff refuses traces with nothing to compare instead of reporting no e
 namespace {
 
 EpochMetrics epoch_row(const std::string& mode, int epoch, int frozen, double epoch_s, double transition_s,
-                       double iteration_s, int K = 1, int replicas = 1) {
+                       double iteration_s, int K = 1, int replicas = 1, int M = 4) {
   EpochMetrics e;
   e.mode = mode;
   e.epoch = epoch;
   e.frozen_layers = frozen;
   e.K = K;
   e.replicas = replicas;
+  e.M = M;
   e.epoch_s = epoch_s;
   e.transition_s = transition_s;
   e.iteration_s = iteration_s;
@@ -119,13 +120,19 @@ TEST_CASE("epochs diff: each run's rows of its mode, epoch plus transition, as f
   CHECK_THAT(table, Catch::Contains("+11.8%"));  // epoch 2: 9.5 against 8.5
   CHECK_THAT(table, Catch::Contains("+4.9%"));   // the run: 21.5 against 20.5
   CHECK_THAT(table, Catch::Contains("largest |error|: 11.8% per epoch, 11.1% per iteration"));
-  CHECK_THAT(table, !Catch::Contains("froze different layers") && !Catch::Contains("layouts differ"));
+  CHECK_THAT(table, !Catch::Contains("froze different layers") && !Catch::Contains("layouts differ") &&
+                        !Catch::Contains("different micro-batch counts"));
   // Different decisions and layouts are said, not hidden.
   const std::string other = format_epoch_diff(diff_epochs(sim, "baseline", real, "train"));
   CHECK_THAT(other, Catch::Contains("0|2") && Catch::Contains("froze different layers"));
   const std::vector<EpochMetrics> replicated = {epoch_row("train", 0, 0, 11.0, 1.0, 0.11, 2, 4)};
   CHECK_THAT(format_epoch_diff(diff_epochs(sim, "autocache", replicated, "train")),
-             Catch::Contains("1x1|2x4") && Catch::Contains("layouts differ"));
+             Catch::Contains("1x1,4|2x4,4") && Catch::Contains("layouts differ"));
+  // The same layout at another M: the chunk searches chose differently.
+  const std::vector<EpochMetrics> other_M = {epoch_row("train", 0, 0, 11.0, 1.0, 0.11, 1, 1, 3)};
+  CHECK_THAT(format_epoch_diff(diff_epochs(sim, "autocache", other_M, "train")),
+             Catch::Contains("1x1,4|1x1,3") && Catch::Contains("different micro-batch counts M") &&
+                 !Catch::Contains("layouts differ"));
   // A mode a run does not have is an error naming it.
   CHECK_THROWS_WITH(diff_epochs(sim, "autodp", real, "train"),
                     Catch::Contains("first run's epochs.csv has no epoch of mode 'autodp'"));

@@ -10,8 +10,9 @@
 //     schedule order, identical on every replica, while the K workers of a
 //     process run concurrently, so one shared group would see them in a
 //     racy order.
-// Every collective has the configured timeout; a failure names the rank,
-// the operation and the group instead of hanging.
+// Every collective has the configured timeout; on Gloo a failure names the
+// rank, the operation and the group instead of hanging; on NCCL c10d's
+// watchdog aborts the process past the timeout (see PendingReduce::wait).
 #pragma once
 
 #include <ATen/core/Tensor.h>

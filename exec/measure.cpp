@@ -115,14 +115,27 @@ CacheProbe::~CacheProbe() {
   }
 }
 
-MeasuredCache CacheProbe::measure(Model& model, int frozen) {
+MeasuredCache CacheProbe::measure(Model& model, int frozen, const std::function<at::Device(int)>& device_of) {
   c10::NoGradGuard no_grad;
-  at::Tensor out;
   MeasuredCache m;
+  // The probe runs before the freeze step's plan moves anything: the
+  // newly frozen layers may still sit on later stages' devices. Each
+  // device's run of them is timed there, the hand-over between devices off
+  // the clock: their sum is the frozen forward that stage 0 runs once the
+  // prefix is on its device (the GPUs of a node are alike).
+  const SublayerRange prefix = ModelSpec::frozen_prefix(frozen);
+  at::Tensor out = input_;
   {
     const compat::AutocastScope precision(device_.type(), bf16_);
-    m.frozen_forward_s =
-        median_compute_seconds(device_, kCacheProbeRuns, [&] { out = model.forward(ModelSpec::frozen_prefix(frozen), input_); });
+    for (int first = prefix.first; first < prefix.last;) {
+      const at::Device dev = device_of(first);
+      int last = first + 1;
+      while (last < prefix.last && device_of(last) == dev) ++last;
+      const at::Tensor in = out.to(dev);
+      m.frozen_forward_s +=
+          median_compute_seconds(dev, kCacheProbeRuns, [&] { out = model.forward({first, last}, in); });
+      first = last;
+    }
   }
   file_->write(rows_, out, frozen);
   // Timed as the frozen forward is: a stage worker copies the rows on the

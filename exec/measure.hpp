@@ -4,6 +4,7 @@
 // exec/timing.hpp's rule.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -52,8 +53,9 @@ class CacheProbe {
   ~CacheProbe();
   CacheProbe(const CacheProbe&) = delete;
   CacheProbe& operator=(const CacheProbe&) = delete;
-  // At `frozen` layers (deeper than any measured before).
-  MeasuredCache measure(Model& model, int frozen);
+  // At `frozen` layers (deeper than any measured before), each sublayer
+  // where it is now (`device_of(sublayer)`).
+  MeasuredCache measure(Model& model, int frozen, const std::function<at::Device(int)>& device_of);
 
  private:
   at::Tensor input_;

@@ -54,8 +54,11 @@ class ActivationCache;
 class PendingReduce {
  public:
   virtual ~PendingReduce() = default;
-  // Blocks until done; throws ep::Error naming the rank and the operation
-  // (timeout or a failed peer).
+  // Gloo: blocks until done; throws ep::Error naming the rank and the
+  // operation (timeout or a failed peer). NCCL: the current stream's next
+  // work comes after the collective; the host does not wait, so a timeout
+  // or a lost peer is ended by c10d's watchdog, which aborts the process
+  // (the launcher reports the rank and the signal).
   virtual void wait() = 0;
   // When the collective finished (valid after wait()): on the host's clock,
   // when c10d completed it, which for NCCL is when it was queued.

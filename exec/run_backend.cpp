@@ -77,7 +77,10 @@ std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
                                             cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)),
                                             entry_shape());
     }
-    on_worker([&] { p_.cache_measurements[frozen] = probe_->measure(model_, frozen); });
+    on_worker([&] {
+      p_.cache_measurements[frozen] =
+          probe_->measure(model_, frozen, [this](int sublayer) { return pipeline_->device_of_sublayer(sublayer); });
+    });
     probe_s_ += seconds(t0, Clock::now());
   }
   return p_.cache_measurements.at(frozen);

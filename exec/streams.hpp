@@ -29,7 +29,10 @@ enum class SideUse { CopyToDevice, CopyFromDevice, CollectiveEnd };
 // allocated on: a fresh stream from torch's pool of 32 per copy would cache
 // up to 32 copies of a batch's blocks. One per use, so that copies to the
 // device never queue behind copies from it, which wait for their rows to
-// be made, and a collective's end event waits for nothing else.
+// be made, and a collective's end event waits for nothing else. From the
+// high-priority pool: c10d's NCCL communicators take their streams from the
+// low-priority one, round robin over 32, so after a few dozen rebuilt
+// groups a side stream of that pool would be a collective's stream too.
 inline c10::Stream side_stream(const c10::Device& device, SideUse use) {
   static std::mutex mu;
   static std::map<std::tuple<int, int, int>, c10::Stream> streams;
@@ -38,7 +41,7 @@ inline c10::Stream side_stream(const c10::Device& device, SideUse use) {
   std::lock_guard lock(mu);
   auto it = streams.find(key);
   if (it == streams.end())
-    it = streams.emplace(key, c10::impl::getDeviceGuardImpl(d.type())->getStreamFromGlobalPool(d)).first;
+    it = streams.emplace(key, c10::impl::getDeviceGuardImpl(d.type())->getStreamFromGlobalPool(d, /*isHighPriority=*/true)).first;
   return it->second;
 }
 

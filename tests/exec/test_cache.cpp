@@ -387,7 +387,14 @@ TEST_CASE("AutoCache's probe keeps its batch and file from one frozen depth to t
     CacheProbe probe(d, 8, at::kCPU, false, path, stem.sizes().slice(1).vec());
     for (int frozen = 1; frozen < m.num_hidden_layers; ++frozen) {
       INFO("frozen " << frozen);
-      const MeasuredCache got = probe.measure(model, frozen);
+      std::vector<int> asked;
+      const MeasuredCache got = probe.measure(model, frozen, [&](int sublayer) {
+        asked.push_back(sublayer);
+        return at::Device(at::kCPU);
+      });
+      // Each sublayer of the prefix was placed (once, or again where a run ends).
+      const SublayerRange prefix = ModelSpec::frozen_prefix(frozen);
+      for (int i = prefix.first; i < prefix.last; ++i) CHECK(std::count(asked.begin(), asked.end(), i) >= 1);
       CHECK(got.read_s > 0);
       CHECK(got.frozen_forward_s > 0);
       // The file holds the batch's frozen output at this depth.

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "traces/diff.hpp"
+#include "traces/plan_epoch.hpp"
 
 using namespace ep::trace;
 
@@ -91,7 +92,7 @@ EpochMetrics epoch_row(const std::string& mode, int epoch, int frozen, double ep
   e.K = K;
   e.replicas = replicas;
   e.M = M;
-  e.epoch_s = epoch_s;
+  e.epoch_s = epoch_s + transition_s;  // as plan_epoch_row writes it: the transition included
   e.transition_s = transition_s;
   e.iteration_s = iteration_s;
   return e;
@@ -136,4 +137,20 @@ TEST_CASE("epochs diff: each run's rows of its mode, epoch plus transition, as f
   // A mode a run does not have is an error naming it.
   CHECK_THROWS_WITH(diff_epochs(sim, "autodp", real, "train"),
                     Catch::Contains("first run's epochs.csv has no epoch of mode 'autodp'"));
+}
+
+// The rows as both back ends write them (plan_epoch_row: epoch_s holds the
+// transition charged to the epoch): the diff counts the transition once.
+TEST_CASE("epochs diff: the transition in a written row counts once", "[traces][diff]") {
+  ep::Plan plan;
+  plan.K = 1;
+  plan.M = 2;
+  plan.layout.replicas = 1;
+  const EpochMetrics sim = plan_epoch_row(plan, 0, "sim", "autocache", 10.0, 0.75, false);
+  const EpochMetrics real = plan_epoch_row(plan, 0, "exec", "train", 10.5, 0.0, false);
+  const std::vector<EpochDiff> d = diff_epochs({sim}, "autocache", {real}, "train");
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].first_s == Approx(10.75));
+  CHECK(d[0].second_s == Approx(10.5));
+  CHECK_THAT(format_epoch_diff(d), Catch::Contains("+2.4%"));
 }

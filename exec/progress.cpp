@@ -6,6 +6,7 @@
 
 #include "exec/trainer.hpp"
 #include "planner/stats.hpp"
+#include "planner/timeline.hpp"
 #include "traces/plan_epoch.hpp"
 
 namespace ep::exec {
@@ -31,7 +32,7 @@ void TracedMeasures::add(const IterationResult& r, int K) {
     comm_s += sum / K;
   }
   compute_s += busy / K;
-  bubble += hi > lo ? std::max(0.0, 1 - busy / (K * (hi - lo))) : 0;
+  bubble += idle_share(busy, K * (hi - lo));
   ++iterations;
 }
 

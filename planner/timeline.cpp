@@ -70,8 +70,7 @@ class DependencyKeys {
 }  // namespace
 
 double Timeline::bubble_fraction() const {
-  const double capacity = static_cast<double>(per_device.size()) * makespan;
-  return capacity > 0 ? std::max(0.0, 1.0 - compute_time / capacity) : 0.0;
+  return idle_share(compute_time, static_cast<double>(per_device.size()) * makespan);
 }
 
 DurationFn unit_cost(double t_f, double t_b, int v) {

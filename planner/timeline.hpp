@@ -4,6 +4,7 @@
 // simulator replaces it with SimGrid's network and contention.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -30,6 +31,13 @@ struct Timeline {
   // such; a pipeline adds its fill and drain.
   [[nodiscard]] double bubble_fraction() const;
 };
+
+// The bubble's one formula, for the planner's timeline, the simulator's
+// runs and the executor's traced iterations: 1 − compute / capacity (device
+// seconds), never below 0 (rounding).
+[[nodiscard]] inline double idle_share(double compute, double capacity) {
+  return capacity > 0 ? std::max(0.0, 1.0 - compute / capacity) : 0.0;
+}
 
 using DurationFn = std::function<double(const Action&)>;
 

@@ -141,18 +141,18 @@ void add_transition_events(trace::Trace& t, const Config& c, const Plan& p, cons
     }
 }
 
-// An epoch's row: its own program's steady state, the filling one's in an
-// epoch that (re)fills the cache (its frozen forward computes and writes).
-trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, const Measured& fill_state, int epoch,
+// An epoch's row from `state`, the steady state of the program the epoch
+// runs: the filling one in an epoch that (re)fills the cache (its frozen
+// forward computes and writes), else the plan's.
+trace::EpochMetrics epoch_row(Mode mode, const Plan& p, const PlanSim& ps, const Measured& state, int epoch,
                               bool fill, double epoch_s, double transition, std::int64_t samples) {
   trace::EpochMetrics e = trace::plan_epoch_row(p, epoch, "sim", to_string(mode), epoch_s, transition, fill);
   e.iteration_s = fill ? p.fill_iteration_s : p.iteration_s;
   e.samples_per_s = static_cast<double>(samples) / epoch_s;
-  e.bubble_fraction = fill ? fill_state.bubble_fraction(p.fill_iteration_s) : p.bubble_fraction;
+  e.bubble_fraction = fill ? state.bubble_fraction(p.fill_iteration_s) : p.bubble_fraction;
   e.exposed_comm_s = ps.exposed_comm_s;
-  const SimResult& state = fill ? fill_state.sim : ps.steady;
-  e.comm_s = state.allreduce_s;
-  e.compute_s = state.compute_s;
+  e.comm_s = state.sim.allreduce_s;
+  e.compute_s = state.sim.compute_s;
   return e;
 }
 

@@ -3,7 +3,6 @@
 // once. Internal to sim/ (driver.cpp).
 #pragma once
 
-#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +16,7 @@
 
 #include "planner/autodp.hpp"
 #include "planner/iteration.hpp"
+#include "planner/timeline.hpp"
 #include "sim/driver.hpp"
 #include "sim/simulator.hpp"
 
@@ -27,7 +27,7 @@ struct Measured {
   SimResult sim;
   double compute_per_device_s = 0;  // compute time (is_compute) of one device of one replica, per iteration
   // Idle share of the devices' time at this period (Timeline's definition).
-  [[nodiscard]] double bubble_fraction(double period_s) const { return std::max(0.0, 1.0 - compute_per_device_s / period_s); }
+  [[nodiscard]] double bubble_fraction(double period_s) const { return idle_share(compute_per_device_s, period_s); }
 };
 
 // Runs iterations of lowered programs on SimGrid, memoised across plans, modes and
@@ -96,7 +96,7 @@ class Runner {
   }
 
  private:
-  // F and B time of one device of one replica, per iteration.
+  // Compute time (is_compute) of one device of one replica, per iteration.
   static double compute_per_device(const SimRequest& req) {
     double busy = 0;
     for (const auto& device : req.schedule.devices)

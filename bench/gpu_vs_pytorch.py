@@ -50,6 +50,44 @@ def fail(msg):
     sys.exit(2)
 
 
+class Stopped(BaseException):
+    """SIGTERM, SIGINT or SIGHUP reached the bench: raised where it was, so
+    that the run going is ended on the way out (Bench.run) and the bench
+    exits 128 + the signal."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def on_stop_signal(signum, frame):
+    for s in STOP_SIGNALS:  # a second signal must not cut the cleanup short
+        signal.signal(s, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def end_group(p, grace=5.0):
+    """Ends p's process group (p and what it started): SIGTERM (train then
+    removes its cache files), SIGKILL for what is left after `grace` s; returns
+    once p is reaped and the group is gone (or after a few more seconds)."""
+    for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            p.poll()
+            try:
+                os.killpg(p.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
 def median(values):
     return statistics.median(values) if values else float("nan")
 
@@ -71,19 +109,24 @@ class Bench:
         log = self.out / "logs" / f"{name}.log"
         t0 = time.perf_counter()
         # Its own process group, so that a timeout also ends what it started
-        # (torch.compile's worker processes).
+        # (torch.compile's worker processes); and so that a terminal's Ctrl-C
+        # reaches the bench alone, which ends the group itself (below).
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            text, _ = p.communicate(timeout=timeout)
-            rc = p.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            text, _ = p.communicate()
-            text += f"\n(timed out after {timeout} s)"
-            rc = None
-        except BaseException:
-            os.killpg(p.pid, signal.SIGKILL)
-            raise
+            try:
+                text, _ = p.communicate(timeout=timeout)
+                rc = p.returncode
+            except subprocess.TimeoutExpired:
+                end_group(p)
+                text, _ = p.communicate()
+                text += f"\n(timed out after {timeout} s)"
+                rc = None
+        finally:
+            # The bench stopped (a signal: Stopped) or failed while the run was
+            # going: in its own session it would outlive the bench and keep
+            # the GPU busy under whatever the caller measures next.
+            if p.returncode is None:
+                end_group(p)
         log.write_text(" ".join(map(str, cmd)) + "\n" + text)
         wall = time.perf_counter() - t0
         print(f"  {name}: {wall:.1f} s", file=sys.stderr, flush=True)
@@ -345,4 +388,11 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    for s in STOP_SIGNALS:
+        if signal.getsignal(s) != signal.SIG_IGN:  # nohup stays nohup
+            signal.signal(s, on_stop_signal)
+    try:
+        main()
+    except Stopped as e:
+        print(f"stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+        sys.exit(128 + e.signum)

@@ -22,6 +22,21 @@ epochs=$(($(wc -l < "$out/runs/ep_freeze_r1/epochs.csv") - 1))
 rows=$(grep -cE '^\| [0-9]+( \(warm-up\))? \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| [0-9.]+x \|' "$out/table.md")
 [ "$rows" -eq "$epochs" ] || fail "$rows freeze rows for $epochs epochs"
 ! grep -q "n/a" "$out/table.md" || fail "a value is missing (n/a)"
+# Stopped from outside (SIGTERM), the bench ends the run going (in its own
+# session, so nothing else would) before it exits 143: no orphan left to load
+# the device under whatever is measured next.
+printf '#!/bin/bash\nsleep 300 &\necho $! $$ > "${0%%/*}/stuck.pids"\nwait\n' > "$out/stuck"
+chmod +x "$out/stuck"
+"$py" "$src/bench/gpu_vs_pytorch.py" --out "$out/stop" --smoke --rounds 1 --bin "$out/stuck" --python "$py" > "$out/stop.log" 2>&1 &
+bench=$!
+for _ in $(seq 100); do [ -s "$out/stuck.pids" ] && break; sleep 0.1; done
+[ -s "$out/stuck.pids" ] || { kill $bench; fail "SIGTERM: the run never started ($(cat "$out/stop.log"))"; }
+kill -TERM $bench
+rc=0; wait $bench || rc=$?
+[ $rc -eq 143 ] || fail "SIGTERM: the bench exited $rc, expected 143 ($(cat "$out/stop.log"))"
+for pid in $(cat "$out/stuck.pids"); do
+  ! kill -0 "$pid" 2> /dev/null || { kill -KILL "$pid"; fail "SIGTERM: run process $pid outlived the bench"; }
+done
 # A bad --set is one ERROR line and exit 2 in both scripts, never a traceback.
 for bad in model=x cluster.transition=1 nodot=1; do
   for script in pytorch_peer.py gpu_vs_pytorch.py; do

@@ -23,6 +23,13 @@ constexpr double kActivationFlops = 8;
 constexpr double kResidualFlops = 1;
 
 constexpr double kPixelBytes = 4;    // the loader hands FP32 pixels
+// What crosses a boundary between sublayers is the residual stream, and it
+// stays FP32 under BF16 autocast: the stem adds FP32 position embeddings
+// (BERT sums FP32 lookups and LayerNorms them, which autocast runs in FP32)
+// and each block adds its BF16 output to it, which promotes. So a stage's
+// output, a p2p message and a cached row hold 4 bytes per element whatever
+// the precision (measured: the executor's boundary tensors, test_model).
+constexpr double kResidualBytes = 4;
 constexpr double kTokenIdBytes = 8;  // int64 ids
 constexpr double kBertInputsPerToken = 3;  // input_ids, token_type_ids, attention_mask
 
@@ -32,10 +39,10 @@ struct Dims {
 };
 
 Sublayer make(SublayerKind kind, int layer, std::string name, double params,
-              double fwd_flops, double bwd_factor, double out_elements,
+              double fwd_flops, double bwd_factor, double out_bytes,
               double saved_elements, double e) {
   return {kind,      layer,           std::move(name),  params,
-          fwd_flops, bwd_factor * fwd_flops, out_elements * e, saved_elements * e};
+          fwd_flops, bwd_factor * fwd_flops, out_bytes, saved_elements * e};
 }
 
 // Saved activations (elements per sample) follow what autograd keeps:
@@ -60,7 +67,7 @@ Sublayer attention(const Dims& d, int layer) {
                        2 * d.s * d.H * d.H + kResidualFlops * d.s * d.H;
   const double saved = 6 * d.s * d.H + 2 * d.a * d.s * d.s;
   return make(SublayerKind::Attention, layer, "att." + std::to_string(layer), params,
-              flops, 2, d.s * d.H, saved, d.e);
+              flops, 2, d.s * d.H * kResidualBytes, saved, d.e);
 }
 
 Sublayer mlp(const Dims& d, int layer) {
@@ -69,7 +76,7 @@ Sublayer mlp(const Dims& d, int layer) {
                        kActivationFlops * d.s * d.I + kResidualFlops * d.s * d.H;
   const double saved = 2 * d.s * d.H + 2 * d.s * d.I;
   return make(SublayerKind::Mlp, layer, "mlp." + std::to_string(layer), params, flops,
-              2, d.s * d.H, saved, d.e);
+              2, d.s * d.H * kResidualBytes, saved, d.e);
 }
 
 // ViT (HF ViTModel / timm vit_base_patch16_224): Conv2d patch embedding,
@@ -79,7 +86,7 @@ Sublayer vit_stem(const ModelConfig& m, const Dims& d) {
   const double image_elements = static_cast<double>(m.num_channels) * m.image_size * m.image_size;
   const double params = patch_in * d.H + d.H + d.H + d.s * d.H;
   const double flops = 2 * (d.s - 1) * patch_in * d.H + kResidualFlops * d.s * d.H;
-  return make(SublayerKind::Stem, -1, "stem", params, flops, 1, d.s * d.H, image_elements, d.e);
+  return make(SublayerKind::Stem, -1, "stem", params, flops, 1, d.s * d.H * kResidualBytes, image_elements, d.e);
 }
 
 // BERT (HF BertModel): word + position + token-type embeddings summed, then
@@ -89,7 +96,7 @@ Sublayer bert_stem(const ModelConfig& m, const Dims& d) {
       (static_cast<double>(m.vocab_size) + m.max_position_embeddings + m.type_vocab_size) * d.H +
       2 * d.H;
   const double flops = 2 * kResidualFlops * d.s * d.H + kLayerNormFlops * d.s * d.H;
-  return make(SublayerKind::Stem, -1, "stem", params, flops, 1, d.s * d.H, d.s * d.H, d.e);
+  return make(SublayerKind::Stem, -1, "stem", params, flops, 1, d.s * d.H * kResidualBytes, d.s * d.H, d.e);
 }
 
 // ViT head: final LayerNorm over all tokens, classifier on the class token.
@@ -98,7 +105,7 @@ Sublayer bert_stem(const ModelConfig& m, const Dims& d) {
 Sublayer vit_head(const Dims& d, int num_layers) {
   const double params = 2 * d.H + d.H * d.c + d.c;
   const double flops = kLayerNormFlops * d.s * d.H + 2 * d.H * d.c;
-  return make(SublayerKind::Head, num_layers, "head", params, flops, 2, d.c,
+  return make(SublayerKind::Head, num_layers, "head", params, flops, 2, d.c * d.e,
               2 * d.s * d.H + d.c, d.e);
 }
 
@@ -108,7 +115,7 @@ Sublayer vit_head(const Dims& d, int num_layers) {
 Sublayer bert_head(const Dims& d, int num_layers) {
   const double params = (d.H * d.H + d.H) + (d.H * d.c + d.c);
   const double flops = 2 * d.H * d.H + kActivationFlops * d.H + 2 * d.H * d.c;
-  return make(SublayerKind::Head, num_layers, "head", params, flops, 2, d.c,
+  return make(SublayerKind::Head, num_layers, "head", params, flops, 2, d.c * d.e,
               d.s * d.H + d.H + d.c, d.e);
 }
 

@@ -12,6 +12,7 @@
 
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
+#include "exec/torch_compat.hpp"
 #include "tests/exec/support.hpp"
 
 namespace {
@@ -62,6 +63,29 @@ TEST_CASE("every sublayer has the planner's name and parameter count, and maps s
     const at::Tensor hidden = model.forward({0, 1}, x);
     CHECK(hidden.sizes() == at::IntArrayRef({3, m.tokens(), m.hidden_size}));
     CHECK(model.forward({0, spec.num_sublayers()}, x).sizes() == at::IntArrayRef({3, m.num_labels}));
+  }
+}
+
+TEST_CASE("the bytes at every boundary, FP32 or under BF16 autocast, are the planner's: the residual stream stays FP32") {
+  // What a stage sends, a cached row holds and a checkpoint keeps: the
+  // planner prices p2p, the cache and its memory with these bytes.
+  std::mt19937 rng(7);
+  for (int i = 0; i < 24; ++i) {
+    const ModelConfig m = random_config(rng, i % 2 ? ModelFamily::Bert : ModelFamily::ViT);
+    const bool bf16 = i % 4 < 2;
+    const exec::Model model(m, i);
+    const ModelSpec spec = build_model_spec(m, bf16 ? Precision::BF16 : Precision::FP32);
+    const int B = 3;
+    at::Tensor x = m.family == ModelFamily::ViT ? at::randn({B, m.num_channels, m.image_size, m.image_size})
+                                                : at::randint(0, m.vocab_size, {B, m.seq_length}, at::kLong);
+    const exec::compat::AutocastScope precision(c10::DeviceType::CPU, bf16);
+    for (int s = 0; s + 1 < spec.num_sublayers(); ++s) {
+      INFO(spec.sublayers[s].name << (bf16 ? " bf16" : " fp32"));
+      x = model.forward({s, s + 1}, x);
+      CHECK(x.scalar_type() == at::kFloat);
+      CHECK(static_cast<double>(x.numel() * static_cast<std::int64_t>(x.element_size())) ==
+            spec.sublayers[s].out_activation_bytes_per_sample * B);
+    }
   }
 }
 

@@ -10,6 +10,8 @@ std::string to_string(CacheTier t) { return t == CacheTier::HostMemory ? "host" 
 
 bool cache_writes_behind(const Config& c) { return c.exec.device == ExecDevice::CUDA; }
 
+bool cache_reads_ahead(const Config& c) { return c.exec.device == ExecDevice::CUDA; }
+
 CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostModel& cost,
                            int frozen_layers, int micro_batch, const MeasuredCache* measured) {
   CacheDecision d;

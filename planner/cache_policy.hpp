@@ -50,6 +50,16 @@ inline constexpr int kCacheProbeRuns = 3;
 inline constexpr int kCacheWritesInFlight = 4;
 [[nodiscard]] bool cache_writes_behind(const Config&);
 
+// Where a cache read runs ahead of the device. For a GPU the stage worker
+// copies the rows on the host and starts their copy to the device on a
+// side stream while the device still runs the previous iteration (the host
+// queues an iteration before it waits for the one before), so the device
+// waits only where the reads take longer than its own work. On the host
+// the worker's copy is the device's time. Measured on an H100 (ViT-B/16,
+// 77.5 MB per batch read in 1.6-1.9 ms): iterations 0.3-0.7 ms above their
+// compute, where a read in series would add its whole time.
+[[nodiscard]] bool cache_reads_ahead(const Config&);
+
 [[nodiscard]] std::string to_string(CacheTier);
 
 }  // namespace ep

@@ -121,7 +121,7 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
   for (int st = 0; st < stages; ++st) trains[st] = !p.active(st).empty();
   const auto grad_needed = [trains](int st) { return trains[st] && st > 0 && trains[st - 1]; };
 
-  const bool behind = s.cache_writes_behind;
+  const bool behind = s.cache_writes_behind, ahead = s.cache_reads_ahead;
   IterationCosts c;
   c.duration = [=](const Action& a) -> double {
     const int st = a.stage, m = a.microbatch;
@@ -135,12 +135,13 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
       case ActionKind::AllReduce: return ar[st];
       case ActionKind::OptimizerStep: return opt[st];
       case ActionKind::FrozenForward: return frozen[m];
-      case ActionKind::CacheRead: return cache_read[m].shared;
+      case ActionKind::CacheRead: return ahead ? 0.0 : cache_read[m].shared;
       case ActionKind::CacheWrite: return behind ? 0.0 : cache_write[m].shared;
     }
     return 0.0;
   };
   c.behind = [=](const Action& a) -> double {
+    if (a.kind == ActionKind::CacheRead) return ahead ? cache_read[a.microbatch].shared : 0.0;
     return behind && a.kind == ActionKind::CacheWrite ? cache_write[a.microbatch].shared : 0.0;
   };
   c.alone = [=](const Action& a) -> double {
@@ -178,10 +179,12 @@ Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
                : costs.duration(a);
   };
   Timeline t = simulate(schedule, share == 1.0 ? costs.duration : stretched);
+  // In steady state each device's reads ahead and its writes behind each
+  // take at most an iteration (the host link runs both ways at once).
   for (const auto& list : schedule.devices) {
-    double writer = 0;
-    for (const Action& a : list) writer += costs.behind(a);
-    t.makespan = std::max(t.makespan, writer);
+    double reader = 0, writer = 0;
+    for (const Action& a : list) (a.kind == ActionKind::CacheRead ? reader : writer) += costs.behind(a);
+    t.makespan = std::max({t.makespan, reader, writer});
   }
   return t;
 }

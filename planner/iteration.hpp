@@ -61,6 +61,10 @@ struct IterationSetup {
   // Cache writes stored behind the device (cache_writes_behind(), from
   // exec.device): it only queues each CacheWrite and goes on.
   bool cache_writes_behind = false;
+  // Cache reads run ahead of the device (cache_reads_ahead()): each CacheRead
+  // is copied while the device runs the previous iteration; the device
+  // waits for it only where the reads take longer than that.
+  bool cache_reads_ahead = false;
   friend bool operator==(const IterationSetup&, const IterationSetup&) = default;
 };
 [[nodiscard]] ScheduleOptions schedule_options(const PlanContext&, const IterationSetup&);
@@ -110,7 +114,8 @@ struct IterationProgram {
 //
 // A CacheWrite stored behind the device (setup.cache_writes_behind) costs
 // the device nothing: `behind` is the time the cache's writer then takes
-// to store it, 0 for every other action.
+// to store it. Likewise a CacheRead run ahead (setup.cache_reads_ahead):
+// `behind` is its copy's time, beside the device. 0 for every other action.
 //
 // A cache copy (CR, CW) alone on its node takes the cost model's
 // cache_read_s / cache_write_s: `alone` (0 for every other action). Its

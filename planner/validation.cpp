@@ -129,6 +129,7 @@ std::vector<ValidationPlan> validation_plans(const PlanContext& ctx) {
             p.setup.replicas = replicas;
             p.setup.cache_on = cache;
             p.setup.cache_writes_behind = cache && cache_writes_behind(config);
+            p.setup.cache_reads_ahead = cache && cache_reads_ahead(config);
             p.program = lower_iteration(ctx, p.setup);
             if (cache) {
               IterationSetup fill = p.setup;

@@ -44,6 +44,7 @@ SimRequest program_request(const PlanContext& ctx, const IterationProgram& p, in
   }
   req.cache_tier = p.setup.cache_tier;
   req.cache_writes_behind = p.setup.cache_writes_behind;
+  req.cache_reads_ahead = p.setup.cache_reads_ahead;
   req.collectives = ctx.config.sim.collectives;
   req.iterations = iterations;
   req.plan_id = plan_id;

@@ -79,6 +79,7 @@ Prepared prepare(const SimRequest& q, const Platform& platform) {
   p.replica_gpus = q.replica_gpus;
   p.cache_tier = q.cache_tier;
   p.cache_writes_behind = q.cache_writes_behind;
+  p.cache_reads_ahead = q.cache_reads_ahead;
   p.plan_id = q.plan_id;
   if (q.iterations < 1) throw Error("simulator: iterations must be >= 1, found " + std::to_string(q.iterations));
   if (!q.costs.duration || !q.costs.bytes) throw Error("simulator: the request's IterationCosts lacks duration or bytes");

@@ -44,17 +44,18 @@ struct Prepared {
   std::vector<std::vector<int>> replica_gpus;  // the request's
   CacheTier cache_tier = CacheTier::HostMemory;
   bool cache_writes_behind = false;
+  bool cache_reads_ahead = false;
   int plan_id = -1;
   int stage0_device = 0;  // the device hosting stage 0
 
   void put(ByteWriter& w) const {
     w.put_all(R, K, S, M, iterations, slots, ring_n, collectives, lists, lane, ranks, ring_pos, at_pos, replica_gpus,
-              cache_tier, cache_writes_behind, plan_id, stage0_device);
+              cache_tier, cache_writes_behind, cache_reads_ahead, plan_id, stage0_device);
   }
   static Prepared get(ByteReader& r) {
     Prepared p;
     r.get_into(p.R, p.K, p.S, p.M, p.iterations, p.slots, p.ring_n, p.collectives, p.lists, p.lane, p.ranks,
-               p.ring_pos, p.at_pos, p.replica_gpus, p.cache_tier, p.cache_writes_behind, p.plan_id,
+               p.ring_pos, p.at_pos, p.replica_gpus, p.cache_tier, p.cache_writes_behind, p.cache_reads_ahead, p.plan_id,
                p.stage0_device);
     return p;
   }

@@ -75,6 +75,10 @@ struct Worker {  // one (replica, device)
     std::uint64_t bytes = 0;
   };
   std::deque<Write> writes;
+  // Cache reads ahead: the device lets its reader start an iteration's
+  // reads (one release per iteration begun, one ahead at the start); the
+  // reader releases `read` once per CR landed. Null when not reading ahead.
+  s4u::SemaphorePtr may_read, read;
 };
 
 struct Run {
@@ -139,10 +143,37 @@ void land_write(Run& run, Worker& w) {
   w.writes.pop_front();
 }
 
+// Traces a cache copy on the links it crossed.
+void trace_cache_io(Run& run, const Worker& w, const Action& a, double start, int it, double bytes) {
+  if (!run.rec) return;
+  s4u::Host* port = cache_port(run, w);
+  const bool read = a.kind == ActionKind::CacheRead;
+  run.rec.on_links(read ? port : w.host, read ? w.host : port,
+                   action_event(-1, a, start, now(), run.p.ranks[w.r], run.p.plan_id, it,
+                                static_cast<std::int64_t>(bytes)));
+}
+
+// The device's cache reads ahead of it, in list order (cache_reads_ahead).
+void reader_actor(Run& run, Worker& w) {
+  for (int it = 0; it < run.p.iterations; ++it) {
+    w.may_read->acquire();
+    for (const Step& st : run.p.lists[w.d]) {
+      if (st.a.kind != ActionKind::CacheRead) continue;
+      const double start = now();
+      if (st.bytes > 0) {
+        start_cache_io(run, w, st)->wait();
+        trace_cache_io(run, w, st.a, start, it, st.bytes);
+      }
+      w.read->release();
+    }
+  }
+}
+
 void device_actor(Run& run, Worker& w) {
   const auto& list = run.p.lists[w.d];
   const int rank = run.p.ranks[w.r];
   for (int it = 0; it < run.p.iterations; ++it) {
+    if (w.may_read) w.may_read->release();  // the reader may go on to the next iteration's reads
     for (const Step& st : list) {
       const Action& a = st.a;
       double start = now();
@@ -192,18 +223,15 @@ void device_actor(Run& run, Worker& w) {
         case ActionKind::CacheRead:
         case ActionKind::CacheWrite: {
           const bool read = a.kind == ActionKind::CacheRead;
-          if (!read && run.p.cache_writes_behind) {
+          if (read && w.read) {
+            w.read->acquire();  // copied by the reader; the device waits only until it lands
+          } else if (!read && run.p.cache_writes_behind) {
             // Queued: the device waits only for a free place in the writer's queue.
             while (static_cast<int>(w.writes.size()) >= kCacheWritesInFlight) land_write(run, w);
             if (st.bytes > 0) w.writes.push_back({start_cache_io(run, w, st), a, it, st.bytes});
           } else if (st.bytes > 0) {
             start_cache_io(run, w, st)->wait();
-            if (run.rec) {
-              s4u::Host* port = cache_port(run, w);
-              run.rec.on_links(read ? port : w.host, read ? w.host : port,
-                               action_event(-1, a, start, now(), rank, run.p.plan_id, it,
-                                            static_cast<std::int64_t>(st.bytes)));
-            }
+            trace_cache_io(run, w, a, start, it, st.bytes);
           }
           w.cache_io += now() - start;
           break;
@@ -326,6 +354,13 @@ SimResult simulate_request(const Platform& P, const Prepared& p, Recorder& rec) 
   for (Worker& w : run.workers) {
     const std::string name = "r" + std::to_string(w.r) + ".d" + std::to_string(w.d);
     s4u::Actor::create(name, w.host, [&run, &w] { device_actor(run, w); });
+    const auto& list = p.lists[w.d];
+    if (p.cache_reads_ahead &&
+        std::any_of(list.begin(), list.end(), [](const Step& st) { return st.a.kind == ActionKind::CacheRead; })) {
+      w.may_read = s4u::Semaphore::create(1);  // the first iteration's reads at once
+      w.read = s4u::Semaphore::create(0);
+      s4u::Actor::create(name + ".reader", w.host, [&run, &w] { reader_actor(run, w); });
+    }
     if (!p.lane[w.d].empty()) {
       w.issued = s4u::Semaphore::create(0);
       w.lane_done = false;

@@ -43,7 +43,10 @@
 //   share its links. Stored behind the device (cache_writes_behind): the
 //   device queues the transfer and goes on, waiting only while
 //   kCacheWritesInFlight of its writes are still being stored
-//   (cache_policy.hpp); the last ones land after its last iteration ends;
+//   (cache_policy.hpp); the last ones land after its last iteration ends.
+//   Read ahead (cache_reads_ahead): the device's reader copies an
+//   iteration's CRs, in order, once the device has begun the iteration
+//   before (the first at once), and a CR waits only for its copy to land;
 // - zero-byte transfers, all-reduces and cache IO take no time (no latency);
 //   a zero-byte RECV still waits for its SEND.
 // Every run happens in a forked child starting at simulated time 0
@@ -73,6 +76,7 @@ struct SimRequest {
   std::vector<int> replica_rank;               // per replica: its global rank; empty = 0, 1, ...
   CacheTier cache_tier = CacheTier::HostMemory;
   bool cache_writes_behind = false;            // IterationSetup::cache_writes_behind
+  bool cache_reads_ahead = false;              // IterationSetup::cache_reads_ahead
   CollectiveModel collectives = CollectiveModel::Steps;
   bool every_replica = false;                  // phases, analytic: no two nodes standing for all (tests compare)
   int iterations = 1;                          // back to back

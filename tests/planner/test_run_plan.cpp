@@ -434,14 +434,71 @@ TEST_CASE("the node's replicas copying the cache at once share its memory link a
   CHECK(alone > 10);
 }
 
-TEST_CASE("the plan stores cache writes behind the device on GPUs only") {
+TEST_CASE("cache reads ahead cost the device nothing: the iteration is its compute, or its reads where they take longer") {
+  std::mt19937 rng(29);
+  int reader_bound = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    // Host memory from 1 GB/s down to 100 kB/s: the reads from hidden to pacing.
+    const double host_bw = std::pow(10.0, 9.0 - 4.0 * (rng() % 1000) / 1000.0);
+    const ep::Config c = paper_config("vit_imagenet", {"exec.device=\"cuda\"",
+                                                        "cluster.host.memory_bandwidth_bytes_per_s=" +
+                                                            std::to_string(host_bw)});
+    REQUIRE(ep::cache_reads_ahead(c));
+    const ep::AnalyticCostModel cost(c.cluster, c.training);
+    const ep::PlanContext ctx(c, cost);
+    const int K = 1 << (rng() % 3), M = K << (rng() % 2), frozen = 2 + static_cast<int>(rng() % 7);
+    // Steady state (CR) or advancing the cache (CR, FZ, CW), writes behind as on a GPU.
+    ep::IterationSetup now{ep::plan_partition(ctx, frozen, K, true), K, 1, M, 1, false, true,
+                           rng() % 2 ? ep::CacheTier::Disk : ep::CacheTier::HostMemory,
+                           rng() % 2 ? -1 : 1 + static_cast<int>(rng() % (frozen - 1)), c.training.batch_size};
+    now.cache_writes_behind = true;
+    ep::IterationSetup ahead = now;
+    ahead.cache_reads_ahead = true;
+    INFO("trial " << trial << " K=" << K << " M=" << M << " frozen=" << frozen << " host_bw=" << host_bw);
+    const ep::IterationCosts a = ep::iteration_costs(ctx, now), b = ep::iteration_costs(ctx, ahead);
+    const ep::Schedule sched = ep::build_schedule(ep::schedule_options(ctx, ahead));
+    double reader = 0, writer = 0;
+    int reads = 0;
+    for (const auto& device : sched.devices) {
+      double read_here = 0, written_here = 0;
+      for (const ep::Action& x : device) {
+        if (x.kind == ep::ActionKind::CacheRead) {
+          ++reads;
+          CHECK(b.duration(x) == 0);
+          CHECK(b.behind(x) == a.duration(x));
+          CHECK(a.behind(x) == 0);
+          read_here += b.behind(x);
+        } else {
+          CHECK(b.duration(x) == a.duration(x));
+          CHECK(b.behind(x) == a.behind(x));
+          written_here += b.behind(x);
+        }
+      }
+      reader = std::max(reader, read_here);
+      writer = std::max(writer, written_here);
+    }
+    CHECK(reads == M);
+    const double t_now = ep::predict_iteration(ctx, now).makespan;
+    const double t_ahead = ep::predict_iteration(ctx, ahead).makespan;
+    const double device_only = ep::simulate(sched, b.duration).makespan;
+    CHECK(t_ahead == std::max({device_only, reader, writer}));
+    CHECK(t_ahead <= t_now * (1 + 1e-12));
+    if (reader > std::max(device_only, writer)) ++reader_bound;
+  }
+  CHECK(reader_bound > 3);
+  CHECK(reader_bound < 37);
+}
+
+TEST_CASE("the plan stores cache writes behind the device and reads ahead of it on GPUs only") {
   for (const bool cuda : {false, true}) {
     const ep::Config c = paper_config("vit_imagenet", {cuda ? "exec.device=\"cuda\"" : "exec.device=\"cpu\""});
     const ep::RunPlan r = plan(c);
     int cached = 0;
     for (const ep::Plan& p : r.plans) {
-      for (const bool fill : {false, true})
+      for (const bool fill : {false, true}) {
         CHECK(ep::iteration_setup(c, p, fill).cache_writes_behind == (cuda && p.cache.on));
+        CHECK(ep::iteration_setup(c, p, fill).cache_reads_ahead == (cuda && p.cache.on));
+      }
       cached += p.cache.on;
     }
     CHECK(cached > 0);

@@ -271,6 +271,48 @@ TEST_CASE("cache writes behind the device hide behind compute, or pace it when t
   }
 }
 
+// Reads ahead of the device (as the executor reads for a GPU): the next
+// iteration's reads copied while the device computes, so only the first
+// read waits; reads slower than the compute pace the iterations.
+TEST_CASE("cache reads ahead of the device hide behind the previous iteration, or pace it when slower",
+          "[sim][network][cache]") {
+  Simulator sim(test::cluster(1, 2, kPcie));  // host memory 10 GB/s, PCIe 10 GB/s
+  const ClusterSpec& c = sim.cluster();
+  const int M = 4, n = 8;
+  const auto run = [&](double per_mb_s, double S, bool ahead) {
+    ScheduleOptions o;
+    o.M = M;
+    o.frozen_input = FrozenInput::CacheRead;
+    IterationCosts costs;
+    costs.duration = [=](const Action& a) {
+      return a.kind == ActionKind::Forward ? per_mb_s / 3 : a.kind == ActionKind::Backward ? 2 * per_mb_s / 3 : 0.0;
+    };
+    costs.bytes = [=](const Action& a) { return a.kind == ActionKind::CacheRead ? S : 0.0; };
+    auto q = test::request(build_schedule(o), costs, {0});
+    q.iterations = n;
+    q.cache_reads_ahead = ahead;
+    return sim.run(q);
+  };
+  const double bw = std::min(c.host.memory_bandwidth_bytes_per_s, kPcie.bandwidth_bytes_per_s);
+  const double read = kPcie.latency_s / 2 + 5e6 / bw;  // 0.5 ms, against 6 ms of compute per micro-batch
+  const auto now = run(6e-3, 5e6, false);
+  const auto hidden = run(6e-3, 5e6, true);
+  for (int i = 0; i < n; ++i) {
+    CHECK(now.iteration_end_s[i] == Approx((i + 1) * M * (6e-3 + read)).epsilon(1e-9));
+    CHECK(hidden.iteration_end_s[i] == Approx(read + (i + 1) * M * 6e-3).epsilon(1e-9));
+  }
+  CHECK(now.cache_io_s == Approx(M * read).epsilon(1e-9));
+  CHECK(hidden.cache_io_s == Approx(read / n).epsilon(1e-9));  // the first read, waited for once
+  // 0.3 ms of compute per micro-batch against 5 ms per read: the reader
+  // never idles, and each iteration takes its reads' time.
+  const double slow = kPcie.latency_s / 2 + 5e7 / bw;
+  const auto paced = run(0.3e-3, 5e7, true);
+  for (int i = 1; i < n; ++i)
+    CHECK(paced.iteration_end_s[i] - paced.iteration_end_s[i - 1] == Approx(M * slow).epsilon(1e-6));
+  // After the last read lands: its forward, then GPipe's M backwards.
+  CHECK(paced.iteration_end_s[n - 1] == Approx(n * M * slow + 0.1e-3 + M * 0.2e-3).epsilon(1e-6));
+}
+
 TEST_CASE("leaf switches: a route across leaves adds both uplinks, which their nodes share", "[sim][network]") {
   ClusterSpec c = test::cluster(4, 2, kPcie, kIb);
   c.topology = {2, 2, 1e-6};  // two leaves of two nodes; uplink = 2 NICs / 2 = one NIC's bandwidth

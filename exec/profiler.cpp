@@ -238,7 +238,12 @@ void profile_cache(const Config& c, const ProfileOptions& o, const at::Device& d
     const std::string path = (std::filesystem::path(dir) / ("elasticpipe-profile-" + std::to_string(getpid()) +
                                                             "-" + tier + ".cache"))
                                  .string();
+    // Created as the trainer creates the node's file (which holds the
+    // whole dataset's rows: the planner scales this by bytes).
+    const auto t0 = std::chrono::steady_clock::now();
     ActivationCache cache(path, n, shape, true);
+    p.transitions.push_back({cache_create_what(tier), 1, static_cast<double>(n) * static_cast<double>(cache.entry_bytes()),
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
     for (int b = 1; b <= n; b *= 4) {
       std::vector<std::int64_t> idx(b);
       for (int i = 0; i < b; ++i) idx[i] = i;

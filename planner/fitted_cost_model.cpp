@@ -331,14 +331,20 @@ std::optional<double> FittedCostModel::group_rebuild_s(int ranks) const {
   return best->seconds;
 }
 
-std::optional<double> FittedCostModel::state_pack_s(double bytes) const {
+// The sample of `what` nearest in bytes, scaled to `bytes`.
+std::optional<double> FittedCostModel::per_byte(const std::string& what, double bytes) const {
   const TransitionSample* best = nullptr;
   for (const TransitionSample& t : transitions_)
-    if (t.what == "state_pack_unpack" && t.bytes > 0 &&
-        (!best || std::abs(t.bytes - bytes) < std::abs(best->bytes - bytes)))
+    if (t.what == what && t.bytes > 0 && (!best || std::abs(t.bytes - bytes) < std::abs(best->bytes - bytes)))
       best = &t;
   if (!best) return std::nullopt;
   return best->seconds * bytes / best->bytes;
+}
+
+std::optional<double> FittedCostModel::state_pack_s(double bytes) const { return per_byte("state_pack_unpack", bytes); }
+
+std::optional<double> FittedCostModel::cache_create_s(double bytes, CacheTier tier) const {
+  return per_byte(cache_create_what(tier_name(tier)), bytes);
 }
 
 }  // namespace ep

@@ -98,9 +98,11 @@ class FittedCostModel final : public CostModel {
   [[nodiscard]] double cache_write_s(double bytes, CacheTier) const override;
   [[nodiscard]] double optimizer_step_s(double params) const override;
   // The measured sample with the nearest rank count (group rebuild), or
-  // scaled by bytes from the nearest measured size (state pack + unpack).
+  // scaled by bytes from the nearest measured size (state pack + unpack,
+  // a cache file's creation).
   [[nodiscard]] std::optional<double> group_rebuild_s(int ranks) const override;
   [[nodiscard]] std::optional<double> state_pack_s(double bytes) const override;
+  [[nodiscard]] std::optional<double> cache_create_s(double bytes, CacheTier) const override;
 
   [[nodiscard]] const FittedCoefficients& coefficients() const { return fits_; }
   [[nodiscard]] const CostModel& fallback() const { return fallback_; }
@@ -111,6 +113,7 @@ class FittedCostModel final : public CostModel {
 
  private:
   [[nodiscard]] double compute_s(const Sublayer&, ComputeOp, int samples) const;
+  [[nodiscard]] std::optional<double> per_byte(const std::string& what, double bytes) const;
 
   const CostModel& fallback_;
   FittedCoefficients fits_;

@@ -74,8 +74,8 @@ struct OptimizerSample {
   double seconds = 0;
 };
 
-// Recorded for reports and the simulator's transition constants; no
-// CostModel term uses them.
+// One-off steps of a transition, measured whole: the cost model's
+// transition terms (group_rebuild_s, state_pack_s, cache_create_s).
 struct TransitionSample {
   std::string what;  // e.g. "group_rebuild", "state_transfer"
   int ranks = 0;
@@ -93,6 +93,9 @@ struct Profile {
   std::vector<OptimizerSample> optimizer;
   std::vector<TransitionSample> transitions;
 };
+
+// TransitionSample::what of creating a cache file in tier "host" or "disk".
+[[nodiscard]] inline std::string cache_create_what(std::string_view tier) { return "cache_create_" + std::string(tier); }
 
 struct ModelConfig;  // planner/config.hpp
 

@@ -105,6 +105,10 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
   // the kernels and the allocations), so it is charged for both.
   const bool refrozen = plan.frozen_layers != prev->frozen_layers;
   t.warmup_s = moved || refrozen ? k.pipeline_warmup_s : 0.0;
+  // The executor creates the node's file when a plan first turns the cache
+  // on and keeps it (a cache turned off and on again is charged again).
+  if (plan.cache.on && !prev->cache.on)
+    t.cache_create_s = cost.cache_create_s(plan.cache.bytes_per_node, plan.cache.tier).value_or(0.0);
   if (refrozen && probes_cache(ctx.config, plan.frozen_layers))
     t.cache_probe_s = predict_cache_probe_s(ctx.config, ctx.spec, cost, plan.frozen_layers, ctx.config.training.batch_size);
   return t;

@@ -38,7 +38,10 @@ struct TransitionCost {
   double rebuild_s = 0;   // the active group and DDP buckets rebuilt (profile or cluster.transition.ddp_rebuild_s)
   double warmup_s = 0;    // first iteration after a freeze step or repartition (cluster.transition.pipeline_warmup_s)
   double cache_probe_s = 0;  // AutoCache's probe at the new frozen depth, before the step is planned
-  [[nodiscard]] double total_s() const { return state_s + contexts_s + rebuild_s + warmup_s + cache_probe_s; }
+  double cache_create_s = 0;  // the node's cache file, where the cache turns on (CostModel::cache_create_s)
+  [[nodiscard]] double total_s() const {
+    return state_s + contexts_s + rebuild_s + warmup_s + cache_probe_s + cache_create_s;
+  }
 };
 
 // The cost of entering `next` from `previous` (null: the run's

@@ -117,8 +117,8 @@ void add_transition_events(trace::Trace& t, const Config& c, const Plan& p, cons
   const std::string name = prev ? "transition K " + std::to_string(prev->K) + "->" + std::to_string(p.K)
                                 : "initialisation K=" + std::to_string(p.K);
   const std::pair<const char*, double> parts[] = {
-      {"cache probe", tr.cache_probe_s}, {"weights", tr.state_s}, {"contexts", tr.contexts_s},
-      {"ddp", tr.rebuild_s},             {"warmup", tr.warmup_s}};
+      {"cache probe", tr.cache_probe_s}, {"cache file", tr.cache_create_s}, {"weights", tr.state_s},
+      {"contexts", tr.contexts_s},       {"ddp", tr.rebuild_s},              {"warmup", tr.warmup_s}};
   const int I = c.cluster.gpus_per_node;
   for (const auto& r : p.layout.replica)
     for (int gpu : r.gpus) {

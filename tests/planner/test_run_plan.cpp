@@ -8,6 +8,7 @@
 #include <string>
 
 #include "planner/cache_policy.hpp"
+#include "planner/fitted_cost_model.hpp"
 #include "planner/run_plan.hpp"
 #include "planner/transition.hpp"
 #include "tests/planner/support.hpp"
@@ -223,7 +224,55 @@ TEST_CASE("a transition to a new frozen depth charges AutoCache's probe there, a
       const double bytes = ctx.spec.sublayers[ep::ModelSpec::frozen_prefix(p.frozen_layers).last - 1].out_activation_bytes_per_sample * c.training.batch_size;
       CHECK(t.cache_probe_s == Approx(4 * (d.read_s + d.frozen_forward_s) + cost.cache_write_s(bytes, d.tier)));
       CHECK(t.cache_probe_s > 0);
-      CHECK(t.total_s() == Approx(t.state_s + t.contexts_s + t.rebuild_s + t.warmup_s + t.cache_probe_s));
+      CHECK(t.total_s() == Approx(t.state_s + t.contexts_s + t.rebuild_s + t.warmup_s + t.cache_probe_s +
+                                  t.cache_create_s));
+    }
+  }
+}
+
+TEST_CASE("the transition that first turns the cache on creates the node's file at the profile's measured rate") {
+  // Compute timed as the analytic model times it, the cache file's creation measured.
+  ep::Profile profile;
+  {
+    const ep::Config base = paper_config("vit_imagenet");
+    const ep::AnalyticCostModel truth(base.cluster, base.training);
+    const ep::ModelSpec spec = ep::build_model_spec(base.model, base.training.precision);
+    for (const int i : {0, 1, 2, spec.num_sublayers() - 1})  // stem, attention, MLP, head
+      for (const int b : {1, 16, 128}) {
+        const ep::Sublayer& sub = spec.sublayers[i];
+        profile.compute.push_back({ep::to_string(sub.kind), "forward", b, truth.forward_s(sub, b)});
+        profile.compute.push_back({ep::to_string(sub.kind), "backward", b, truth.backward_s(sub, b)});
+        profile.compute.push_back({ep::to_string(sub.kind), "frozen_forward", b, truth.frozen_forward_s(sub, b)});
+      }
+  }
+  profile.transitions = {{ep::cache_create_what("host"), 1, 1e8, 0.02}, {ep::cache_create_what("host"), 1, 1e9, 0.25},
+                         {ep::cache_create_what("disk"), 1, 1e9, 0.01}};
+  for (const char* policy : {"on", "auto", "off"}) {
+    for (const char* host_memory : {"1e15", "1e9"}) {  // the host tier, or the disk
+      INFO(policy << " host memory " << host_memory);
+      const ep::Config c = paper_config("vit_imagenet", {std::string("planner.cache=") + policy,
+                                                          std::string("cluster.host.memory_bytes=") + host_memory});
+      const ep::AnalyticCostModel analytic(c.cluster, c.training);
+      const ep::FittedCostModel fitted(profile, analytic);
+      const ep::RunPlan run = ep::plan_run(c, fitted);
+      int created = 0;
+      for (std::size_t i = 1; i < run.plans.size(); ++i) {
+        const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
+        const double measured = ep::predict_transition(ep::PlanContext(c, fitted), &prev, p).cache_create_s;
+        CHECK(ep::predict_transition(ep::PlanContext(c, analytic), &prev, p).cache_create_s == 0);  // not measured
+        if (!p.cache.on || prev.cache.on) {
+          CHECK(measured == 0);
+          continue;
+        }
+        ++created;
+        // Scaled from the nearest measured size of the plan's tier.
+        const bool host = p.cache.tier == ep::CacheTier::HostMemory;
+        CHECK(host == (std::string(host_memory) == "1e15"));
+        CHECK(measured == Approx((host ? 0.25 : 0.01) * p.cache.bytes_per_node / 1e9));
+        CHECK(measured > 0);
+      }
+      if (std::string(policy) == "on") CHECK(created == 1);  // on from the first freeze step to the end
+      if (std::string(policy) == "off") CHECK(created == 0);
     }
   }
 }

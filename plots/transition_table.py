@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Transition overhead (SPEC §7): seconds per pipeline transformation
 (initialisation, K 8->4, ...) from trace.json, split into the parts nested
-in it on the same GPU track: AutoCache's probe, moving weights, creating
+in it on the same GPU track: AutoCache's probe, creating the node's cache
+file, moving weights, creating
 device contexts, DDP (re)construction, pipeline warm-up, and whatever else
 ("other"). One row per
 transition, read on the first GPU track that has it. Writes FILE.png
@@ -9,7 +10,7 @@ transition, read on the first GPU track that has it. Writes FILE.png
 from eptrace import load_run
 from figure import Figure, Panel, Series, Table, main, runs_title
 
-PARTS = ("cache probe", "weights", "contexts", "ddp", "warmup")
+PARTS = ("cache probe", "cache file", "weights", "contexts", "ddp", "warmup")
 
 
 def is_transition(span):

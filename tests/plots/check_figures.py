@@ -148,7 +148,7 @@ def check_transition_table(fig, runs, _):
     check(len(rows) == len(keys), f"{len(rows)} table rows for {len(keys)} transitions")
     for row in rows:
         check(math.isclose(sum(row[1:-1]), row[-1], abs_tol=1e-6), f"{row[0]}: parts do not add up to the total")
-    check(len(series_of(fig)) == 6, "expected the parts cache probe, weights, contexts, ddp, warmup, other")
+    check(len(series_of(fig)) == 7, "expected the parts cache probe, cache file, weights, contexts, ddp, warmup, other")
 
 
 DRAWN = ("forward", "backward", "frozen_forward", "cache_read", "cache_write", "optimizer")

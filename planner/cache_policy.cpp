@@ -10,7 +10,7 @@ std::string to_string(CacheTier t) { return t == CacheTier::HostMemory ? "host" 
 
 bool cache_writes_behind(const Config& c) { return c.exec.device == ExecDevice::CUDA; }
 
-bool cache_reads_ahead(const Config& c) { return c.exec.device == ExecDevice::CUDA; }
+bool cache_reads_ahead(const Config& c) { return cache_writes_behind(c); }  // both ride a GPU's side streams
 
 CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostModel& cost,
                            int frozen_layers, int micro_batch, const MeasuredCache* measured) {

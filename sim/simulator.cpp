@@ -131,26 +131,22 @@ s4u::CommPtr start_cache_io(const Run& run, const Worker& w, const Step& st) {
   return s4u::Comm::sendto_async(read ? port : w.host, read ? w.host : port, st.bytes);
 }
 
-// Waits for the device's oldest write behind it to be stored.
-void land_write(Run& run, Worker& w) {
-  const Worker::Write& wr = w.writes.front();
-  wr.comm->wait();
-  if (run.rec) {
-    run.rec.on_links(w.host, cache_port(run, w),
-                     action_event(-1, wr.a, wr.comm->get_start_time(), wr.comm->get_finish_time(),
-                                  run.p.ranks[w.r], run.p.plan_id, wr.it, static_cast<std::int64_t>(wr.bytes)));
-  }
-  w.writes.pop_front();
-}
-
-// Traces a cache copy on the links it crossed.
-void trace_cache_io(Run& run, const Worker& w, const Action& a, double start, int it, double bytes) {
+// Traces a cache copy, [start, end], on the links it crossed.
+void trace_cache_io(Run& run, const Worker& w, const Action& a, double start, double end, int it, double bytes) {
   if (!run.rec) return;
   s4u::Host* port = cache_port(run, w);
   const bool read = a.kind == ActionKind::CacheRead;
   run.rec.on_links(read ? port : w.host, read ? w.host : port,
-                   action_event(-1, a, start, now(), run.p.ranks[w.r], run.p.plan_id, it,
+                   action_event(-1, a, start, end, run.p.ranks[w.r], run.p.plan_id, it,
                                 static_cast<std::int64_t>(bytes)));
+}
+
+// Waits for the device's oldest write behind it to be stored.
+void land_write(Run& run, Worker& w) {
+  const Worker::Write& wr = w.writes.front();
+  wr.comm->wait();
+  trace_cache_io(run, w, wr.a, wr.comm->get_start_time(), wr.comm->get_finish_time(), wr.it, wr.bytes);
+  w.writes.pop_front();
 }
 
 // The device's cache reads ahead of it, in list order (cache_reads_ahead).
@@ -162,7 +158,7 @@ void reader_actor(Run& run, Worker& w) {
       const double start = now();
       if (st.bytes > 0) {
         start_cache_io(run, w, st)->wait();
-        trace_cache_io(run, w, st.a, start, it, st.bytes);
+        trace_cache_io(run, w, st.a, start, now(), it, st.bytes);
       }
       w.read->release();
     }
@@ -231,7 +227,7 @@ void device_actor(Run& run, Worker& w) {
             if (st.bytes > 0) w.writes.push_back({start_cache_io(run, w, st), a, it, st.bytes});
           } else if (st.bytes > 0) {
             start_cache_io(run, w, st)->wait();
-            trace_cache_io(run, w, a, start, it, st.bytes);
+            trace_cache_io(run, w, a, start, now(), it, st.bytes);
           }
           w.cache_io += now() - start;
           break;

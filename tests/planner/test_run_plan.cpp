@@ -255,11 +255,12 @@ TEST_CASE("the transition that first turns the cache on creates the node's file 
       const ep::AnalyticCostModel analytic(c.cluster, c.training);
       const ep::FittedCostModel fitted(profile, analytic);
       const ep::RunPlan run = ep::plan_run(c, fitted);
+      const ep::PlanContext measured_ctx(c, fitted), analytic_ctx(c, analytic);
       int created = 0;
       for (std::size_t i = 1; i < run.plans.size(); ++i) {
         const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
-        const double measured = ep::predict_transition(ep::PlanContext(c, fitted), &prev, p).cache_create_s;
-        CHECK(ep::predict_transition(ep::PlanContext(c, analytic), &prev, p).cache_create_s == 0);  // not measured
+        const double measured = ep::predict_transition(measured_ctx, &prev, p).cache_create_s;
+        CHECK(ep::predict_transition(analytic_ctx, &prev, p).cache_create_s == 0);  // not measured
         if (!p.cache.on || prev.cache.on) {
           CHECK(measured == 0);
           continue;

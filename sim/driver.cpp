@@ -142,6 +142,18 @@ void add_transition_events(trace::Trace& t, const Config& c, const Plan& p, cons
     }
 }
 
+// An epoch of n iterations at `period`, from `state`, the simulated
+// steady state of the program it runs: the executor starts every epoch
+// from idle devices (the first iteration's reads not ahead, a pipeline not
+// yet full) and ends it once the cache writes queued behind the devices
+// have landed (its flush), so the epoch is the first iteration from idle,
+// n - 1 periods and that drain.
+double epoch_seconds(const SimResult& state, double period, std::int64_t n) {
+  if (n <= 0) return 0;
+  const std::vector<double>& end = state.iteration_end_s;
+  return end.front() + static_cast<double>(n - 1) * period + (state.drained_s - end.back());
+}
+
 // An epoch's row from `state`, the steady state of the program the epoch
 // runs: the filling one in an epoch that (re)fills the cache (its frozen
 // forward computes and writes), else the plan's.
@@ -316,14 +328,14 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     for (const int e : walk.epochs.at(p.id)) {
       const CacheRole role = p.cache_role(e);
       const bool fill = role == CacheRole::Fill || role == CacheRole::Advance;
-      double epoch_s = p.iterations_per_epoch * (fill ? p.fill_iteration_s : p.iteration_s);
+      const Measured& state = steady_states[fill ? fill_state[pi] : pi].second;
+      double epoch_s = epoch_seconds(state.sim, fill ? p.fill_iteration_s : p.iteration_s, p.iterations_per_epoch);
       if (exact) {
         const auto n = static_cast<int>(p.iterations_per_epoch);  // check_exact bounds it
-        epoch_s = runner.run(ctx, {p.program_for(e)}, n).front().sim.iteration_end_s.back();
+        epoch_s = runner.run(ctx, {p.program_for(e)}, n).front().sim.drained_s;
       }
       const double transition = e == p.first_epoch ? ps.transition_s : 0.0;
-      run.epochs.push_back(epoch_row(mode, p, ps, steady_states[fill ? fill_state[pi] : pi].second, e, fill, epoch_s,
-                                     transition, mc.data.num_train_samples));
+      run.epochs.push_back(epoch_row(mode, p, ps, state, e, fill, epoch_s, transition, mc.data.num_train_samples));
       clock += epoch_s + transition;
     }
     run.plans.push_back(ps);

@@ -66,6 +66,7 @@ struct Worker {  // one (replica, device)
   std::vector<s4u::SemaphorePtr> stage_done;  // per stage, lane -> OPT; null when no all-reduce here
   std::vector<double> end, lane_end;          // per iteration
   double compute = 0, allreduce = 0, p2p = 0, cache_io = 0;
+  double drained = 0;  // its last cache write behind landed
   bool done = false, lane_done = true;
   // Cache writes stored behind the device, oldest first.
   struct Write {
@@ -244,6 +245,7 @@ void device_actor(Run& run, Worker& w) {
   // The writes still queued are stored after the last iteration: its end,
   // and so the steady state, leave out the epoch's last flush.
   while (!w.writes.empty()) land_write(run, w);
+  w.drained = now();
   w.done = true;
 }
 
@@ -374,11 +376,13 @@ SimResult simulate_request(const Platform& P, const Prepared& p, Recorder& rec) 
                   " did not finish (deadlock in the simulated run)");
     for (int it = 0; it < p.iterations; ++it)
       res.iteration_end_s[it] = std::max({res.iteration_end_s[it], w.end[it], w.lane_end[it]});
+    res.drained_s = std::max(res.drained_s, w.drained);
     res.compute_s += w.compute;
     res.allreduce_s += w.allreduce;
     res.p2p_s += w.p2p;
     if (w.d == p.stage0_device) stage0_cache += w.cache_io;
   }
+  if (!res.iteration_end_s.empty()) res.drained_s = std::max(res.drained_s, res.iteration_end_s.back());
   const double device_iterations = static_cast<double>(p.R) * p.K * p.iterations;
   res.compute_s /= device_iterations;
   res.allreduce_s /= device_iterations;
@@ -428,12 +432,12 @@ enum class JobKind : char { Iteration, Transfers };
 
 void put_result(ByteWriter& w, const SimResult& res) {
   w.put(res.iteration_end_s);
-  w.put_all(res.compute_s, res.allreduce_s, res.p2p_s, res.cache_io_s);
+  w.put_all(res.compute_s, res.allreduce_s, res.p2p_s, res.cache_io_s, res.drained_s);
 }
 
 SimResult get_result(ByteReader& r) {
   SimResult res;
-  r.get_into(res.iteration_end_s, res.compute_s, res.allreduce_s, res.p2p_s, res.cache_io_s);
+  r.get_into(res.iteration_end_s, res.compute_s, res.allreduce_s, res.p2p_s, res.cache_io_s, res.drained_s);
   return res;
 }
 

@@ -89,6 +89,10 @@ struct SimResult {
   double allreduce_s = 0;  // per device per iteration, mean: its all-reduce spans (serialised, so their union)
   double p2p_s = 0;        // per device per iteration, mean: time in receives (their transfers)
   double cache_io_s = 0;   // per iteration on stage-0 devices, mean: cache reads and writes (behind: the waits for the writer)
+  // When the cache writes queued behind the devices had all landed, at or
+  // after the last iteration's end: the executor waits for them (flush)
+  // before it ends an epoch.
+  double drained_s = 0;
 
   // The last iteration's end over the number of iterations.
   [[nodiscard]] double mean_iteration_s() const {

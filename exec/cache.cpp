@@ -257,7 +257,9 @@ struct ActivationCache::Writer {
     // A bound on the rows held for the thread (each write's batch; 77.5 MB
     // at ViT-B/16 and 128): a writer that falls behind makes write() wait.
     // The planner's, so that the simulator queues as many.
+    const auto t0 = std::chrono::steady_clock::now();
     cv.wait(lock, [&] { return queue.size() < static_cast<std::size_t>(kCacheWritesInFlight); });
+    cache.add_time(&HostTimes::write_queue_s, t0);
     if (failed) std::rethrow_exception(failed);
     queue.push_back(std::move(p));
     cv.notify_all();
@@ -265,7 +267,9 @@ struct ActivationCache::Writer {
   // Every pending write stored; rethrows what failed the thread.
   void flush() {
     std::unique_lock lock(mu);
+    const auto t0 = std::chrono::steady_clock::now();
     cv.wait(lock, [&] { return queue.empty(); });
+    cache.add_time(&HostTimes::flush_s, t0);
     if (failed) std::rethrow_exception(failed);
   }
 
@@ -273,9 +277,12 @@ struct ActivationCache::Writer {
   // each tag published after its row.
   static void store(ActivationCache& cache, const PendingWrite& p) {
     if (p.copied) {
+      const auto t0 = std::chrono::steady_clock::now();
       compat::use_device(p.copied->device());  // the writer's thread too (see use_device)
       compat::wait(*p.copied);
+      cache.add_time(&HostTimes::store_device_s, t0);
     }
+    const auto t0 = std::chrono::steady_clock::now();
     cache.check_depths(p);
     const char* const src = static_cast<const char*>(p.host.data_ptr());
     const std::size_t bytes = static_cast<std::size_t>(cache.entry_bytes());
@@ -284,6 +291,7 @@ struct ActivationCache::Writer {
       std::memcpy(cache.row(i), src + k * bytes, bytes);
       std::atomic_ref<std::int64_t>(*cache.tag(i)).store(p.tag_value, std::memory_order_release);  // publishes the row
     });
+    cache.add_time(&HostTimes::store_copy_s, t0);
   }
 
  private:
@@ -352,6 +360,7 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
   const std::size_t bytes = static_cast<std::size_t>(entry_bytes());
   // Every tag first, on this thread (its acquire loads make the rows visible
   // to the copying threads, which start after them), then the rows.
+  const auto waited = std::chrono::steady_clock::now();
   for (const std::int64_t i : indices) {
     if (i < 0) continue;
     check_index(i);
@@ -375,10 +384,12 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
       throw Error(msg);
     }
   }
+  const auto copy_start = add_time(&HostTimes::read_wait_s, waited);
   copy_rows(indices.size(), bytes, [&](std::size_t k) {
     if (indices[k] < 0) std::memset(dst + k * bytes, 0, bytes);
     else std::memcpy(dst + k * bytes, row(indices[k]), bytes);
   });
+  add_time(&HostTimes::read_copy_s, copy_start, &HostTimes::reads);
   if (!device.is_cuda()) return out.to(device);
   // On a side stream, so the copy overlaps what the device is still running
   // (a stage worker reads while the previous iteration runs); the pinned
@@ -413,6 +424,10 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
     }
   }
   check_depths(p);  // here for the caller; again when stored, against what landed since
+  {
+    std::lock_guard lock(times_mu_);
+    ++times_.writes;
+  }
   const at::Tensor v = values.detach();
   if (v.is_cuda()) {
     // Into pinned memory on a side stream, after the work that makes the
@@ -445,6 +460,21 @@ void ActivationCache::check_depths(const PendingWrite& p) const {
       throw Error(where() + ": sample " + std::to_string(i) + " holds depth " + std::to_string(held - 1) +
                   ", refusing to write older depth " + std::to_string(p.tag_value - 1) + ": depths only grow");
   }
+}
+
+std::chrono::steady_clock::time_point ActivationCache::add_time(double HostTimes::*part,
+                                                               std::chrono::steady_clock::time_point since,
+                                                               std::int64_t HostTimes::*count) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(times_mu_);
+  times_.*part += std::chrono::duration<double>(now - since).count();
+  if (count) ++(times_.*count);
+  return now;
+}
+
+ActivationCache::HostTimes ActivationCache::host_times() const {
+  std::lock_guard lock(times_mu_);
+  return times_;
 }
 
 void ActivationCache::flush() {

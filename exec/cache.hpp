@@ -53,6 +53,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,22 @@ class ActivationCache {
   // Unmaps and deletes the file; the cache is unusable afterwards.
   void remove();
 
+  // Where the host's time went, summed since the cache was opened (read
+  // and write run on the stage worker, the stores on this cache's thread):
+  // what a GPU run's host side costs, against the device time the
+  // simulator models for a cache read or write.
+  struct HostTimes {
+    std::int64_t reads = 0;  // read() calls
+    double read_wait_s = 0;  // waiting for entries another process had not written yet
+    double read_copy_s = 0;  // copying rows out of the file (into pinned memory for a GPU)
+    std::int64_t writes = 0;  // write() calls
+    double write_queue_s = 0;    // write() held for a place in the queue (kCacheWritesInFlight pending)
+    double store_device_s = 0;   // the store waiting for the rows' copy from the GPU
+    double store_copy_s = 0;     // copying rows into the file
+    double flush_s = 0;          // flush() waiting for pending stores
+  };
+  [[nodiscard]] HostTimes host_times() const;
+
   [[nodiscard]] const std::string& path() const { return path_; }
   [[nodiscard]] std::int64_t dataset_size() const { return dataset_size_; }
   [[nodiscard]] const std::vector<std::int64_t>& entry_shape() const { return entry_shape_; }
@@ -129,6 +146,9 @@ class ActivationCache {
   [[nodiscard]] char* row(std::int64_t i) const;
   void unmap() noexcept;
   void check_existing(int fd) const;
+  // Adds the time since `since` to `part` (and one to `count`); returns now.
+  std::chrono::steady_clock::time_point add_time(double HostTimes::*part, std::chrono::steady_clock::time_point since,
+                                                 std::int64_t HostTimes::*count = nullptr);
 
   std::string path_;
   std::int64_t dataset_size_;
@@ -139,6 +159,8 @@ class ActivationCache {
   std::int64_t file_bytes_ = 0;
   std::chrono::milliseconds publish_wait_;
   char* base_ = nullptr;  // the mapping, file_bytes_ long; null once removed
+  mutable std::mutex times_mu_;
+  HostTimes times_;
   std::unique_ptr<Writer> writer_;  // started with the mapping; stopped (pending writes stored) before unmapping
 };
 

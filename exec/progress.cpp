@@ -61,6 +61,45 @@ trace::EpochMetrics epoch_metrics(const Plan& plan, const trace::RunState& p, co
   return m;
 }
 
+ActivationCache::HostTimes HostPace::since(const ActivationCache::HostTimes& before,
+                                           const ActivationCache::HostTimes& now) {
+  ActivationCache::HostTimes d;
+  d.reads = now.reads - before.reads;
+  d.read_wait_s = now.read_wait_s - before.read_wait_s;
+  d.read_copy_s = now.read_copy_s - before.read_copy_s;
+  d.writes = now.writes - before.writes;
+  d.write_queue_s = now.write_queue_s - before.write_queue_s;
+  d.store_device_s = now.store_device_s - before.store_device_s;
+  d.store_copy_s = now.store_copy_s - before.store_copy_s;
+  d.flush_s = now.flush_s - before.flush_s;
+  return d;
+}
+
+std::string format_host_pace(const HostPace& h) {
+  const auto ms = [](double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f ms", s * 1e3);
+    return std::string(b);
+  };
+  std::vector<double> intervals;
+  for (std::size_t i = 1; i < h.done_s.size(); ++i) intervals.push_back(h.done_s[i] - h.done_s[i - 1]);
+  std::string line = "  host: " + std::to_string(h.queue_s.size()) + " iterations, each queued in " +
+                     (h.queue_s.empty() ? "-" : ms(median(h.queue_s))) + " and its results read every " +
+                     (intervals.empty() ? "-" : ms(median(intervals))) + " (medians), the first's at " +
+                     (h.done_s.empty() ? "-" : ms(h.done_s.front()));
+  const ActivationCache::HostTimes& c = h.cache;
+  const auto per = [&](double s, std::int64_t n) { return ms(n > 0 ? s / static_cast<double>(n) : 0.0); };
+  if (c.reads > 0)
+    line += "; cache: " + std::to_string(c.reads) + " reads, each " + per(c.read_copy_s, c.reads) +
+            " copying rows after " + per(c.read_wait_s, c.reads) + " waiting for them";
+  if (c.writes > 0)
+    line += std::string(c.reads > 0 ? "; " : "; cache: ") + std::to_string(c.writes) + " writes, each held " +
+            per(c.write_queue_s, c.writes) + " for a queue place, stored in " + per(c.store_copy_s, c.writes) +
+            " after " + per(c.store_device_s, c.writes) + " waiting for the device's copy";
+  if (c.reads > 0 || c.writes > 0) line += "; end-of-epoch flush " + ms(c.flush_s);
+  return line;
+}
+
 std::string format_epoch(const trace::EpochMetrics& m, int epochs, int L) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "epoch %d/%d  loss %.4f  acc %s  frozen %d/%d  K %d  M %d  %s%.0f samples/s%s",

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "exec/cache.hpp"
 #include "exec/pipeline.hpp"
 #include "planner/run_plan.hpp"
 #include "traces/run_outputs.hpp"
@@ -42,6 +44,24 @@ class WarmupMeter {
   std::optional<double> last_done_s_;
   bool on_ = false;
 };
+
+// The host's side of an epoch: how long it took to queue each iteration
+// (its batch taken, every action queued), when it had each one's results,
+// and the activation cache's host work. Where queuing takes as long as the
+// interval between results, the host paces the epoch, not the device;
+// the simulator models the device and the cache's copies, not the host.
+struct HostPace {
+  std::vector<double> queue_s;  // per iteration
+  std::vector<double> done_s;   // per iteration, from the epoch's start
+  ActivationCache::HostTimes cache;  // the epoch's part (HostPace::since)
+  // `now` minus `before`: a cache's host times over an interval.
+  static ActivationCache::HostTimes since(const ActivationCache::HostTimes& before,
+                                         const ActivationCache::HostTimes& now);
+};
+
+// One log line: medians per iteration, the first iteration's wait, the
+// cache's copies, waits and its flush per epoch.
+[[nodiscard]] std::string format_host_pace(const HostPace&);
 
 // The metrics row of the epoch `state` has just finished under `plan`
 // (`state` still holds its totals).

@@ -217,6 +217,8 @@ void Trainer::train_epoch() {
   const std::int64_t slot_step = static_cast<std::int64_t>(ppn) * batch;
   SampleAudit samples(c_, opt_.out_dir, env_.rank);
   TracedMeasures traced;
+  HostPace pace;
+  const ActivationCache::HostTimes cache_before = cache_ ? cache_->host_times() : ActivationCache::HostTimes{};
   const Clock::time_point epoch_start = Clock::now();
   const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
   const int every = c_.exec.checkpoint_every;
@@ -258,6 +260,7 @@ void Trainer::train_epoch() {
     // traced): the warm-up meter needs when the device was done with each.
     l.future = pipeline_->launch(program, batches, static_cast<double>(l.global_real), l.lr,
                                  l.traced || warmup_.on() ? std::optional<Clock::time_point>(origin_) : std::nullopt);
+    pace.queue_s.push_back(seconds(l.start, Clock::now()));
     next += slot_step;
     ++launched;
     return l;
@@ -265,6 +268,7 @@ void Trainer::train_epoch() {
   std::int64_t done = 0;
   const auto record = [&](Launched& l) {
     const IterationResult r = l.future.get();
+    pace.done_s.push_back(seconds(epoch_start, Clock::now()));
     if (l.traced) {
       timeline_.add(r, *plan_, p_.epoch, static_cast<int>(p_.iteration));
       traced.add(r, plan_->K);
@@ -300,17 +304,22 @@ void Trainer::train_epoch() {
   }
   samples.close();
   if (cache_) cache_->flush();  // the epoch's writes stored behind it: landed, or their failure raised here
-  finish_epoch(p_.epoch_elapsed_s + seconds(epoch_start, Clock::now()), traced, fill);
+  const double epoch_s = p_.epoch_elapsed_s + seconds(epoch_start, Clock::now());
+  if (cache_) pace.cache = HostPace::since(cache_before, cache_->host_times());
+  // Where the host may pace the epoch: a GPU's queued work, the cache's copies.
+  const bool paced = c_.exec.device == ExecDevice::CUDA || pace.cache.reads > 0 || pace.cache.writes > 0;
+  finish_epoch(epoch_s, traced, fill, paced ? format_host_pace(pace) : "");
 }
 
 // Records the epoch just run, starts the next, and checkpoints.
-void Trainer::finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill) {
+void Trainer::finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, const std::string& host_line) {
   const double transition_s = pending_transition_s_;
   pending_transition_s_ = 0;
   p_.train_s += epoch_s + transition_s;
   const trace::EpochMetrics m = epoch_metrics(*plan_, p_, traced, epoch_s, transition_s, fill, evaluate());
   p_.epochs.push_back(m);
   log(format_epoch(m, c_.training.epochs, L_));
+  if (!host_line.empty()) log(host_line);
   ++p_.epoch;
   p_.consumed = 0;
   p_.iteration = 0;

@@ -75,7 +75,8 @@ class Trainer final : RunBackend {
   [[nodiscard]] std::int64_t lr_position(std::int64_t consumed) const;
   [[nodiscard]] bool filling() const;
   void train_epoch();
-  void finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill);
+  // Logs the epoch's line, then `host_line` where not empty.
+  void finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, const std::string& host_line);
   void check_finite(double loss, const std::vector<double>& layer_grad_sq, double lr) const;
   void check_finite_weights() const;
   [[noreturn]] void diverged(std::int64_t iteration, const std::string& what) const;

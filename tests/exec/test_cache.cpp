@@ -220,6 +220,39 @@ TEST_CASE("a write behind lands after it returns: a reader waits for its tags, a
   CHECK(at::equal(cache.read({9}, 9, at::kCPU)[0], b8[9]));
 }
 
+// The host times a GPU run's epoch line reports: every call counted, a
+// read's wait for an entry another thread writes later counted as waiting
+// (not copying), a store's copy.
+TEST_CASE("the cache counts its calls and where the host's time went", "[cache]") {
+  TempDir tmp;
+  constexpr int kN = 16, kWidth = 20000;
+  ActivationCache cache(tmp.file("t"), kN, {kWidth}, true, milliseconds(30000));
+  std::vector<std::int64_t> all(kN);
+  for (int i = 0; i < kN; ++i) all[i] = i;
+  const at::Tensor rows = at::randn({kN, kWidth});
+  CHECK(cache.host_times().reads == 0);
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(60));
+    cache.write(all, rows, 0);
+  });
+  CHECK(at::equal(cache.read(all, 0, at::kCPU), rows));  // waits for the late write
+  late.join();
+  ActivationCache::HostTimes t = cache.host_times();
+  CHECK(t.reads == 1);
+  CHECK(t.writes == 1);
+  CHECK(t.read_wait_s >= 0.05);
+  CHECK(t.read_copy_s > 0);
+  CHECK(t.read_copy_s < t.read_wait_s);  // the copy of 1.3 MB is not the wait
+  CHECK(t.store_copy_s > 0);
+  CHECK(t.store_device_s == 0);  // rows from the CPU: no device copy to wait for
+  for (int d = 1; d <= 3; ++d) cache.write(all, rows, d, /*behind=*/true);
+  cache.flush();
+  (void)cache.read({3, 5}, 3, at::kCPU);
+  t = cache.host_times();
+  CHECK(t.reads == 2);
+  CHECK(t.writes == 4);
+}
+
 TEST_CASE("the cache file holds the layout cache.hpp documents", "[cache]") {
   TempDir tmp;
   at::manual_seed(2);

@@ -158,6 +158,45 @@ TEST_CASE("a new plan's warm-up is the device's extra time in its first iteratio
   CHECK(warmup == Approx(2));
 }
 
+// The host line of an epoch: medians of the queuing times and of the
+// intervals between results, the first result's time, and the cache's
+// host times per call over the epoch (the difference of two snapshots).
+TEST_CASE("an epoch's host line gives medians per iteration and the cache's times per call") {
+  exec::HostPace h;
+  h.queue_s = {0.009, 0.003, 0.004, 0.003, 0.005};
+  h.done_s = {0.020, 0.037, 0.054, 0.072, 0.089};  // intervals 17, 17, 18, 17 ms
+  exec::ActivationCache::HostTimes before, now;
+  before.reads = 3;
+  before.read_copy_s = 1.0;
+  now.reads = 8;
+  now.read_copy_s = 1.0085;  // 5 reads, 1.7 ms each
+  now.read_wait_s = 0.0005;
+  before.writes = now.writes = 2;  // none this epoch
+  now.flush_s = before.flush_s = 0.25;
+  h.cache = exec::HostPace::since(before, now);
+  CHECK(h.cache.reads == 5);
+  CHECK(h.cache.writes == 0);
+  const std::string line = exec::format_host_pace(h);
+  CHECK_THAT(line, Catch::Contains("5 iterations, each queued in 4.00 ms"));
+  CHECK_THAT(line, Catch::Contains("results read every 17.00 ms"));
+  CHECK_THAT(line, Catch::Contains("the first's at 20.00 ms"));
+  CHECK_THAT(line, Catch::Contains("5 reads, each 1.70 ms copying rows after 0.10 ms waiting"));
+  CHECK_THAT(line, !Catch::Contains("writes"));
+  CHECK_THAT(line, Catch::Contains("end-of-epoch flush 0.00 ms"));
+  // Writes alone; no cache at all.
+  now.reads = before.reads;
+  now.writes = 6;
+  now.store_copy_s = 0.0208;  // 4 writes, 5.2 ms each
+  now.store_device_s = 0.004;
+  now.flush_s = 0.2541;
+  h.cache = exec::HostPace::since(before, now);
+  CHECK_THAT(exec::format_host_pace(h),
+             Catch::Contains("cache: 4 writes, each held 0.00 ms for a queue place, stored in 5.20 ms after 1.00 ms "
+                             "waiting for the device's copy; end-of-epoch flush 4.10 ms"));
+  h.cache = {};
+  CHECK_THAT(exec::format_host_pace(h), !Catch::Contains("cache"));
+}
+
 TEST_CASE("a traced iteration's bubble is the share of its span the devices compute nothing") {
   const auto rec = [](const char* action, int device, double start, double end) {
     return exec::ActionRecord{parse_action(action), device, start, end};

@@ -85,9 +85,12 @@ void Trainer::repartition() {
   compat::use_device(devices.front());  // this thread's GPU before it touches one (see use_device)
   pipeline_->set_devices(devices);
   pipeline_->configure(plan_->partition, plan_->K, plan_->v);
+  cache_file_s_ = 0;
   if (plan_->cache.on && !cache_ && leader_) {
+    const Clock::time_point t0 = Clock::now();
     cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),
                                                data_.train.size, entry_shape(), true);
+    cache_file_s_ = seconds(t0, Clock::now());
     if (resumed_) rebuild_cache();
   }
 }
@@ -193,13 +196,19 @@ void Trainer::transition(const Plan& previous) {
   p_.transitions.push_back(cost);
   warmup_.start();
   first_batch_pending_ = true;
-  char buf[320];
+  char probe[96] = "";
+  if (cost.cache_probe_s > 0)
+    std::snprintf(probe, sizeof probe, " [set-up %.3f, rows written %.3f, runs %.3f]", probe_setup_s_,
+                  probe_write_s_, cost.cache_probe_s - probe_setup_s_ - probe_write_s_);
+  char file[48] = "";
+  if (cache_file_s_ > 0) std::snprintf(file, sizeof file, " [cache file %.3f]", cache_file_s_);
+  char buf[480];
   std::snprintf(buf, sizeof buf,
-                "transition frozen %d->%d K %d->%d replicas %d->%d (%.3f s: cache probe %.3f, planning %.3f, "
-                "state transfer %.3f, group rebuild %.3f, repartition %.3f)",
+                "transition frozen %d->%d K %d->%d replicas %d->%d (%.3f s: cache probe %.3f%s, planning %.3f, "
+                "state transfer %.3f, group rebuild %.3f, repartition %.3f%s)",
                 frozen_before, plan_->frozen_layers, K_before, plan_->K, replicas_before, plan_->layout.replicas,
-                pending_transition_s_, cost.cache_probe_s, cost.planning_s, cost.state_transfer_s, cost.rebuild_s,
-                cost.repartition_s);
+                pending_transition_s_, cost.cache_probe_s, probe, cost.planning_s, cost.state_transfer_s, cost.rebuild_s,
+                cost.repartition_s, file);
   log(buf);
 }
 

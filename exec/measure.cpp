@@ -137,7 +137,9 @@ MeasuredCache CacheProbe::measure(Model& model, int frozen, const std::function<
       first = last;
     }
   }
+  const Clock::time_point written = Clock::now();
   file_->write(rows_, out, frozen);
+  last_write_s_ = seconds(written, Clock::now());
   // Timed as the frozen forward is: a stage worker copies the rows on the
   // host while the device runs earlier work, so the read costs the device
   // its copy there, or the host's copy where that is slower.

@@ -56,6 +56,9 @@ class CacheProbe {
   // At `frozen` layers (deeper than any measured before), each sublayer
   // where it is now (`device_of(sublayer)`).
   MeasuredCache measure(Model& model, int frozen, const std::function<at::Device(int)>& device_of);
+  // The last measure()'s untimed write of the batch's rows into the file
+  // (from a GPU, through pinned memory), on the host's clock.
+  [[nodiscard]] double last_write_s() const { return last_write_s_; }
 
  private:
   at::Tensor input_;
@@ -63,6 +66,7 @@ class CacheProbe {
   bool bf16_;
   std::vector<std::int64_t> rows_;
   std::unique_ptr<ActivationCache> file_;
+  double last_write_s_ = 0;
 };
 
 }  // namespace ep::exec

@@ -70,17 +70,19 @@ std::vector<double> Trainer::grad_norms() {
 std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
   if (!p_.cache_measurements.count(frozen)) {
     const Clock::time_point t0 = Clock::now();
-    if (!probe_) {
+    if (!probe_) {  // its set-up (batch on the device, probe file) once per run
       const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
       probe_ = std::make_unique<CacheProbe>(data_.train, c_.training.batch_size, pipeline_->device_of_sublayer(0),
                                             c_.training.precision == Precision::BF16,
                                             cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)),
                                             entry_shape());
+      probe_setup_s_ += seconds(t0, Clock::now());
     }
     on_worker([&] {
       p_.cache_measurements[frozen] =
           probe_->measure(model_, frozen, [this](int sublayer) { return pipeline_->device_of_sublayer(sublayer); });
     });
+    probe_write_s_ += probe_->last_write_s();
     probe_s_ += seconds(t0, Clock::now());
   }
   return p_.cache_measurements.at(frozen);
@@ -88,7 +90,7 @@ std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
 
 void Trainer::begin_step(int) {
   step_start_ = Clock::now();
-  probe_s_ = 0;
+  probe_s_ = probe_setup_s_ = probe_write_s_ = 0;
 }
 
 namespace {

@@ -130,6 +130,8 @@ class Trainer final : RunBackend {
   Clock::time_point step_start_ = Clock::now();  // the freeze step being planned began
   double planning_s_ = 0, pending_transition_s_ = 0;
   double probe_s_ = 0;  // of the step being planned: AutoCache's probe (inside planning_s_)
+  double probe_setup_s_ = 0, probe_write_s_ = 0;  // of probe_s_: the probe's set-up, its untimed write
+  double cache_file_s_ = 0;  // of the transition's repartition: creating the node's cache file
   bool resumed_ = false, ever_active_ = false;
   WarmupMeter warmup_;
   bool first_batch_pending_ = false;  // the new plan's first batch goes into its transition

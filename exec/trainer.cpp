@@ -218,7 +218,7 @@ void Trainer::train_epoch() {
   SampleAudit samples(c_, opt_.out_dir, env_.rank);
   TracedMeasures traced;
   HostPace pace;
-  const ActivationCache::HostTimes cache_before = cache_ ? cache_->host_times() : ActivationCache::HostTimes{};
+  if (cache_) pace.cache = cache_->host_times();  // until the epoch's end (finish_epoch)
   const Clock::time_point epoch_start = Clock::now();
   const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
   const int every = c_.exec.checkpoint_every;
@@ -227,14 +227,6 @@ void Trainer::train_epoch() {
   // norms, so a GPU never waits for it. Not with replicas (their loss
   // all-reduce shares NCCL lane 0 with the gradients, in one order on every
   // rank), nor before a checkpoint (it saves the weights after iteration i).
-  struct Launched {
-    IterationFuture future;
-    std::vector<std::int64_t> idx;
-    std::int64_t global_real = 0;
-    double lr = 0;
-    bool traced = false;
-    Clock::time_point start;
-  };
   const bool ahead = !(dist_ && plan_->layout.replicas > 1);
   const auto checkpoint_after = [&] {  // the oldest iteration in flight, once recorded
     return every > 0 && (p_.iteration + 1) % every == 0 && p_.consumed + slot_step < slots;
@@ -304,22 +296,20 @@ void Trainer::train_epoch() {
   }
   samples.close();
   if (cache_) cache_->flush();  // the epoch's writes stored behind it: landed, or their failure raised here
-  const double epoch_s = p_.epoch_elapsed_s + seconds(epoch_start, Clock::now());
-  if (cache_) pace.cache = HostPace::since(cache_before, cache_->host_times());
-  // Where the host may pace the epoch: a GPU's queued work, the cache's copies.
-  const bool paced = c_.exec.device == ExecDevice::CUDA || pace.cache.reads > 0 || pace.cache.writes > 0;
-  finish_epoch(epoch_s, traced, fill, paced ? format_host_pace(pace) : "");
+  finish_epoch(p_.epoch_elapsed_s + seconds(epoch_start, Clock::now()), traced, fill, pace);
 }
 
 // Records the epoch just run, starts the next, and checkpoints.
-void Trainer::finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, const std::string& host_line) {
+void Trainer::finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, HostPace& pace) {
+  if (cache_) pace.cache = HostPace::since(pace.cache, cache_->host_times());
   const double transition_s = pending_transition_s_;
   pending_transition_s_ = 0;
   p_.train_s += epoch_s + transition_s;
   const trace::EpochMetrics m = epoch_metrics(*plan_, p_, traced, epoch_s, transition_s, fill, evaluate());
   p_.epochs.push_back(m);
   log(format_epoch(m, c_.training.epochs, L_));
-  if (!host_line.empty()) log(host_line);
+  // Where the host may pace the epoch: a GPU's queued work, the cache's copies.
+  if (c_.exec.device == ExecDevice::CUDA || pace.cache.reads > 0 || pace.cache.writes > 0) log(format_host_pace(pace));
   ++p_.epoch;
   p_.consumed = 0;
   p_.iteration = 0;

@@ -193,6 +193,7 @@ TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) behind the work
   {
     at::Tensor gone = at::randn({256, 197, 64}, at::TensorOptions().device(gpu));
     const at::Tensor kept = gone.cpu();
+    const ActivationCache::HostTimes before = cache.host_times();
     compat::hold_stream(gpu, 0.05);  // the copy waits for this stream's work so far
     cache.write(idx, gone, 2, /*behind=*/true);
     gone.reset();
@@ -200,6 +201,10 @@ TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) behind the work
     cache.flush();
     CHECK(at::equal(cache.read(idx, 2, gpu).cpu(), kept.masked_fill(masked, 0)));
     CHECK(reused.min().item<float>() == 7.0f);
+    // The store waited for the held stream's copy, and says so (the host line's figure).
+    const ActivationCache::HostTimes after = cache.host_times();
+    CHECK(after.writes == before.writes + 1);
+    CHECK(after.store_device_s - before.store_device_s > 0.03);
   }
   // A bf16 batch is stored as its float32 values.
   const at::Tensor h = v.narrow(0, 0, 8).to(at::kBFloat16);

@@ -101,11 +101,15 @@ static_assert(kWarmupRuns == 1, "predict_cache_probe_s counts one untimed run be
 CacheProbe::CacheProbe(const Dataset& train, int batch, const at::Device& device, bool bf16, std::string path,
                        std::vector<std::int64_t> entry_shape)
     // The frozen forward as a stage worker runs it: its input already on the device.
-    : input_(make_batch(train, first_samples(train, batch)).input.to(device)),
-      device_(device),
+    : CacheProbe(make_batch(train, first_samples(train, batch)).input.to(device), bf16, std::move(path),
+                 std::move(entry_shape)) {}
+
+CacheProbe::CacheProbe(at::Tensor input, bool bf16, std::string path, std::vector<std::int64_t> entry_shape)
+    : input_(std::move(input)),
+      device_(input_.device()),
       bf16_(bf16),
-      file_(std::make_unique<ActivationCache>(std::move(path), batch, std::move(entry_shape), true)) {
-  for (int i = 0; i < batch; ++i) rows_.push_back(i);
+      file_(std::make_unique<ActivationCache>(std::move(path), input_.size(0), std::move(entry_shape), true)) {
+  for (std::int64_t i = 0; i < input_.size(0); ++i) rows_.push_back(i);
 }
 
 CacheProbe::~CacheProbe() {

@@ -50,6 +50,8 @@ class CacheProbe {
  public:
   CacheProbe(const Dataset& train, int batch, const at::Device& device, bool bf16, std::string path,
              std::vector<std::int64_t> entry_shape);
+  // The same with its batch given, already on the device (the profiler's).
+  CacheProbe(at::Tensor input, bool bf16, std::string path, std::vector<std::int64_t> entry_shape);
   ~CacheProbe();
   CacheProbe(const CacheProbe&) = delete;
   CacheProbe& operator=(const CacheProbe&) = delete;

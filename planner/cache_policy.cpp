@@ -50,12 +50,13 @@ CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostMod
 }
 
 double predict_cache_probe_s(const Config& c, const ModelSpec& spec, const CostModel& cost, int frozen_layers,
-                             int batch) {
+                             int batch, bool first) {
   const SublayerRange prefix = ModelSpec::frozen_prefix(frozen_layers);
   if (prefix.empty()) return 0;
   const CacheDecision d = decide_cache(c, spec, cost, frozen_layers, batch);
   const double bytes = spec.sublayers[prefix.last - 1].out_activation_bytes_per_sample * batch;
-  return (1 + kCacheProbeRuns) * (d.read_s + d.frozen_forward_s) + cost.cache_write_s(bytes, d.tier);
+  const double setup = first ? cost.cache_probe_setup_s(bytes).value_or(0.0) : 0.0;
+  return setup + (1 + kCacheProbeRuns) * (d.read_s + d.frozen_forward_s) + cost.cache_write_s(bytes, d.tier);
 }
 
 }  // namespace ep

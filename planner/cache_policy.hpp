@@ -38,8 +38,10 @@ struct MeasuredCache {
 // on the clock, after the batch is written to the tier once.
 inline constexpr int kCacheProbeRuns = 3;
 // The probe's predicted seconds at `frozen_layers` with batches of `batch`.
+// A back end sets the probe up at its first one (`first`: its batch on the
+// device, its file), which a profile measures (CostModel::cache_probe_setup_s).
 [[nodiscard]] double predict_cache_probe_s(const Config&, const ModelSpec&, const CostModel&, int frozen_layers,
-                                           int batch);
+                                           int batch, bool first);
 
 // Where a cache write is stored. Rows on a GPU (exec.device = "cuda") are
 // copied off it on a side stream and stored by the cache's own writer

@@ -43,6 +43,9 @@ class CostModel {
   // (fallocate: tmpfs zeroes every page, about 5.5 GB/s measured on an
   // H100's host); nullopt: not charged.
   [[nodiscard]] virtual std::optional<double> cache_create_s(double /*bytes*/, CacheTier) const { return std::nullopt; }
+  // AutoCache's probe set up (its batch on the device, its file, its first
+  // measurement's one-off work) for rows of `bytes` a batch; measured only.
+  [[nodiscard]] virtual std::optional<double> cache_probe_setup_s(double /*bytes*/) const { return std::nullopt; }
 };
 
 // compute   = sublayer_overhead_s + FLOPs / (peak_flops_per_s · efficiency),

@@ -347,4 +347,8 @@ std::optional<double> FittedCostModel::cache_create_s(double bytes, CacheTier ti
   return per_byte(cache_create_what(tier_name(tier)), bytes);
 }
 
+std::optional<double> FittedCostModel::cache_probe_setup_s(double bytes) const {
+  return per_byte(kCacheProbeSetupWhat, bytes);
+}
+
 }  // namespace ep

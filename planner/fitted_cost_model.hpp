@@ -103,6 +103,7 @@ class FittedCostModel final : public CostModel {
   [[nodiscard]] std::optional<double> group_rebuild_s(int ranks) const override;
   [[nodiscard]] std::optional<double> state_pack_s(double bytes) const override;
   [[nodiscard]] std::optional<double> cache_create_s(double bytes, CacheTier) const override;
+  [[nodiscard]] std::optional<double> cache_probe_setup_s(double bytes) const override;
 
   [[nodiscard]] const FittedCoefficients& coefficients() const { return fits_; }
   [[nodiscard]] const CostModel& fallback() const { return fallback_; }

@@ -75,7 +75,8 @@ struct OptimizerSample {
 };
 
 // One-off steps of a transition, measured whole: the cost model's
-// transition terms (group_rebuild_s, state_pack_s, cache_create_s).
+// transition terms (group_rebuild_s, state_pack_s, cache_create_s,
+// cache_probe_setup_s).
 struct TransitionSample {
   std::string what;  // e.g. "group_rebuild", "state_transfer"
   int ranks = 0;
@@ -96,6 +97,8 @@ struct Profile {
 
 // TransitionSample::what of creating a cache file in tier "host" or "disk".
 [[nodiscard]] inline std::string cache_create_what(std::string_view tier) { return "cache_create_" + std::string(tier); }
+// TransitionSample::what of setting AutoCache's probe up (bytes: a batch's rows).
+inline constexpr const char* kCacheProbeSetupWhat = "cache_probe_setup";
 
 struct ModelConfig;  // planner/config.hpp
 

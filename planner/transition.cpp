@@ -109,8 +109,10 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
   // on and keeps it (a cache turned off and on again is charged again).
   if (plan.cache.on && !prev->cache.on)
     t.cache_create_s = cost.cache_create_s(plan.cache.bytes_per_node, plan.cache.tier).value_or(0.0);
+  // Frozen layers only grow: the first step that freezes any probes first.
   if (refrozen && probes_cache(ctx.config, plan.frozen_layers))
-    t.cache_probe_s = predict_cache_probe_s(ctx.config, ctx.spec, cost, plan.frozen_layers, ctx.config.training.batch_size);
+    t.cache_probe_s = predict_cache_probe_s(ctx.config, ctx.spec, cost, plan.frozen_layers,
+                                            ctx.config.training.batch_size, prev->frozen_layers == 0);
   return t;
 }
 

@@ -230,21 +230,61 @@ TEST_CASE("a transition to a new frozen depth charges AutoCache's probe there, a
   }
 }
 
+namespace {
+
+// ViT-B/16's compute timed as the analytic model times it: a profile whose
+// transition samples a test then measures.
+ep::Profile analytic_vit_profile() {
+  ep::Profile profile;
+  const ep::Config base = paper_config("vit_imagenet");
+  const ep::AnalyticCostModel truth(base.cluster, base.training);
+  const ep::ModelSpec spec = ep::build_model_spec(base.model, base.training.precision);
+  for (const int i : {0, 1, 2, spec.num_sublayers() - 1})  // stem, attention, MLP, head
+    for (const int b : {1, 16, 128}) {
+      const ep::Sublayer& sub = spec.sublayers[i];
+      profile.compute.push_back({ep::to_string(sub.kind), "forward", b, truth.forward_s(sub, b)});
+      profile.compute.push_back({ep::to_string(sub.kind), "backward", b, truth.backward_s(sub, b)});
+      profile.compute.push_back({ep::to_string(sub.kind), "frozen_forward", b, truth.frozen_forward_s(sub, b)});
+    }
+  return profile;
+}
+
+}  // namespace
+
+TEST_CASE("AutoCache's first probe also pays its set-up at the profile's measured rate, later probes do not") {
+  ep::Profile profile = analytic_vit_profile();
+  profile.transitions = {{ep::kCacheProbeSetupWhat, 1, 1e7, 0.05}, {ep::kCacheProbeSetupWhat, 1, 1e9, 0.5}};
+  const ep::Config c = paper_config("vit_imagenet", {"planner.cache=\"auto\""});
+  const ep::AnalyticCostModel analytic(c.cluster, c.training);
+  const ep::FittedCostModel fitted(profile, analytic);
+  const ep::PlanContext ctx(c, fitted), analytic_ctx(c, analytic);
+  const ep::RunPlan run = ep::plan_run(c, fitted);
+  const int batch = c.training.batch_size;
+  int probes = 0, firsts = 0;
+  for (std::size_t i = 1; i < run.plans.size(); ++i) {
+    const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
+    if (p.frozen_layers == prev.frozen_layers) continue;
+    ++probes;
+    INFO("plan " << i << ": frozen " << prev.frozen_layers << " -> " << p.frozen_layers);
+    const double without = ep::predict_cache_probe_s(c, ctx.spec, fitted, p.frozen_layers, batch, false);
+    const double bytes =
+        ctx.spec.sublayers[ep::ModelSpec::frozen_prefix(p.frozen_layers).last - 1].out_activation_bytes_per_sample * batch;
+    const bool first = prev.frozen_layers == 0;
+    firsts += first;
+    // The nearest measured batch's set-up, scaled to this batch's rows.
+    CHECK(ep::predict_transition(ctx, &prev, p).cache_probe_s == Approx(without + (first ? 0.05 * bytes / 1e7 : 0.0)));
+    CHECK(std::abs(bytes - 1e7) < std::abs(bytes - 1e9));  // the nearest sample is the 1e7 one
+    // Not measured: no set-up charged.
+    CHECK(ep::predict_transition(analytic_ctx, &prev, p).cache_probe_s ==
+          Approx(ep::predict_cache_probe_s(c, ctx.spec, analytic, p.frozen_layers, batch, false)));
+  }
+  CHECK(probes > 1);
+  CHECK(firsts == 1);
+}
+
 TEST_CASE("the transition that first turns the cache on creates the node's file at the profile's measured rate") {
   // Compute timed as the analytic model times it, the cache file's creation measured.
-  ep::Profile profile;
-  {
-    const ep::Config base = paper_config("vit_imagenet");
-    const ep::AnalyticCostModel truth(base.cluster, base.training);
-    const ep::ModelSpec spec = ep::build_model_spec(base.model, base.training.precision);
-    for (const int i : {0, 1, 2, spec.num_sublayers() - 1})  // stem, attention, MLP, head
-      for (const int b : {1, 16, 128}) {
-        const ep::Sublayer& sub = spec.sublayers[i];
-        profile.compute.push_back({ep::to_string(sub.kind), "forward", b, truth.forward_s(sub, b)});
-        profile.compute.push_back({ep::to_string(sub.kind), "backward", b, truth.backward_s(sub, b)});
-        profile.compute.push_back({ep::to_string(sub.kind), "frozen_forward", b, truth.frozen_forward_s(sub, b)});
-      }
-  }
+  ep::Profile profile = analytic_vit_profile();
   profile.transitions = {{ep::cache_create_what("host"), 1, 1e8, 0.02}, {ep::cache_create_what("host"), 1, 1e9, 0.25},
                          {ep::cache_create_what("disk"), 1, 1e9, 0.01}};
   for (const char* policy : {"on", "auto", "off"}) {

@@ -421,6 +421,31 @@ TEST_CASE("advancing stale cache entries runs only the newly frozen layers") {
   CHECK(ep::schedule_options(ctx, s).frozen_input == ep::FrozenInput::CacheRead);
 }
 
+namespace {
+
+// One random trial of a GPU config's cache copies: host memory from 1 GB/s
+// down to 100 kB/s (the copies from hidden beside the device to pacing it),
+// a pipeline of K stages, M micro-batches and a frozen prefix, drawn in
+// that order.
+struct GpuCacheTrial {
+  explicit GpuCacheTrial(std::mt19937& rng)
+      : host_bw(std::pow(10.0, 9.0 - 4.0 * (rng() % 1000) / 1000.0)),
+        c(paper_config("vit_imagenet", {"exec.device=\"cuda\"",
+                                        "cluster.host.memory_bandwidth_bytes_per_s=" + std::to_string(host_bw)})),
+        cost(c.cluster, c.training),
+        ctx(c, cost),
+        K(1 << (rng() % 3)),
+        M(K << (rng() % 2)),
+        frozen(2 + static_cast<int>(rng() % 7)) {}
+  const double host_bw;
+  const ep::Config c;
+  const ep::AnalyticCostModel cost;
+  const ep::PlanContext ctx;
+  const int K, M, frozen;
+};
+
+}  // namespace
+
 // Over random setups: a write behind the device is the same write, moved
 // from the device's list to the writer's, which paces iterations only
 // where it is the slower of the two.
@@ -428,15 +453,9 @@ TEST_CASE("cache writes behind the device cost it nothing, and iterations cannot
   std::mt19937 rng(5);
   int writer_bound = 0;
   for (int trial = 0; trial < 40; ++trial) {
-    // Host memory from 1 GB/s down to 100 kB/s: the writer from hidden to pacing.
-    const double host_bw = std::pow(10.0, 9.0 - 4.0 * (rng() % 1000) / 1000.0);
-    const ep::Config c = paper_config("vit_imagenet", {"exec.device=\"cuda\"",
-                                                        "cluster.host.memory_bandwidth_bytes_per_s=" +
-                                                            std::to_string(host_bw)});
+    const GpuCacheTrial trial_setup(rng);  // the writer from hidden to pacing
+    const auto& [host_bw, c, cost, ctx, K, M, frozen] = trial_setup;
     REQUIRE(ep::cache_writes_behind(c));
-    const ep::AnalyticCostModel cost(c.cluster, c.training);
-    const ep::PlanContext ctx(c, cost);
-    const int K = 1 << (rng() % 3), M = K << (rng() % 2), frozen = 2 + static_cast<int>(rng() % 7);
     ep::IterationSetup now{ep::plan_partition(ctx, frozen, K, true), K, 1, M, 1, false, true,
                            rng() % 2 ? ep::CacheTier::Disk : ep::CacheTier::HostMemory,
                            static_cast<int>(rng() % frozen), c.training.batch_size};
@@ -528,15 +547,9 @@ TEST_CASE("cache reads ahead cost the device nothing: the iteration is its compu
   std::mt19937 rng(29);
   int reader_bound = 0;
   for (int trial = 0; trial < 40; ++trial) {
-    // Host memory from 1 GB/s down to 100 kB/s: the reads from hidden to pacing.
-    const double host_bw = std::pow(10.0, 9.0 - 4.0 * (rng() % 1000) / 1000.0);
-    const ep::Config c = paper_config("vit_imagenet", {"exec.device=\"cuda\"",
-                                                        "cluster.host.memory_bandwidth_bytes_per_s=" +
-                                                            std::to_string(host_bw)});
+    const GpuCacheTrial trial_setup(rng);  // the reads from hidden to pacing
+    const auto& [host_bw, c, cost, ctx, K, M, frozen] = trial_setup;
     REQUIRE(ep::cache_reads_ahead(c));
-    const ep::AnalyticCostModel cost(c.cluster, c.training);
-    const ep::PlanContext ctx(c, cost);
-    const int K = 1 << (rng() % 3), M = K << (rng() % 2), frozen = 2 + static_cast<int>(rng() % 7);
     // Steady state (CR) or advancing the cache (CR, FZ, CW), writes behind as on a GPU.
     ep::IterationSetup now{ep::plan_partition(ctx, frozen, K, true), K, 1, M, 1, false, true,
                            rng() % 2 ? ep::CacheTier::Disk : ep::CacheTier::HostMemory,

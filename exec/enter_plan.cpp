@@ -31,6 +31,7 @@ void Trainer::enter_plan(TransitionCost* cost) {
   const bool was_active = previous_plan_ != nullptr &&
                           std::count(previous_plan_->layout.active_ranks.begin(),
                                      previous_plan_->layout.active_ranks.end(), env_.rank) > 0;
+  cache_file_s_ = 0;  // set where repartition() creates the node's file
   Clock::time_point t = Clock::now();
   if (dist_ && previous_plan_) onboard();
   if (cost) cost->state_transfer_s = seconds(t, Clock::now());
@@ -85,7 +86,6 @@ void Trainer::repartition() {
   compat::use_device(devices.front());  // this thread's GPU before it touches one (see use_device)
   pipeline_->set_devices(devices);
   pipeline_->configure(plan_->partition, plan_->K, plan_->v);
-  cache_file_s_ = 0;
   if (plan_->cache.on && !cache_ && leader_) {
     const Clock::time_point t0 = Clock::now();
     cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),

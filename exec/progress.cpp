@@ -5,9 +5,14 @@
 #include <cstdio>
 
 #include "exec/trainer.hpp"
+#include "exec/torch_compat.hpp"
 #include "planner/stats.hpp"
 #include "planner/timeline.hpp"
 #include "traces/plan_epoch.hpp"
+
+#if defined(ELASTICPIPE_CUDA) && EP_TORCH_2_8
+#include <ATen/core/CachingHostAllocator.h>
+#endif
 
 namespace ep::exec {
 
@@ -61,6 +66,15 @@ trace::EpochMetrics epoch_metrics(const Plan& plan, const trace::RunState& p, co
   return m;
 }
 
+std::optional<PinnedAllocs> pinned_allocs_now() {
+#if defined(ELASTICPIPE_CUDA) && EP_TORCH_2_8
+  const at::HostStats s = at::getHostAllocator(at::kCUDA)->get_stats();
+  return PinnedAllocs{s.num_host_alloc, static_cast<double>(s.host_alloc_time.total) * 1e-6};  // microseconds
+#else
+  return std::nullopt;
+#endif
+}
+
 ActivationCache::HostTimes HostPace::since(const ActivationCache::HostTimes& before,
                                            const ActivationCache::HostTimes& now) {
   ActivationCache::HostTimes d;
@@ -97,6 +111,9 @@ std::string format_host_pace(const HostPace& h) {
             per(c.write_queue_s, c.writes) + " for a queue place, stored in " + per(c.store_copy_s, c.writes) +
             " after " + per(c.store_device_s, c.writes) + " waiting for the device's copy";
   if (c.reads > 0 || c.writes > 0) line += "; end-of-epoch flush " + ms(c.flush_s);
+  if (h.pinned)
+    line += "; pinned memory: " + std::to_string(h.pinned->blocks) + " new block" + (h.pinned->blocks == 1 ? "" : "s") +
+            ", " + ms(h.pinned->alloc_s) + " making them";
   return line;
 }
 

@@ -3,6 +3,7 @@
 // transition, a finished epoch's metrics row and its log line.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,10 +51,23 @@ class WarmupMeter {
 // and the activation cache's host work. Where queuing takes as long as the
 // interval between results, the host paces the epoch, not the device;
 // the simulator models the device and the cache's copies, not the host.
+// Blocks of pinned host memory the process has made (torch's caching host
+// allocator: cudaHostAlloc when no cached block fits, on the thread that
+// asked) and the host's time making them. A batch, a cache read or a cache
+// write bound for a GPU takes one; a new block costs milliseconds per
+// 100 MB, paid once. nullopt where the build cannot count them (CPU
+// builds, LibTorch before 2.8).
+struct PinnedAllocs {
+  std::int64_t blocks = 0;
+  double alloc_s = 0;
+};
+[[nodiscard]] std::optional<PinnedAllocs> pinned_allocs_now();
+
 struct HostPace {
   std::vector<double> queue_s;  // per iteration
   std::vector<double> done_s;   // per iteration, from the epoch's start
   ActivationCache::HostTimes cache;  // the epoch's part (HostPace::since)
+  std::optional<PinnedAllocs> pinned;  // the epoch's part, where known
   // `now` minus `before`: a cache's host times over an interval.
   static ActivationCache::HostTimes since(const ActivationCache::HostTimes& before,
                                          const ActivationCache::HostTimes& now);

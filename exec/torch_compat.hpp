@@ -24,6 +24,8 @@
 
 // torch 2.4 renamed the autocast setters and brought fused Adam(W) to the CPU.
 #define EP_TORCH_2_4 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+// torch 2.8 gave every device's host allocator one interface with its statistics.
+#define EP_TORCH_2_8 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <ATen/ops/scaled_dot_product_attention.h>

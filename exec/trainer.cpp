@@ -219,6 +219,7 @@ void Trainer::train_epoch() {
   TracedMeasures traced;
   HostPace pace;
   if (cache_) pace.cache = cache_->host_times();  // until the epoch's end (finish_epoch)
+  pace.pinned = pinned_allocs_now();  // likewise
   const Clock::time_point epoch_start = Clock::now();
   const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
   const int every = c_.exec.checkpoint_every;
@@ -302,6 +303,9 @@ void Trainer::train_epoch() {
 // Records the epoch just run, starts the next, and checkpoints.
 void Trainer::finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, HostPace& pace) {
   if (cache_) pace.cache = HostPace::since(pace.cache, cache_->host_times());
+  if (pace.pinned)
+    if (const std::optional<PinnedAllocs> now = pinned_allocs_now())
+      pace.pinned = PinnedAllocs{now->blocks - pace.pinned->blocks, now->alloc_s - pace.pinned->alloc_s};
   const double transition_s = pending_transition_s_;
   pending_transition_s_ = 0;
   p_.train_s += epoch_s + transition_s;

@@ -21,6 +21,7 @@
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
 #include "exec/profiler.hpp"
+#include "exec/progress.hpp"
 #include "exec/streams.hpp"
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
@@ -213,6 +214,26 @@ TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) behind the work
   cache.flush();
   CHECK(at::equal(cache.read(eight, 3, gpu).cpu(), h.cpu().to(at::kFloat)));
   cache.remove();
+}
+
+TEST_CASE("CUDA: a pinned block the host allocator had to make is counted with its time, a reused one is not",
+          "[cuda]") {
+  if (no_gpu()) return;
+#if EP_TORCH_2_8
+  // 3 MB + 1 byte rounds up to a 4 MB block: no other test asks for one.
+  const auto pinned = [] { return at::empty({3 * 1024 * 1024 + 1}, at::TensorOptions().dtype(at::kByte).pinned_memory(true)); };
+  const PinnedAllocs before = pinned_allocs_now().value();
+  pinned().fill_(1);  // made, then back in the allocator's free list
+  const PinnedAllocs made = pinned_allocs_now().value();
+  CHECK(made.blocks == before.blocks + 1);
+  CHECK(made.alloc_s > before.alloc_s);
+  pinned().fill_(2);  // the cached block again
+  const PinnedAllocs again = pinned_allocs_now().value();
+  CHECK(again.blocks == made.blocks);
+  CHECK(again.alloc_s == made.alloc_s);
+#else
+  CHECK_FALSE(pinned_allocs_now().has_value());
+#endif
 }
 
 TEST_CASE("CUDA: copies to and from a GPU each have one side stream, the same on every call", "[cuda]") {

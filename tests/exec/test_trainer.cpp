@@ -10,6 +10,7 @@
 #include "tests/exec/support.hpp"
 #include "exec/job.hpp"
 #include "exec/progress.hpp"
+#include "exec/torch_compat.hpp"
 #include "exec/trainer.hpp"
 #include "planner/freeze.hpp"
 #include "traces/trace.hpp"
@@ -195,6 +196,23 @@ TEST_CASE("an epoch's host line gives medians per iteration and the cache's time
                              "waiting for the device's copy; end-of-epoch flush 4.10 ms"));
   h.cache = {};
   CHECK_THAT(exec::format_host_pace(h), !Catch::Contains("cache"));
+  // Pinned blocks: named where the build counts them, absent where not.
+  CHECK_THAT(exec::format_host_pace(h), !Catch::Contains("pinned"));
+  h.pinned = exec::PinnedAllocs{2, 0.0415};
+  CHECK_THAT(exec::format_host_pace(h), Catch::EndsWith("; pinned memory: 2 new blocks, 41.50 ms making them"));
+  h.pinned = exec::PinnedAllocs{1, 0.02};
+  CHECK_THAT(exec::format_host_pace(h), Catch::EndsWith("; pinned memory: 1 new block, 20.00 ms making them"));
+}
+
+TEST_CASE("pinned host blocks are counted only where the build can count them") {
+  const std::optional<exec::PinnedAllocs> now = exec::pinned_allocs_now();
+#if defined(ELASTICPIPE_CUDA) && EP_TORCH_2_8
+  REQUIRE(now.has_value());
+  CHECK(now->blocks >= 0);
+  CHECK(now->alloc_s >= 0);
+#else
+  CHECK_FALSE(now.has_value());
+#endif
 }
 
 TEST_CASE("a traced iteration's bubble is the share of its span the devices compute nothing") {

@@ -25,7 +25,9 @@
 #include "exec/state.hpp"
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
+#include "planner/autopipe.hpp"
 #include "planner/cache_policy.hpp"
+#include "planner/cost_model.hpp"
 #include "planner/error.hpp"
 
 namespace ep::exec {
@@ -41,6 +43,51 @@ at::Tensor stem_input(const ModelConfig& m, int b, const at::Device& dev) {
 at::Device profiled_device(const Config& c) {
   return check_device(c) > 0 ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
 }
+
+// Replica `rank`'s K stages on devices of their own: GPUs rank * K + k on
+// CUDA (check_measurable saw that many visible), its NCCL lanes on them.
+std::vector<at::Device> replica_devices(const Config& c, int K, int rank) {
+  std::vector<at::Device> devices;
+  for (int k = 0; k < K; ++k)
+    devices.push_back(c.exec.device == ExecDevice::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank * K + k))
+                                                        : at::Device(at::kCPU));
+  return devices;
+}
+
+// One replica of a plan set up to run it: its model, optimizer and
+// pipeline on the replica's devices, a batch of random samples split into
+// the program's micro-batches (already on the devices); with `dist`, its
+// gradients all-reduced with the other replicas (rank `rank`). Made on the
+// replica's thread, its GPU that thread's device (compat::use_device).
+struct ReplicaRun {
+  ReplicaRun(const Config& c, const IterationSetup& s, const std::vector<int>& micro_batches, Dist* dist, int rank)
+      : model(c.model, c.training.seed),
+        opt(c.training),
+        devices(replica_devices(c, s.K, rank)),
+        pipe(model, opt, {devices, c.training.precision == Precision::BF16}),
+        batch(s.batch) {
+    pipe.configure(s.partition, s.K, s.v);
+    pipe.set_reducer(dist);
+    at::manual_seed(2 + rank);
+    const at::Tensor x = stem_input(c.model, batch, devices.front());
+    const at::Tensor y = at::randint(0, c.model.num_labels, {batch}, at::kLong).to(devices.back());
+    std::int64_t at = 0;
+    for (const int n : micro_batches) {
+      MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}, at::TensorOptions().device(devices.back())), {}};
+      for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
+      mbs.push_back(mb);
+      at += n;
+    }
+  }
+  IterationResult run(const IterationProgram& program) { return pipe.run(program, mbs, batch, 1e-6); }
+
+  Model model;
+  exec::Optimizer opt;
+  std::vector<at::Device> devices;
+  Pipeline pipe;
+  int batch;
+  std::vector<MicroBatch> mbs;
+};
 
 // Sublayers of one kind timed as a chain of up to kChain of them (attention
 // of layers 0, 1, 2, ..., skipping the MLPs between; the shapes agree), per
@@ -224,8 +271,8 @@ void profile_collectives(const Config& c, const ProfileOptions& o, const at::Dev
 // batch copied onto the device, its file in the host tier) and its first
 // measurement, less a second measurement at the same depth: the one-off
 // work a run pays once (a batch's first pinned buffers, the file's first
-// writes), which the planner charges at the first freeze step. Before the
-// cache's own timings, which would have warmed what it measures.
+// writes, the process's first forward without autograd), which the planner
+// charges at the first freeze step.
 void profile_probe_setup(const Config& c, Model& model, const std::vector<std::int64_t>& shape,
                          const at::Device& dev, Profile& p) {
   const at::Tensor batch = stem_input(c.model, c.training.batch_size, at::kCPU);  // made off the clock
@@ -247,6 +294,37 @@ void profile_probe_setup(const Config& c, Model& model, const std::vector<std::i
   p.transitions.push_back({kCacheProbeSetupWhat, 1, row_bytes * c.training.batch_size, std::max(0.0, first - again)});
 }
 
+// What a run pays once, measured first, in the order and the process state
+// in which a run meets it: its first iteration (K = 1, one micro-batch,
+// nothing frozen) over the median of the next ones, the work of a run's
+// first epoch that later epochs do not repeat (kernels loaded, library
+// handles made, allocators grown); then, with only training iterations run
+// so far, as at a run's first freeze step, AutoCache's probe set-up
+// (profile_probe_setup). Nothing measured before them has warmed what they
+// measure.
+void profile_run_start(const Config& c, const ProfileOptions& o, const at::Device& dev, Profile& p) {
+  const AnalyticCostModel analytic(c.cluster, c.training);
+  const PlanContext ctx(c, analytic, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  IterationSetup s;
+  s.partition = plan_partition(ctx, 0, 1, false);
+  s.K = 1;
+  s.M = 1;
+  s.batch = c.training.batch_size;
+  const IterationProgram program = lower_iteration(ctx, s);
+  ReplicaRun r(c, s, program.micro_batches, nullptr, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)r.run(program);
+  const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double later = median_seconds(o.repeats, [&] { (void)r.run(program); });
+  p.transitions.push_back({kFirstIterationWhat, 1, 0.0, std::max(0.0, first - later)});
+  at::Tensor row;
+  {
+    c10::NoGradGuard g;  // as the trainer finds a cache row's shape
+    row = r.model.forward({0, 1}, stem_input(c.model, 1, dev));
+  }
+  profile_probe_setup(c, r.model, row.sizes().slice(1).vec(), dev, p);
+}
+
 // Reads go to the training device and writes come from it, as the
 // pipeline's CacheRead and CacheWrite move them.
 void profile_cache(const Config& c, const ProfileOptions& o, const at::Device& dev, Profile& p) {
@@ -257,8 +335,6 @@ void profile_cache(const Config& c, const ProfileOptions& o, const at::Device& d
     row = model.forward({0, 1}, stem_input(c.model, 1, at::kCPU));
   }
   const std::vector<std::int64_t> shape = row.sizes().slice(1).vec();
-  for (int i = 0; i < model.num_sublayers(); ++i) model.sublayer(i).to(dev);
-  profile_probe_setup(c, model, shape, dev, p);
   const int n = std::max(64, c.training.batch_size);
   std::vector<std::pair<std::string, std::string>> tiers{{"host", c.exec.cache_memory_dir}};
   tiers.push_back({"disk", c.exec.cache_disk_dir.empty() ? std::filesystem::temp_directory_path().string()
@@ -347,6 +423,8 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
                   ", " + to_string(c.training.precision) + ", libtorch " + TORCH_VERSION + ", " +
                   std::to_string(threads) + " intra-op threads, BLAS " + blas_library().name;
   p.model = profile_model(c.model);
+  log("a run's first iteration and AutoCache's probe set-up on " + dev.str() + "...");
+  profile_run_start(c, o, dev, p);
   log("compute on " + dev.str() + " (forward, backward, frozen forward per sublayer kind)...");
   profile_compute(c, o, dev, p);
   log("point-to-point hand-over...");
@@ -365,45 +443,18 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
 
 namespace {
 
-// Replica `rank`'s K stages on devices of their own: GPUs rank * K + k on
-// CUDA (check_measurable saw that many visible), its NCCL lanes on them.
-std::vector<at::Device> replica_devices(const Config& c, int K, int rank) {
-  std::vector<at::Device> devices;
-  for (int k = 0; k < K; ++k)
-    devices.push_back(c.exec.device == ExecDevice::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank * K + k))
-                                                        : at::Device(at::kCPU));
-  return devices;
-}
-
 // One replica's median iteration of the plan's program; with `dist`, its
 // gradients are all-reduced with the other replicas (rank `rank`).
 double measure_replica(const Config& c, const ValidationPlan& plan, int iterations, Dist* dist, int rank) {
   const IterationSetup& s = plan.program.setup;
-  Model model(c.model, c.training.seed);
-  exec::Optimizer opt(c.training);
-  const std::vector<at::Device> devices = replica_devices(c, s.K, rank);
-  compat::use_device(devices.front());  // a replica's thread: its own GPU (see use_device)
-  Pipeline pipe(model, opt, {devices, c.training.precision == Precision::BF16});
-  pipe.configure(s.partition, s.K, s.v);
-  pipe.set_reducer(dist);
-  const int B = s.batch;
-  std::vector<MicroBatch> mbs;
-  at::manual_seed(2 + rank);
-  const at::Tensor x = stem_input(c.model, B, devices.front());
-  const at::Tensor y = at::randint(0, c.model.num_labels, {B}, at::kLong).to(devices.back());
-  std::int64_t at = 0;
-  for (const int n : plan.program.micro_batches) {
-    MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}, at::TensorOptions().device(devices.back())), {}};
-    for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
-    mbs.push_back(mb);
-    at += n;
-  }
+  compat::use_device(replica_devices(c, s.K, rank).front());  // a replica's thread: its own GPU (see use_device)
+  ReplicaRun r(c, s, plan.program.micro_batches, dist, rank);
   std::unique_ptr<ActivationCache> cache;
   if (s.cache_on) {
     at::Tensor row;
-    pipe.on_worker(plan.program.threads.worker, [&] {  // not here: see Pipeline::on_worker
+    r.pipe.on_worker(plan.program.threads.worker, [&] {  // not here: see Pipeline::on_worker
       c10::NoGradGuard g;
-      row = model.forward({0, 1}, x.narrow(0, 0, 1));
+      row = r.model.forward({0, 1}, r.mbs.front().input.narrow(0, 0, 1));
     });
     const std::string dir = s.cache_tier == CacheTier::HostMemory ? c.exec.cache_memory_dir
                                                                   : std::filesystem::temp_directory_path().string();
@@ -411,11 +462,11 @@ double measure_replica(const Config& c, const ValidationPlan& plan, int iteratio
         (std::filesystem::path(dir) /
          ("elasticpipe-validate-" + std::to_string(getpid()) + "-" + std::to_string(rank) + ".cache"))
             .string(),
-        B, row.sizes().slice(1).vec(), true);
-    pipe.set_cache(cache.get());
-    (void)pipe.run(plan.fill, mbs, B, 1e-6);
+        s.batch, row.sizes().slice(1).vec(), true);
+    r.pipe.set_cache(cache.get());
+    (void)r.run(plan.fill);
   }
-  const double t = median_seconds(iterations, [&] { (void)pipe.run(plan.program, mbs, B, 1e-6); });
+  const double t = median_seconds(iterations, [&] { (void)r.run(plan.program); });
   if (cache) cache->remove();
   return t;
 }

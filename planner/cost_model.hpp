@@ -46,6 +46,11 @@ class CostModel {
   // AutoCache's probe set up (its batch on the device, its file, its first
   // measurement's one-off work) for rows of `bytes` a batch; measured only.
   [[nodiscard]] virtual std::optional<double> cache_probe_setup_s(double /*bytes*/) const { return std::nullopt; }
+  // A run's first iteration over its later ones (kernels loaded, library
+  // handles made, allocators grown: the first epoch's one-off work);
+  // measured only. nullopt: the config's context_creation_s and
+  // pipeline_warmup_s stand in.
+  [[nodiscard]] virtual std::optional<double> first_iteration_s() const { return std::nullopt; }
 };
 
 // compute   = sublayer_overhead_s + FLOPs / (peak_flops_per_s · efficiency),

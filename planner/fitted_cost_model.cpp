@@ -351,4 +351,16 @@ std::optional<double> FittedCostModel::cache_probe_setup_s(double bytes) const {
   return per_byte(kCacheProbeSetupWhat, bytes);
 }
 
+std::optional<double> FittedCostModel::first_iteration_s() const {
+  double sum = 0;
+  int n = 0;
+  for (const TransitionSample& t : transitions_)
+    if (t.what == kFirstIterationWhat) {
+      sum += t.seconds;
+      ++n;
+    }
+  if (n == 0) return std::nullopt;
+  return sum / n;
+}
+
 }  // namespace ep

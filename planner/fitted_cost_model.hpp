@@ -104,6 +104,8 @@ class FittedCostModel final : public CostModel {
   [[nodiscard]] std::optional<double> state_pack_s(double bytes) const override;
   [[nodiscard]] std::optional<double> cache_create_s(double bytes, CacheTier) const override;
   [[nodiscard]] std::optional<double> cache_probe_setup_s(double bytes) const override;
+  // The mean of the profile's first-iteration samples.
+  [[nodiscard]] std::optional<double> first_iteration_s() const override;
 
   [[nodiscard]] const FittedCoefficients& coefficients() const { return fits_; }
   [[nodiscard]] const CostModel& fallback() const { return fallback_; }

@@ -76,7 +76,7 @@ struct OptimizerSample {
 
 // One-off steps of a transition, measured whole: the cost model's
 // transition terms (group_rebuild_s, state_pack_s, cache_create_s,
-// cache_probe_setup_s).
+// cache_probe_setup_s, first_iteration_s).
 struct TransitionSample {
   std::string what;  // e.g. "group_rebuild", "state_transfer"
   int ranks = 0;
@@ -99,6 +99,9 @@ struct Profile {
 [[nodiscard]] inline std::string cache_create_what(std::string_view tier) { return "cache_create_" + std::string(tier); }
 // TransitionSample::what of setting AutoCache's probe up (bytes: a batch's rows).
 inline constexpr const char* kCacheProbeSetupWhat = "cache_probe_setup";
+// TransitionSample::what of a process's first iteration over its later ones
+// (bytes 0): what a run's first epoch pays once.
+inline constexpr const char* kFirstIterationWhat = "first_iteration";
 
 struct ModelConfig;  // planner/config.hpp
 

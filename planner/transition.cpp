@@ -86,7 +86,12 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
   const CostModel& cost = ctx.cost;
   const int ranks = plan.layout.replicas;
   const double rebuild = ranks > 1 ? cost.group_rebuild_s(ranks).value_or(k.ddp_rebuild_s) : 0.0;
-  if (!prev) return {0.0, k.context_creation_s, rebuild, k.pipeline_warmup_s};
+  // A run's start: its first iteration's one-off work, as a profile measured
+  // it, else the config's figures for the device context and the warm-up.
+  if (!prev) {
+    if (const std::optional<double> first = cost.first_iteration_s()) return {0.0, *first, rebuild, 0.0};
+    return {0.0, k.context_creation_s, rebuild, k.pipeline_warmup_s};
+  }
   const bool moved = repartitioned(*prev, plan);
   const bool regrouped = prev->layout.active_ranks != plan.layout.active_ranks;
   if (!moved && !regrouped && prev->frozen_layers == plan.frozen_layers) return {};

@@ -34,7 +34,8 @@ struct StateMove {
 // The parts of a transition, in seconds.
 struct TransitionCost {
   double state_s = 0;     // state_moves over the links (and packing, when a profile measured it)
-  double contexts_s = 0;  // woken processes create device contexts (cluster.transition.context_creation_s)
+  double contexts_s = 0;  // woken processes create device contexts (cluster.transition.context_creation_s);
+                          // at the run's start, its first iteration's one-off work (CostModel::first_iteration_s)
   double rebuild_s = 0;   // the active group and DDP buckets rebuilt (profile or cluster.transition.ddp_rebuild_s)
   double warmup_s = 0;    // first iteration after a freeze step or repartition (cluster.transition.pipeline_warmup_s)
   double cache_probe_s = 0;  // AutoCache's probe at the new frozen depth, before the step is planned

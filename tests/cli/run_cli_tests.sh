@@ -198,6 +198,7 @@ dp="$root/tests/cli/configs/dp_tiny.toml"
 expect_rc 0 "profile" -- "$bin" profile "$dp" --out "$tmp/profile.json" --repeats 2
 expect_text "profile prints the fits" "compute attention/backward"
 grep -q '"what": "cache_probe_setup"' "$tmp/profile.json" && ok || bad "profile lacks the cache probe's set-up"
+grep -q '"what": "first_iteration"' "$tmp/profile.json" && ok || bad "profile lacks the first iteration's one-off work"
 expect_rc 0 "simulate with a fitted cost model" -- "$bin" simulate "$dp" --mode baseline --profile "$tmp/profile.json" \
   --out "$tmp/simprof"
 expect_text "simulate names the fitted model" "fitted cost model"

@@ -282,6 +282,39 @@ TEST_CASE("AutoCache's first probe also pays its set-up at the profile's measure
   CHECK(firsts == 1);
 }
 
+TEST_CASE("a run's start costs its profile's measured first iteration, else the config's context and warm-up") {
+  ep::Profile profile = analytic_vit_profile();
+  const ep::Config c = paper_config("vit_imagenet", {"cluster.transition.context_creation_s=0.7",
+                                                      "cluster.transition.pipeline_warmup_s=0.003"});
+  const ep::AnalyticCostModel analytic(c.cluster, c.training);
+  {  // No first iteration measured: the config's figures.
+    const ep::FittedCostModel fitted(profile, analytic);
+    const ep::RunPlan run = ep::plan_run(c, fitted);
+    const ep::TransitionCost t = ep::predict_transition(ep::PlanContext(c, fitted), nullptr, run.plans.front());
+    CHECK(t.contexts_s == 0.7);
+    CHECK(t.warmup_s == 0.003);
+  }
+  // Two measurements: their mean, in place of both; later transitions unchanged.
+  profile.transitions = {{ep::kFirstIterationWhat, 1, 0, 0.8}, {ep::kFirstIterationWhat, 1, 0, 0.9},
+                         {ep::kCacheProbeSetupWhat, 1, 1e7, 0.05}};
+  const ep::FittedCostModel fitted(profile, analytic);
+  REQUIRE(fitted.first_iteration_s().has_value());
+  CHECK(*fitted.first_iteration_s() == Approx(0.85));
+  const ep::RunPlan run = ep::plan_run(c, fitted);
+  const ep::PlanContext ctx(c, fitted);
+  const ep::TransitionCost start = ep::predict_transition(ctx, nullptr, run.plans.front());
+  CHECK(start.contexts_s == Approx(0.85));
+  CHECK(start.warmup_s == 0);
+  CHECK(start.total_s() == Approx(0.85 + start.rebuild_s));
+  CHECK(run.plans.front().predicted_transition_s == Approx(start.total_s()));
+  REQUIRE(run.plans.size() > 1);
+  for (std::size_t i = 1; i < run.plans.size(); ++i) {
+    const ep::TransitionCost t = ep::predict_transition(ctx, &run.plans[i - 1], run.plans[i]);
+    CHECK(t.contexts_s == (run.plans[i].woken_ranks.empty() ? 0.0 : 0.7));  // a woken process: the config's
+    if (run.plans[i].frozen_layers != run.plans[i - 1].frozen_layers) CHECK(t.warmup_s == 0.003);
+  }
+}
+
 TEST_CASE("the transition that first turns the cache on creates the node's file at the profile's measured rate") {
   // Compute timed as the analytic model times it, the cache file's creation measured.
   ep::Profile profile = analytic_vit_profile();

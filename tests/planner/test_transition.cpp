@@ -1,0 +1,163 @@
+// A transition's predicted parts (planner/transition.*): AutoCache's probe
+// at a new frozen depth and its set-up, the node's cache file, the run's
+// start; measured by a profile where one is given, else the config's.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "planner/cache_policy.hpp"
+#include "planner/fitted_cost_model.hpp"
+#include "planner/run_plan.hpp"
+#include "planner/transition.hpp"
+#include "tests/planner/support.hpp"
+
+using ep::test::paper_config;
+
+TEST_CASE("a transition to a new frozen depth charges AutoCache's probe there, and only where AutoCache probes") {
+  for (const char* policy : {"auto", "on", "off"}) {
+    INFO(policy);
+    const ep::Config c = paper_config("vit_imagenet", {std::string("planner.cache=") + policy});
+    const ep::AnalyticCostModel cost(c.cluster, c.training);
+    const ep::PlanContext ctx(c, cost);
+    const ep::RunPlan run = ep::plan_run(c, cost);
+    REQUIRE(run.plans.size() > 2);
+    for (std::size_t i = 1; i < run.plans.size(); ++i) {
+      const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
+      const ep::TransitionCost t = ep::predict_transition(ctx, &prev, p);
+      if (std::string(policy) != "auto" || p.frozen_layers == prev.frozen_layers) {
+        CHECK(t.cache_probe_s == 0);
+        continue;
+      }
+      // A batch written once; the frozen forward and the read of a batch,
+      // each once untimed and three times on the clock.
+      const ep::CacheDecision d = ep::decide_cache(c, ctx.spec, cost, p.frozen_layers, c.training.batch_size);
+      const double bytes = ctx.spec.sublayers[ep::ModelSpec::frozen_prefix(p.frozen_layers).last - 1].out_activation_bytes_per_sample * c.training.batch_size;
+      CHECK(t.cache_probe_s == Approx(4 * (d.read_s + d.frozen_forward_s) + cost.cache_write_s(bytes, d.tier)));
+      CHECK(t.cache_probe_s > 0);
+      CHECK(t.total_s() == Approx(t.state_s + t.contexts_s + t.rebuild_s + t.warmup_s + t.cache_probe_s +
+                                  t.cache_create_s));
+    }
+  }
+}
+
+namespace {
+
+// ViT-B/16's compute timed as the analytic model times it: a profile whose
+// transition samples a test then measures.
+ep::Profile analytic_vit_profile() {
+  ep::Profile profile;
+  const ep::Config base = paper_config("vit_imagenet");
+  const ep::AnalyticCostModel truth(base.cluster, base.training);
+  const ep::ModelSpec spec = ep::build_model_spec(base.model, base.training.precision);
+  for (const int i : {0, 1, 2, spec.num_sublayers() - 1})  // stem, attention, MLP, head
+    for (const int b : {1, 16, 128}) {
+      const ep::Sublayer& sub = spec.sublayers[i];
+      profile.compute.push_back({ep::to_string(sub.kind), "forward", b, truth.forward_s(sub, b)});
+      profile.compute.push_back({ep::to_string(sub.kind), "backward", b, truth.backward_s(sub, b)});
+      profile.compute.push_back({ep::to_string(sub.kind), "frozen_forward", b, truth.frozen_forward_s(sub, b)});
+    }
+  return profile;
+}
+
+}  // namespace
+
+TEST_CASE("AutoCache's first probe also pays its set-up at the profile's measured rate, later probes do not") {
+  ep::Profile profile = analytic_vit_profile();
+  profile.transitions = {{ep::kCacheProbeSetupWhat, 1, 1e7, 0.05}, {ep::kCacheProbeSetupWhat, 1, 1e9, 0.5}};
+  const ep::Config c = paper_config("vit_imagenet", {"planner.cache=\"auto\""});
+  const ep::AnalyticCostModel analytic(c.cluster, c.training);
+  const ep::FittedCostModel fitted(profile, analytic);
+  const ep::PlanContext ctx(c, fitted), analytic_ctx(c, analytic);
+  const ep::RunPlan run = ep::plan_run(c, fitted);
+  const int batch = c.training.batch_size;
+  int probes = 0, firsts = 0;
+  for (std::size_t i = 1; i < run.plans.size(); ++i) {
+    const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
+    if (p.frozen_layers == prev.frozen_layers) continue;
+    ++probes;
+    INFO("plan " << i << ": frozen " << prev.frozen_layers << " -> " << p.frozen_layers);
+    const double without = ep::predict_cache_probe_s(c, ctx.spec, fitted, p.frozen_layers, batch, false);
+    const double bytes =
+        ctx.spec.sublayers[ep::ModelSpec::frozen_prefix(p.frozen_layers).last - 1].out_activation_bytes_per_sample * batch;
+    const bool first = prev.frozen_layers == 0;
+    firsts += first;
+    // The nearest measured batch's set-up, scaled to this batch's rows.
+    CHECK(ep::predict_transition(ctx, &prev, p).cache_probe_s == Approx(without + (first ? 0.05 * bytes / 1e7 : 0.0)));
+    CHECK(std::abs(bytes - 1e7) < std::abs(bytes - 1e9));  // the nearest sample is the 1e7 one
+    // Not measured: no set-up charged.
+    CHECK(ep::predict_transition(analytic_ctx, &prev, p).cache_probe_s ==
+          Approx(ep::predict_cache_probe_s(c, ctx.spec, analytic, p.frozen_layers, batch, false)));
+  }
+  CHECK(probes > 1);
+  CHECK(firsts == 1);
+}
+
+TEST_CASE("a run's start costs its profile's measured first iteration, else the config's context and warm-up") {
+  ep::Profile profile = analytic_vit_profile();
+  const ep::Config c = paper_config("vit_imagenet", {"cluster.transition.context_creation_s=0.7",
+                                                      "cluster.transition.pipeline_warmup_s=0.003"});
+  const ep::AnalyticCostModel analytic(c.cluster, c.training);
+  {  // No first iteration measured: the config's figures.
+    const ep::FittedCostModel fitted(profile, analytic);
+    const ep::RunPlan run = ep::plan_run(c, fitted);
+    const ep::TransitionCost t = ep::predict_transition(ep::PlanContext(c, fitted), nullptr, run.plans.front());
+    CHECK(t.contexts_s == 0.7);
+    CHECK(t.warmup_s == 0.003);
+  }
+  // Two measurements: their mean, in place of both; later transitions unchanged.
+  profile.transitions = {{ep::kFirstIterationWhat, 1, 0, 0.8}, {ep::kFirstIterationWhat, 1, 0, 0.9},
+                         {ep::kCacheProbeSetupWhat, 1, 1e7, 0.05}};
+  const ep::FittedCostModel fitted(profile, analytic);
+  REQUIRE(fitted.first_iteration_s().has_value());
+  CHECK(*fitted.first_iteration_s() == Approx(0.85));
+  const ep::RunPlan run = ep::plan_run(c, fitted);
+  const ep::PlanContext ctx(c, fitted);
+  const ep::TransitionCost start = ep::predict_transition(ctx, nullptr, run.plans.front());
+  CHECK(start.contexts_s == Approx(0.85));
+  CHECK(start.warmup_s == 0);
+  CHECK(start.total_s() == Approx(0.85 + start.rebuild_s));
+  CHECK(run.plans.front().predicted_transition_s == Approx(start.total_s()));
+  REQUIRE(run.plans.size() > 1);
+  for (std::size_t i = 1; i < run.plans.size(); ++i) {
+    const ep::TransitionCost t = ep::predict_transition(ctx, &run.plans[i - 1], run.plans[i]);
+    CHECK(t.contexts_s == (run.plans[i].woken_ranks.empty() ? 0.0 : 0.7));  // a woken process: the config's
+    if (run.plans[i].frozen_layers != run.plans[i - 1].frozen_layers) CHECK(t.warmup_s == 0.003);
+  }
+}
+
+TEST_CASE("the transition that first turns the cache on creates the node's file at the profile's measured rate") {
+  // Compute timed as the analytic model times it, the cache file's creation measured.
+  ep::Profile profile = analytic_vit_profile();
+  profile.transitions = {{ep::cache_create_what("host"), 1, 1e8, 0.02}, {ep::cache_create_what("host"), 1, 1e9, 0.25},
+                         {ep::cache_create_what("disk"), 1, 1e9, 0.01}};
+  for (const char* policy : {"on", "auto", "off"}) {
+    for (const char* host_memory : {"1e15", "1e9"}) {  // the host tier, or the disk
+      INFO(policy << " host memory " << host_memory);
+      const ep::Config c = paper_config("vit_imagenet", {std::string("planner.cache=") + policy,
+                                                          std::string("cluster.host.memory_bytes=") + host_memory});
+      const ep::AnalyticCostModel analytic(c.cluster, c.training);
+      const ep::FittedCostModel fitted(profile, analytic);
+      const ep::RunPlan run = ep::plan_run(c, fitted);
+      const ep::PlanContext measured_ctx(c, fitted), analytic_ctx(c, analytic);
+      int created = 0;
+      for (std::size_t i = 1; i < run.plans.size(); ++i) {
+        const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
+        const double measured = ep::predict_transition(measured_ctx, &prev, p).cache_create_s;
+        CHECK(ep::predict_transition(analytic_ctx, &prev, p).cache_create_s == 0);  // not measured
+        if (!p.cache.on || prev.cache.on) {
+          CHECK(measured == 0);
+          continue;
+        }
+        ++created;
+        // Scaled from the nearest measured size of the plan's tier.
+        const bool host = p.cache.tier == ep::CacheTier::HostMemory;
+        CHECK(host == (std::string(host_memory) == "1e15"));
+        CHECK(measured == Approx((host ? 0.25 : 0.01) * p.cache.bytes_per_node / 1e9));
+        CHECK(measured > 0);
+      }
+      if (std::string(policy) == "on") CHECK(created == 1);  // on from the first freeze step to the end
+      if (std::string(policy) == "off") CHECK(created == 0);
+    }
+  }
+}

@@ -46,23 +46,23 @@ class WarmupMeter {
   bool on_ = false;
 };
 
-// The host's side of an epoch: how long it took to queue each iteration
-// (its batch taken, every action queued), when it had each one's results,
-// and the activation cache's host work. Where queuing takes as long as the
-// interval between results, the host paces the epoch, not the device;
-// the simulator models the device and the cache's copies, not the host.
 // Blocks of pinned host memory the process has made (torch's caching host
 // allocator: cudaHostAlloc when no cached block fits, on the thread that
 // asked) and the host's time making them. A batch, a cache read or a cache
-// write bound for a GPU takes one; a new block costs milliseconds per
-// 100 MB, paid once. nullopt where the build cannot count them (CPU
-// builds, LibTorch before 2.8).
+// write bound for a GPU takes one; a new block is paid once, by the thread
+// that asked, at a cost that grows with its size. nullopt where the build
+// cannot count them (CPU builds, LibTorch before 2.8).
 struct PinnedAllocs {
   std::int64_t blocks = 0;
   double alloc_s = 0;
 };
 [[nodiscard]] std::optional<PinnedAllocs> pinned_allocs_now();
 
+// The host's side of an epoch: how long it took to queue each iteration
+// (its batch taken, every action queued), when it had each one's results,
+// and the activation cache's host work. Where queuing takes as long as the
+// interval between results, the host paces the epoch, not the device;
+// the simulator models the device and the cache's copies, not the host.
 struct HostPace {
   std::vector<double> queue_s;  // per iteration
   std::vector<double> done_s;   // per iteration, from the epoch's start

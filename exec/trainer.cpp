@@ -219,7 +219,7 @@ void Trainer::train_epoch() {
   TracedMeasures traced;
   HostPace pace;
   if (cache_) pace.cache = cache_->host_times();  // until the epoch's end (finish_epoch)
-  pace.pinned = pinned_allocs_now();  // likewise
+  if (c_.exec.device == ExecDevice::CUDA) pace.pinned = pinned_allocs_now();  // likewise; none on a CPU
   const Clock::time_point epoch_start = Clock::now();
   const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
   const int every = c_.exec.checkpoint_every;

@@ -153,6 +153,10 @@ expect_text "train transition line" "transition frozen 0->1 K 2->2"
 for f in summary.json epochs.csv trace.json grad_norms.csv plan.json weights.bin; do
   [ -s "$tmp/train/$f" ] && ok || bad "train wrote no $f"
 done
+# A CPU run that uses the cache prints a host line, with no pinned memory to name.
+expect_rc 0 "train with the cache on" -- "$bin" train "$fm" "${small[@]}" --set 'planner.cache="on"' --out "$tmp/train_cache"
+expect_text "a cached epoch's host line" "  host: 8 iterations"
+grep -q "pinned memory" <<<"$out" && bad "a CPU run's host line names pinned memory" || ok
 # The simulator replays the real run's gradient norms through Eq. 1.
 expect_rc 0 "simulate replays train's grad norms" -- "$bin" simulate "$fm" "${small[@]}" --mode freeze \
   --set 'planner.freeze_policy="replay"' --set "planner.replay_grad_norms_file=\"$tmp/train/grad_norms.csv\"" \

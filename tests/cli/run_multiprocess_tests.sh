@@ -140,8 +140,11 @@ same_losses "$tmp/dp" "$tmp/disk"
 #    --resume then gives the same final weights as the uninterrupted run.
 long=(--set data.num_train_samples=4000 --set exec.checkpoint_every=3 --set "exec.cache_memory_dir=\"$tmp/shm\"")
 run full 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/full" "${long[@]}"
-# Waits for epoch 1's end, then for the next checkpoint (mid-epoch 2, after
-# the 2 -> 4 transition, while the cache is being filled), stops the ranks
+# Waits for the 2 -> 4 transition at epoch 1's end (logged once the plan is
+# entered and the node's cache file exists; the epoch line comes before
+# the epoch's last checkpoint, which a wait from it could take for the next),
+# then for the next checkpoint (mid-epoch 2, while the cache is being
+# filled), stops the ranks
 # where they are and kills rank 2. The job lasts a few seconds: where this
 # shell was kept from polling until it had ended (a loaded machine), the
 # window was missed, not the behaviour, and the job runs again.
@@ -151,7 +154,7 @@ kill_mid_epoch() {
   launcher=$!
   local first=
   for _ in $(seq 1 1200); do
-    if [ -z "$first" ] && grep -q "epoch 1/3" "$tmp/killed.log" 2> /dev/null; then first=$(cat "$tmp/killed/checkpoints/latest"); fi
+    if [ -z "$first" ] && grep -q "transition frozen" "$tmp/killed.log" 2> /dev/null; then first=$(cat "$tmp/killed/checkpoints/latest"); fi
     [ -n "$first" ] && [ "$(cat "$tmp/killed/checkpoints/latest")" != "$first" ] && break
     sleep 0.05
   done

@@ -301,8 +301,9 @@ void profile_probe_setup(const Config& c, Model& model, const std::vector<std::i
 // handles made, allocators grown); then, with only training iterations run
 // so far, as at a run's first freeze step, AutoCache's probe set-up
 // (profile_probe_setup). Nothing measured before them has warmed what they
-// measure.
-void profile_run_start(const Config& c, const ProfileOptions& o, const at::Device& dev, Profile& p) {
+// measure. Returns a cache row's shape.
+std::vector<std::int64_t> profile_run_start(const Config& c, const ProfileOptions& o, const at::Device& dev,
+                                            Profile& p) {
   const AnalyticCostModel analytic(c.cluster, c.training);
   const PlanContext ctx(c, analytic, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   IterationSetup s;
@@ -322,19 +323,15 @@ void profile_run_start(const Config& c, const ProfileOptions& o, const at::Devic
     c10::NoGradGuard g;  // as the trainer finds a cache row's shape
     row = r.model.forward({0, 1}, stem_input(c.model, 1, dev));
   }
-  profile_probe_setup(c, r.model, row.sizes().slice(1).vec(), dev, p);
+  const std::vector<std::int64_t> shape = row.sizes().slice(1).vec();
+  profile_probe_setup(c, r.model, shape, dev, p);
+  return shape;
 }
 
 // Reads go to the training device and writes come from it, as the
-// pipeline's CacheRead and CacheWrite move them.
-void profile_cache(const Config& c, const ProfileOptions& o, const at::Device& dev, Profile& p) {
-  Model model(c.model, c.training.seed);
-  at::Tensor row;
-  {
-    c10::NoGradGuard g;
-    row = model.forward({0, 1}, stem_input(c.model, 1, at::kCPU));
-  }
-  const std::vector<std::int64_t> shape = row.sizes().slice(1).vec();
+// pipeline's CacheRead and CacheWrite move them; rows of `shape`.
+void profile_cache(const Config& c, const ProfileOptions& o, const at::Device& dev,
+                   const std::vector<std::int64_t>& shape, Profile& p) {
   const int n = std::max(64, c.training.batch_size);
   std::vector<std::pair<std::string, std::string>> tiers{{"host", c.exec.cache_memory_dir}};
   tiers.push_back({"disk", c.exec.cache_disk_dir.empty() ? std::filesystem::temp_directory_path().string()
@@ -424,7 +421,7 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
                   std::to_string(threads) + " intra-op threads, BLAS " + blas_library().name;
   p.model = profile_model(c.model);
   log("a run's first iteration and AutoCache's probe set-up on " + dev.str() + "...");
-  profile_run_start(c, o, dev, p);
+  const std::vector<std::int64_t> row_shape = profile_run_start(c, o, dev, p);
   log("compute on " + dev.str() + " (forward, backward, frozen forward per sublayer kind)...");
   profile_compute(c, o, dev, p);
   log("point-to-point hand-over...");
@@ -433,7 +430,7 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
                     : "all-reduce and group rebuild (Gloo, ranks as threads)...");
   profile_collectives(c, o, dev, p);
   log("activation cache (host and disk)...");
-  profile_cache(c, o, dev, p);
+  profile_cache(c, o, dev, row_shape, p);
   log("optimizer steps...");
   profile_optimizer(c, o, dev, p);
   log("state pack and unpack...");

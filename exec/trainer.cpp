@@ -218,8 +218,11 @@ void Trainer::train_epoch() {
   SampleAudit samples(c_, opt_.out_dir, env_.rank);
   TracedMeasures traced;
   HostPace pace;
-  if (cache_) pace.cache = cache_->host_times();  // until the epoch's end (finish_epoch)
-  if (c_.exec.device == ExecDevice::CUDA) pace.pinned = pinned_allocs_now();  // likewise; none on a CPU
+  // The cache's host times and the pinned blocks made (none on a CPU) at the
+  // epoch's start: the epoch's part is what they add until its end.
+  const ActivationCache::HostTimes cache_at_start = cache_ ? cache_->host_times() : ActivationCache::HostTimes{};
+  const std::optional<PinnedAllocs> pinned_at_start =
+      c_.exec.device == ExecDevice::CUDA ? pinned_allocs_now() : std::nullopt;
   const Clock::time_point epoch_start = Clock::now();
   const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
   const int every = c_.exec.checkpoint_every;
@@ -228,6 +231,14 @@ void Trainer::train_epoch() {
   // norms, so a GPU never waits for it. Not with replicas (their loss
   // all-reduce shares NCCL lane 0 with the gradients, in one order on every
   // rank), nor before a checkpoint (it saves the weights after iteration i).
+  struct Launched {
+    IterationFuture future;
+    std::vector<std::int64_t> idx;
+    std::int64_t global_real = 0;
+    double lr = 0;
+    bool traced = false;
+    Clock::time_point start;
+  };
   const bool ahead = !(dist_ && plan_->layout.replicas > 1);
   const auto checkpoint_after = [&] {  // the oldest iteration in flight, once recorded
     return every > 0 && (p_.iteration + 1) % every == 0 && p_.consumed + slot_step < slots;
@@ -297,15 +308,15 @@ void Trainer::train_epoch() {
   }
   samples.close();
   if (cache_) cache_->flush();  // the epoch's writes stored behind it: landed, or their failure raised here
+  if (cache_) pace.cache = HostPace::since(cache_at_start, cache_->host_times());
+  if (pinned_at_start)
+    if (const std::optional<PinnedAllocs> now = pinned_allocs_now())
+      pace.pinned = PinnedAllocs{now->blocks - pinned_at_start->blocks, now->alloc_s - pinned_at_start->alloc_s};
   finish_epoch(p_.epoch_elapsed_s + seconds(epoch_start, Clock::now()), traced, fill, pace);
 }
 
 // Records the epoch just run, starts the next, and checkpoints.
-void Trainer::finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, HostPace& pace) {
-  if (cache_) pace.cache = HostPace::since(pace.cache, cache_->host_times());
-  if (pace.pinned)
-    if (const std::optional<PinnedAllocs> now = pinned_allocs_now())
-      pace.pinned = PinnedAllocs{now->blocks - pace.pinned->blocks, now->alloc_s - pace.pinned->alloc_s};
+void Trainer::finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, const HostPace& pace) {
   const double transition_s = pending_transition_s_;
   pending_transition_s_ = 0;
   p_.train_s += epoch_s + transition_s;

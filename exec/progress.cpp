@@ -75,6 +75,18 @@ std::optional<PinnedAllocs> pinned_allocs_now() {
 #endif
 }
 
+void HostPace::begin(const ActivationCache* c, bool gpu) {
+  cache_at_start_ = c ? c->host_times() : ActivationCache::HostTimes{};
+  pinned_at_start_ = gpu ? pinned_allocs_now() : std::nullopt;
+}
+
+void HostPace::end(const ActivationCache* c) {
+  if (c) cache = since(cache_at_start_, c->host_times());
+  if (pinned_at_start_)
+    if (const std::optional<PinnedAllocs> now = pinned_allocs_now())
+      pinned = PinnedAllocs{now->blocks - pinned_at_start_->blocks, now->alloc_s - pinned_at_start_->alloc_s};
+}
+
 ActivationCache::HostTimes HostPace::since(const ActivationCache::HostTimes& before,
                                            const ActivationCache::HostTimes& now) {
   ActivationCache::HostTimes d;

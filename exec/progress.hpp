@@ -66,11 +66,20 @@ struct PinnedAllocs {
 struct HostPace {
   std::vector<double> queue_s;  // per iteration
   std::vector<double> done_s;   // per iteration, from the epoch's start
-  ActivationCache::HostTimes cache;  // the epoch's part (HostPace::since)
-  std::optional<PinnedAllocs> pinned;  // the epoch's part, where known
+  ActivationCache::HostTimes cache;  // the epoch's part (end())
+  std::optional<PinnedAllocs> pinned;  // the epoch's part, on a GPU where the build counts them
+  // At the epoch's start: what `cache` (null: none) has counted so far and,
+  // on a GPU (`gpu`), the pinned blocks made so far.
+  void begin(const ActivationCache* cache, bool gpu);
+  // At its end: `cache` and `pinned` set to what the epoch added.
+  void end(const ActivationCache* cache);
   // `now` minus `before`: a cache's host times over an interval.
   static ActivationCache::HostTimes since(const ActivationCache::HostTimes& before,
                                          const ActivationCache::HostTimes& now);
+
+ private:
+  ActivationCache::HostTimes cache_at_start_;
+  std::optional<PinnedAllocs> pinned_at_start_;
 };
 
 // One log line: medians per iteration, the first iteration's wait, the

@@ -218,11 +218,7 @@ void Trainer::train_epoch() {
   SampleAudit samples(c_, opt_.out_dir, env_.rank);
   TracedMeasures traced;
   HostPace pace;
-  // The cache's host times and the pinned blocks made (none on a CPU) at the
-  // epoch's start: the epoch's part is what they add until its end.
-  const ActivationCache::HostTimes cache_at_start = cache_ ? cache_->host_times() : ActivationCache::HostTimes{};
-  const std::optional<PinnedAllocs> pinned_at_start =
-      c_.exec.device == ExecDevice::CUDA ? pinned_allocs_now() : std::nullopt;
+  pace.begin(cache_.get(), c_.exec.device == ExecDevice::CUDA);
   const Clock::time_point epoch_start = Clock::now();
   const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
   const int every = c_.exec.checkpoint_every;
@@ -231,14 +227,6 @@ void Trainer::train_epoch() {
   // norms, so a GPU never waits for it. Not with replicas (their loss
   // all-reduce shares NCCL lane 0 with the gradients, in one order on every
   // rank), nor before a checkpoint (it saves the weights after iteration i).
-  struct Launched {
-    IterationFuture future;
-    std::vector<std::int64_t> idx;
-    std::int64_t global_real = 0;
-    double lr = 0;
-    bool traced = false;
-    Clock::time_point start;
-  };
   const bool ahead = !(dist_ && plan_->layout.replicas > 1);
   const auto checkpoint_after = [&] {  // the oldest iteration in flight, once recorded
     return every > 0 && (p_.iteration + 1) % every == 0 && p_.consumed + slot_step < slots;
@@ -308,10 +296,7 @@ void Trainer::train_epoch() {
   }
   samples.close();
   if (cache_) cache_->flush();  // the epoch's writes stored behind it: landed, or their failure raised here
-  if (cache_) pace.cache = HostPace::since(cache_at_start, cache_->host_times());
-  if (pinned_at_start)
-    if (const std::optional<PinnedAllocs> now = pinned_allocs_now())
-      pace.pinned = PinnedAllocs{now->blocks - pinned_at_start->blocks, now->alloc_s - pinned_at_start->alloc_s};
+  pace.end(cache_.get());
   finish_epoch(p_.epoch_elapsed_s + seconds(epoch_start, Clock::now()), traced, fill, pace);
 }
 

@@ -77,6 +77,15 @@ class Trainer final : RunBackend {
   void train_epoch();
   // Logs the epoch's line, then, on a GPU or with the cache, its host line.
   void finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, const HostPace& pace);
+  // An iteration queued on the pipeline, not yet recorded (train_epoch).
+  struct Launched {
+    IterationFuture future;
+    std::vector<std::int64_t> idx;
+    std::int64_t global_real = 0;
+    double lr = 0;
+    bool traced = false;
+    Clock::time_point start;
+  };
   void check_finite(double loss, const std::vector<double>& layer_grad_sq, double lr) const;
   void check_finite_weights() const;
   [[noreturn]] void diverged(std::int64_t iteration, const std::string& what) const;

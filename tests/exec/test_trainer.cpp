@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "tests/exec/support.hpp"
+#include "tests/temp_dir.hpp"
 #include "exec/job.hpp"
 #include "exec/progress.hpp"
 #include "exec/torch_compat.hpp"
@@ -202,6 +203,26 @@ TEST_CASE("an epoch's host line gives medians per iteration and the cache's time
   CHECK_THAT(exec::format_host_pace(h), Catch::EndsWith("; pinned memory: 2 new blocks, 41.50 ms making them"));
   h.pinned = exec::PinnedAllocs{1, 0.02};
   CHECK_THAT(exec::format_host_pace(h), Catch::EndsWith("; pinned memory: 1 new block, 20.00 ms making them"));
+}
+
+TEST_CASE("an epoch's host pace holds what the cache counted between its begin and its end") {
+  ep::test::TempDir tmp;
+  exec::ActivationCache cache(tmp.file("c"), 4, {8}, true, std::chrono::milliseconds(0));
+  cache.write({0, 1}, at::ones({2, 8}), 0);  // before the epoch: not its part
+  exec::HostPace pace;
+  pace.begin(&cache, /*gpu=*/false);
+  cache.write({2, 3}, at::ones({2, 8}), 0);
+  (void)cache.read({0, 3}, 0, at::kCPU);
+  (void)cache.read({1}, 0, at::kCPU);
+  pace.end(&cache);
+  CHECK(pace.cache.writes == 1);
+  CHECK(pace.cache.reads == 2);
+  CHECK_FALSE(pace.pinned.has_value());  // not a GPU epoch
+  exec::HostPace none;  // no cache: nothing counted
+  none.begin(nullptr, false);
+  none.end(nullptr);
+  CHECK(none.cache.reads == 0);
+  CHECK(none.cache.writes == 0);
 }
 
 TEST_CASE("pinned host blocks are counted only where the build can count them") {

@@ -228,11 +228,12 @@ void append_traced(ModeOutput& out, const std::vector<trace::Trace>& iterations,
   }
 }
 
-// Traced: the iteration each plan starts with (it fills the cache when it
-// does), once per run of identical plans.
+// Traced: the program each plan starts with (it fills the cache when it
+// does), kTracedIterations of its iterations, once per run of identical plans.
 struct TracedPrograms {
   std::vector<IterationProgram> programs;
   std::vector<int> plan_ids;
+  std::vector<int> iterations;  // per program: kTracedIterations, or fewer where an epoch has fewer
   std::vector<bool> is_traced;  // per plan
 };
 
@@ -249,6 +250,8 @@ TracedPrograms traced_programs(const std::vector<Plan>& plans, bool traced) {
     if (same) continue;
     out.programs.push_back(first);
     out.plan_ids.push_back(plans[pi].id);
+    out.iterations.push_back(
+        static_cast<int>(std::clamp<std::int64_t>(plans[pi].iterations_per_epoch, 1, kTracedIterations)));
     out.is_traced[pi] = true;
   }
   return out;
@@ -291,7 +294,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   // but the plans: all start at once (their runs go to the same pool), and
   // the plans are then walked in order.
   std::future<std::vector<trace::Trace>> traces =
-      std::async(std::launch::async, [&] { return runner.trace(ctx, to_trace.programs, to_trace.plan_ids); });
+      std::async(std::launch::async, [&] { return runner.trace(ctx, to_trace.programs, to_trace.plan_ids, to_trace.iterations); });
   std::vector<std::future<TransitionCost>> transitions;
   for (std::size_t pi = 0; pi < plans.size(); ++pi)
     transitions.push_back(std::async(std::launch::async, [&, pi] {
@@ -520,9 +523,9 @@ void write_outputs(const RunResult& r, const std::string& dir) {
   trace::write_chunks_csv(r.chunks, chunks.stream(), chunks.path());
   plan.stream() << r.plan_json;
   if (!r.trace.events.empty()) {
-    // A plan's traced iteration starts from idle devices and can outlast an
+    // A plan's traced iterations start from idle devices and can outlast an
     // epoch of one or two steady-state periods, so the next transition may
-    // begin inside it: such spans go to lanes of their own.
+    // begin inside them: such spans go to lanes of their own.
     trace::Trace t = r.trace;
     trace::separate_overlaps(t);
     trace.emplace((d / "trace.json").string());

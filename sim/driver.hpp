@@ -41,6 +41,11 @@ struct ModeRun {
   [[nodiscard]] double total_s() const;
 };
 
+// Iterations traced per distinct plan: an epoch's first, which starts from
+// idle devices (its cache reads cannot run ahead of it), and the next, as
+// the steady state runs (trace diff aligns each with its like in a real run).
+inline constexpr int kTracedIterations = 2;
+
 // The simulator's answer to the paper's profiling step: throughput vs M for
 // each K a mode meets, as chunks.csv holds it (mode by name).
 using ChunkRow = trace::ChunkCsvRow;
@@ -50,7 +55,7 @@ struct RunResult {
   double device_memory_bytes = 0;
   std::vector<ModeRun> modes;
   std::vector<ChunkRow> chunks;
-  trace::Trace trace;  // one iteration per distinct plan of the last mode, on one timeline
+  trace::Trace trace;  // kTracedIterations iterations per distinct plan of the last mode, on one timeline
   trace::RunSummary summary;
   std::string plan_json;  // plan.json: the last mode's run plan (planner's to_json), its times SimGrid's
 };

@@ -83,13 +83,13 @@ class Runner {
     return out;
   }
 
-  // One traced iteration per setup, in parallel (not memoised: the traces
-  // are the point).
+  // Each program's first `iterations` traced, in parallel (not memoised:
+  // the traces are the point).
   std::vector<trace::Trace> trace(const PlanContext& ctx, const std::vector<IterationProgram>& programs,
-                                  const std::vector<int>& plan_ids) {
+                                  const std::vector<int>& plan_ids, const std::vector<int>& iterations) {
     std::vector<SimRequest> requests;
     for (std::size_t i = 0; i < programs.size(); ++i)
-      requests.push_back(program_request(ctx, programs[i], 1, plan_ids[i]));
+      requests.push_back(program_request(ctx, programs[i], iterations.at(i), plan_ids[i]));
     std::vector<trace::Trace> traces;
     (void)sim_.run_batch(requests, jobs_, &traces);
     return traces;

@@ -22,11 +22,15 @@ struct Mean {
   [[nodiscard]] double value() const { return sum / n; }
 };
 
-std::map<Key, Mean> mean_durations(const Trace& t) {
-  std::map<Key, Mean> out;
+using Means = std::map<Key, Mean>;
+
+// Per phase, each action's mean duration over its iterations of that phase.
+std::map<IterationPhase, Means> mean_durations(const Trace& t) {
+  std::map<IterationPhase, Means> out;
   for (const Event& e : t.events) {
     if (t.tracks.at(e.track).kind != TrackKind::Gpu || e.category == "transition") continue;
-    Mean& m = out[{e.plan_id, e.replica, e.name}];
+    const IterationPhase phase = e.iteration > 0 ? IterationPhase::Later : IterationPhase::First;
+    Mean& m = out[phase][{e.plan_id, e.replica, e.name}];
     m.category = e.category;
     m.sum += e.end_s - e.start_s;
     ++m.n;
@@ -54,24 +58,12 @@ void finish(CategoryDiff& d, int with_reference) {
   if (with_reference > 0) d.mape /= with_reference;
 }
 
-}  // namespace
-
-TraceDiff diff_traces(const Trace& first, const Trace& second) {
-  // Nothing to compare is refused rather than reported as no error.
-  const auto model = [](const Trace& t) {
-    const auto it = t.metadata.find("model");
-    return it == t.metadata.end() ? std::string() : it->second;
-  };
-  if (!model(first).empty() && !model(second).empty() && model(first) != model(second))
-    throw Error("the traces are of different models: the first of '" + model(first) + "', the second of '" +
-                model(second) + "'");
-  const auto a = mean_durations(first), b = mean_durations(second);
-  for (const auto& [which, m] : {std::pair{"first", &a}, std::pair{"second", &b}})
-    if (m->empty()) throw Error(std::string("the ") + which + " trace has no GPU spans to compare (an empty trace)");
+PhaseDiff diff_phase(IterationPhase phase, const Means& a, const Means& b) {
   std::map<std::string, CategoryDiff> by_cat;
   std::map<std::string, int> with_reference;
   int total_with_reference = 0;
-  TraceDiff out;
+  PhaseDiff out;
+  out.phase = phase;
   out.total.category = "total";
   for (const auto& [key, m] : a) {
     CategoryDiff& d = by_cat[m.category];
@@ -99,17 +91,13 @@ TraceDiff diff_traces(const Trace& first, const Trace& second) {
     out.categories.push_back(it->second);
   }
   finish(out.total, total_with_reference);
-  if (out.total.matched == 0)
-    throw Error("no action of the first trace matches one of the second by (plan, replica, action name): "
-                "they are not runs of the same config");
+  // Over all kinds, weighted by time: a near-zero span (a read that landed
+  // ahead) off by 0.1 ms must not outweigh a backward off by 1%.
+  out.total.mape = out.total.second_mean_s > 0 ? out.total.mean_abs_error_s / out.total.second_mean_s : 0;
   return out;
 }
 
-std::string format_diff(const TraceDiff& d, const Trace& first, const Trace& second) {
-  std::ostringstream os;
-  os << "first:  " << first.source << " " << first.mode << " " << first.config << "\n"
-     << "second: " << second.source << " " << second.mode << " " << second.config << "\n"
-     << "aligned by (plan, replica, action); durations are means over a run's iterations\n\n";
+void table(std::ostringstream& os, const PhaseDiff& d) {
   char line[256];
   std::snprintf(line, sizeof line, "%-15s %8s %7s %7s %13s %13s %14s %8s\n", "action kind", "matched", "only 1",
                 "only 2", "first (ms)", "second (ms)", "|error| (ms)", "MAPE");
@@ -122,6 +110,59 @@ std::string format_diff(const TraceDiff& d, const Trace& first, const Trace& sec
   };
   for (const auto& c : d.categories) row(c);
   row(d.total);
+}
+
+}  // namespace
+
+TraceDiff diff_traces(const Trace& first, const Trace& second) {
+  // Nothing to compare is refused rather than reported as no error.
+  const auto model = [](const Trace& t) {
+    const auto it = t.metadata.find("model");
+    return it == t.metadata.end() ? std::string() : it->second;
+  };
+  if (!model(first).empty() && !model(second).empty() && model(first) != model(second))
+    throw Error("the traces are of different models: the first of '" + model(first) + "', the second of '" +
+                model(second) + "'");
+  const auto a = mean_durations(first), b = mean_durations(second);
+  for (const auto& [which, m] : {std::pair{"first", &a}, std::pair{"second", &b}})
+    if (m->empty()) throw Error(std::string("the ") + which + " trace has no GPU spans to compare (an empty trace)");
+  TraceDiff out;
+  int matched = 0;
+  for (const IterationPhase phase : {IterationPhase::Later, IterationPhase::First}) {
+    const auto in_a = a.find(phase), in_b = b.find(phase);
+    if (in_a == a.end() && in_b == b.end()) continue;
+    if (in_a == a.end() || in_b == b.end()) {
+      out.held_by_one.emplace_back(phase, in_a == a.end() ? 2 : 1);
+      continue;
+    }
+    out.phases.push_back(diff_phase(phase, in_a->second, in_b->second));
+    matched += out.phases.back().total.matched;
+  }
+  if (matched == 0)
+    throw Error("no action of the first trace matches one of the second by (plan, replica, action name) in "
+                "iterations of the same place in their epochs: they are not runs of the same config");
+  return out;
+}
+
+std::string format_diff(const TraceDiff& d, const Trace& first, const Trace& second) {
+  std::ostringstream os;
+  os << "first:  " << first.source << " " << first.mode << " " << first.config << "\n"
+     << "second: " << second.source << " " << second.mode << " " << second.config << "\n"
+     << "aligned by (plan, replica, action); durations are means over a run's iterations of each kind;\n"
+     << "MAPE per kind: the mean of each action's |error| / second; total: summed |error| / summed second\n";
+  for (const PhaseDiff& p : d.phases) {
+    os << "\n"
+       << (p.phase == IterationPhase::Later
+               ? "iterations after an epoch's first (the steady state):\n"
+               : "each epoch's first iteration (from idle devices: cache reads not yet ahead, warm-up):\n");
+    table(os, p);
+  }
+  for (const auto& [phase, holder] : d.held_by_one)
+    os << "\n"
+       << (phase == IterationPhase::Later ? "iterations after an epoch's first" : "epochs' first iterations")
+       << ": only the " << (holder == 1 ? "first" : "second") << " trace holds them"
+       << (phase == IterationPhase::Later ? " (a real run traces them with exec.trace_iterations >= 2)" : "")
+       << "\n";
   return os.str();
 }
 

@@ -10,10 +10,16 @@
 
 namespace ep::trace {
 
-// Spans are aligned by (plan_id, replica, action name): a run's many
-// iterations of a plan collapse into one mean duration per action, so a
-// simulation that traced one iteration per plan aligns with a real run that
-// traced many. Link spans are left out (a real run has no link tracks).
+// Spans are aligned by (plan_id, replica, action name, phase): a run's many
+// iterations of a plan collapse into one mean duration per action and
+// phase, so a simulation that traced two iterations per plan aligns with a
+// real run that traced many. The phase keeps like with like: an epoch's
+// first iteration starts from idle devices and pays what later ones find
+// ready (a cache read that cannot run ahead yet, the warm-up after a freeze
+// step), so it is compared only with first iterations. Link spans are left
+// out (a real run has no link tracks).
+enum class IterationPhase { Later, First };
+
 struct CategoryDiff {
   std::string category;
   int matched = 0;          // actions present in both
@@ -25,9 +31,18 @@ struct CategoryDiff {
   double mape = 0;          // mean |first - second| / second over matched actions with second > 0
 };
 
-struct TraceDiff {
+// One phase's iterations, where both traces hold some.
+struct PhaseDiff {
+  IterationPhase phase = IterationPhase::Later;
   std::vector<CategoryDiff> categories;  // in kEventCategories order, only those present
-  CategoryDiff total;                    // over all matched actions
+  CategoryDiff total;                    // over all matched actions of the phase; its mape weighted by time
+};
+
+struct TraceDiff {
+  std::vector<PhaseDiff> phases;  // Later, then First: those both traces hold
+  // Phases only one trace holds (e.g. a real run that traced only each
+  // epoch's first iteration), with the trace that does: 1 or 2.
+  std::vector<std::pair<IterationPhase, int>> held_by_one;
 };
 
 // Throws ep::Error when there is nothing to compare: a trace without GPU

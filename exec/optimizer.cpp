@@ -21,6 +21,11 @@ void Optimizer::to(const std::string& name, const at::Device& device) {
     if (t->defined()) *t = t->to(device);
 }
 
+at::Tensor grad_sq_norms(const std::vector<at::Tensor>& grads, const at::Device& device) {
+  if (grads.empty()) return at::zeros({0}, at::TensorOptions().device(device).dtype(at::kDouble));
+  return at::stack(at::_foreach_norm(grads)).to(at::kDouble).square();
+}
+
 void Optimizer::step(const std::vector<NamedTensor>& params, double lr) {
   c10::NoGradGuard no_grad;
   // One multi-tensor update per group of parameters on one device at one

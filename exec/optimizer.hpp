@@ -50,6 +50,12 @@ class Optimizer {
   std::map<std::string, ParamState> state_;
 };
 
+// ‖g‖² of each of `grads` (on `device`), as doubles: one multi-tensor norm,
+// a few kernels, not several per tensor. Every optimizer step action runs
+// it before the update (the freeze policy's per-layer norms are summed
+// from it), so the profile times the two together.
+[[nodiscard]] at::Tensor grad_sq_norms(const std::vector<at::Tensor>& grads, const at::Device& device);
+
 // Learning rate at optimizer step `step` (0-based) of `total_steps`: linear
 // warm-up over training.warmup_steps, then constant, cosine or linear decay
 // to 0 at total_steps.

@@ -527,9 +527,8 @@ struct Pipeline::DeviceRun {
       }
     }
     job.buckets[s].clear();
-    // ‖g‖² per parameter from one multi-tensor norm over the stage's
-    // gradients (a few kernels, not several per parameter); the host sums
-    // them per layer when it reads the iteration.
+    // ‖g‖² per parameter; the host sums them per layer when it reads the
+    // iteration.
     std::vector<at::Tensor> grads;
     std::vector<int>& layer = job.stage_grad_layer[s];
     for (int i = part.active(s).first; i < part.active(s).last; ++i) {
@@ -538,8 +537,7 @@ struct Pipeline::DeviceRun {
       for (const auto& p : pipe.model_.sublayer(i).params())
         if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad()), layer.push_back(transformer ? sub.layer : -1);
     }
-    job.stage_grad_sq[s] = grads.empty() ? at::zeros({0}, at::TensorOptions().device(dev).dtype(at::kDouble))
-                                         : at::stack(at::_foreach_norm(grads)).to(at::kDouble).square();
+    job.stage_grad_sq[s] = grad_sq_norms(grads, dev);
     pipe.optimizer_.step(params, job.lr);
   }
 

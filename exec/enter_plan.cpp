@@ -202,13 +202,16 @@ void Trainer::transition(const Plan& previous) {
                   probe_write_s_, cost.cache_probe_s - probe_setup_s_ - probe_write_s_);
   char file[48] = "";
   if (cache_file_s_ > 0) std::snprintf(file, sizeof file, " [cache file %.3f]", cache_file_s_);
+  // The probe's and the cache's first pinned blocks are made here, not in
+  // the epoch after (its host line counts its own).
+  const std::optional<PinnedAllocs> pinned = pinned_allocs_since(pinned_at_step_);
   char buf[480];
   std::snprintf(buf, sizeof buf,
                 "transition frozen %d->%d K %d->%d replicas %d->%d (%.3f s: cache probe %.3f%s, planning %.3f, "
-                "state transfer %.3f, group rebuild %.3f, repartition %.3f%s)",
+                "state transfer %.3f, group rebuild %.3f, repartition %.3f%s%s%s)",
                 frozen_before, plan_->frozen_layers, K_before, plan_->K, replicas_before, plan_->layout.replicas,
                 pending_transition_s_, cost.cache_probe_s, probe, cost.planning_s, cost.state_transfer_s, cost.rebuild_s,
-                cost.repartition_s, file);
+                cost.repartition_s, file, pinned ? "; " : "", pinned ? format_pinned(*pinned).c_str() : "");
   log(buf);
 }
 

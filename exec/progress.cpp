@@ -75,6 +75,20 @@ std::optional<PinnedAllocs> pinned_allocs_now() {
 #endif
 }
 
+std::optional<PinnedAllocs> pinned_allocs_since(const std::optional<PinnedAllocs>& before) {
+  if (!before) return std::nullopt;
+  const std::optional<PinnedAllocs> now = pinned_allocs_now();
+  if (!now) return std::nullopt;
+  return PinnedAllocs{now->blocks - before->blocks, now->alloc_s - before->alloc_s};
+}
+
+std::string format_pinned(const PinnedAllocs& p) {
+  char b[96];
+  std::snprintf(b, sizeof b, "pinned memory: %lld new block%s, %.2f ms making them", static_cast<long long>(p.blocks),
+                p.blocks == 1 ? "" : "s", p.alloc_s * 1e3);
+  return b;
+}
+
 void HostPace::begin(const ActivationCache* c, bool gpu) {
   cache_at_start_ = c ? c->host_times() : ActivationCache::HostTimes{};
   pinned_at_start_ = gpu ? pinned_allocs_now() : std::nullopt;
@@ -82,9 +96,7 @@ void HostPace::begin(const ActivationCache* c, bool gpu) {
 
 void HostPace::end(const ActivationCache* c) {
   if (c) cache = since(cache_at_start_, c->host_times());
-  if (pinned_at_start_)
-    if (const std::optional<PinnedAllocs> now = pinned_allocs_now())
-      pinned = PinnedAllocs{now->blocks - pinned_at_start_->blocks, now->alloc_s - pinned_at_start_->alloc_s};
+  pinned = pinned_allocs_since(pinned_at_start_);
 }
 
 ActivationCache::HostTimes HostPace::since(const ActivationCache::HostTimes& before,
@@ -123,9 +135,7 @@ std::string format_host_pace(const HostPace& h) {
             per(c.write_queue_s, c.writes) + " for a queue place, stored in " + per(c.store_copy_s, c.writes) +
             " after " + per(c.store_device_s, c.writes) + " waiting for the device's copy";
   if (c.reads > 0 || c.writes > 0) line += "; end-of-epoch flush " + ms(c.flush_s);
-  if (h.pinned)
-    line += "; pinned memory: " + std::to_string(h.pinned->blocks) + " new block" + (h.pinned->blocks == 1 ? "" : "s") +
-            ", " + ms(h.pinned->alloc_s) + " making them";
+  if (h.pinned) line += "; " + format_pinned(*h.pinned);
   return line;
 }
 

@@ -57,6 +57,10 @@ struct PinnedAllocs {
   double alloc_s = 0;
 };
 [[nodiscard]] std::optional<PinnedAllocs> pinned_allocs_now();
+// What was made since `before` (nullopt where it was not counted).
+[[nodiscard]] std::optional<PinnedAllocs> pinned_allocs_since(const std::optional<PinnedAllocs>& before);
+// "pinned memory: N new blocks, X ms making them"
+[[nodiscard]] std::string format_pinned(const PinnedAllocs&);
 
 // The host's side of an epoch: how long it took to queue each iteration
 // (its batch taken, every action queued), when it had each one's results,

@@ -90,6 +90,7 @@ std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
 
 void Trainer::begin_step(int) {
   step_start_ = Clock::now();
+  pinned_at_step_ = c_.exec.device == ExecDevice::CUDA ? pinned_allocs_now() : std::nullopt;
   probe_s_ = probe_setup_s_ = probe_write_s_ = 0;
 }
 

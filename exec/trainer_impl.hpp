@@ -137,6 +137,7 @@ class Trainer final : RunBackend {
   trace::RunState p_;
   std::vector<double> pending_chunk_times_;
   Clock::time_point step_start_ = Clock::now();  // the freeze step being planned began
+  std::optional<PinnedAllocs> pinned_at_step_;    // pinned blocks made before it, on a GPU where counted
   double planning_s_ = 0, pending_transition_s_ = 0;
   double probe_s_ = 0;  // of the step being planned: AutoCache's probe (inside planning_s_)
   double probe_setup_s_ = 0, probe_write_s_ = 0;  // of probe_s_: the probe's set-up, its untimed write

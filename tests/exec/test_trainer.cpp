@@ -234,6 +234,12 @@ TEST_CASE("pinned host blocks are counted only where the build can count them") 
 #else
   CHECK_FALSE(now.has_value());
 #endif
+  // An interval is counted only from a start that was.
+  CHECK_FALSE(exec::pinned_allocs_since(std::nullopt).has_value());
+  const std::optional<exec::PinnedAllocs> since = exec::pinned_allocs_since(exec::PinnedAllocs{});
+  CHECK(since.has_value() == now.has_value());
+  if (since) CHECK(since->blocks >= now->blocks);  // everything made since a start of none
+  CHECK(exec::format_pinned({0, 0}) == "pinned memory: 0 new blocks, 0.00 ms making them");
 }
 
 TEST_CASE("a traced iteration's bubble is the share of its span the devices compute nothing") {

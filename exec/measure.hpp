@@ -33,6 +33,7 @@ class ChunkMemo {
   // Empty when not recorded.
   [[nodiscard]] std::vector<double> find(const std::vector<IterationProgram>& programs) const;
   void add(const std::vector<IterationProgram>& programs, const std::vector<double>& times) const;
+  [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
   [[nodiscard]] nlohmann::json key(const std::vector<IterationProgram>& programs) const;

@@ -49,9 +49,20 @@ std::vector<double> Trainer::chunk_times(const std::vector<IterationProgram>& pr
   const ChunkMemo memo(c_, cores_);
   std::vector<double> times = memo.find(programs);
   if (!times.empty()) return times;
+  const Clock::time_point t0 = Clock::now();
   for (const IterationProgram& p : programs)
     times.push_back(time_chunk_candidate(*pipeline_, data_.train, timing_program(ctx_, p), c_.exec.chunk_search_iterations));
   memo.add(programs, times);
+  // Said, because no epoch holds it: it runs before the plan it chooses, once
+  // per machine, and pays the process's one-off work in the first epoch's stead.
+  std::string line = "chunk search for K = " + std::to_string(programs.front().setup.K) + ": M =";
+  char buf[48];
+  for (std::size_t i = 0; i < programs.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s %d (%.2f ms)", i ? "," : "", programs[i].setup.M, times[i] * 1e3);
+    line += buf;
+  }
+  std::snprintf(buf, sizeof buf, " per iteration, timed in %.2f s", seconds(t0, Clock::now()));
+  log(line + buf + "; kept in " + memo.path() + " for later runs");
   return times;
 }
 

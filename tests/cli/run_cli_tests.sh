@@ -147,15 +147,20 @@ fm="$root/configs/fashion_mnist_vit_tiny.toml"
 # Each key once: a key given twice to --set is refused.
 small_data=(--set data.num_train_samples=512 --set data.num_test_samples=128)
 small=("${small_data[@]}" --set training.epochs=2)
-expect_rc 0 "train" -- "$bin" train "$fm" "${small[@]}" --out "$tmp/train"
+expect_rc 0 "train" -- "$bin" train "$fm" "${small[@]}" --set "exec.chunk_memo=\"$tmp/chunk_memo.json\"" --out "$tmp/train"
 expect_text "train epoch line" "epoch 2/2  loss"
 expect_text "train transition line" "transition frozen 0->1 K 2->2"
+# The chunk search is timed once per machine and said, since no epoch holds it.
+expect_text "train says its chunk search" "chunk search for K = 2: M = 2 ("
+expect_text "train says where the search is kept" "kept in $tmp/chunk_memo.json for later runs"
 for f in summary.json epochs.csv trace.json grad_norms.csv plan.json weights.bin; do
   [ -s "$tmp/train/$f" ] && ok || bad "train wrote no $f"
 done
 # A CPU run that uses the cache prints a host line, with no pinned memory to name.
-expect_rc 0 "train with the cache on" -- "$bin" train "$fm" "${small[@]}" --set 'planner.cache="on"' --out "$tmp/train_cache"
+expect_rc 0 "train with the cache on" -- "$bin" train "$fm" "${small[@]}" --set 'planner.cache="on"' \
+  --set "exec.chunk_memo=\"$tmp/chunk_memo.json\"" --out "$tmp/train_cache"
 expect_text "a cached epoch's host line" "  host: 8 iterations"
+grep -q "chunk search" <<<"$out" && bad "a run whose chunk timings are kept searched again" || ok
 grep -q "pinned memory" <<<"$out" && bad "a CPU run's host line names pinned memory" || ok
 # The simulator replays the real run's gradient norms through Eq. 1.
 expect_rc 0 "simulate replays train's grad norms" -- "$bin" simulate "$fm" "${small[@]}" --mode freeze \

@@ -230,12 +230,14 @@ void ActivationCache::check_existing(int fd) const {
                 std::to_string(file_bytes_) + ": truncated");
 }
 
-// A write's rows on the host (pinned, for a GPU batch, with the event after
-// their copy there), to be stored.
+// A write's rows to be stored: on the host, or still on a GPU (`device`,
+// made by the work before `produced`), where the store copies them to
+// pinned memory first.
 struct ActivationCache::PendingWrite {
   std::vector<std::pair<std::int64_t, std::size_t>> rows;  // (sample, position in `host`)
   at::Tensor host;
-  std::optional<c10::Event> copied;
+  at::Tensor device;
+  std::optional<c10::Event> produced;
   std::int64_t tag_value = 0;
 };
 
@@ -273,13 +275,24 @@ struct ActivationCache::Writer {
     if (failed) std::rethrow_exception(failed);
   }
 
-  // `p`'s rows into their entries (once their copy to the host is done),
-  // each tag published after its row.
-  static void store(ActivationCache& cache, const PendingWrite& p) {
-    if (p.copied) {
+  // `p`'s rows into their entries, each tag published after its row. Rows
+  // on a GPU come to pinned memory here first, on a side stream after the
+  // work that made them: on the cache's thread, so that a pinned block the
+  // host allocator has to make (tens of ms for a batch's rows) and the
+  // wait for the copy hold up no stage worker queuing device work.
+  static void store(ActivationCache& cache, PendingWrite& p) {
+    if (p.device.defined()) {
       const auto t0 = std::chrono::steady_clock::now();
-      compat::use_device(p.copied->device());  // the writer's thread too (see use_device)
-      compat::wait(*p.copied);
+      const c10::Device device = p.device.device();
+      compat::use_device(device);  // the writer's thread too (see use_device)
+      p.host = at::empty(p.device.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+      const c10::Event copied = on_side_stream(device, SideUse::CopyFromDevice, [&](const c10::Stream& side) {
+        p.produced->block(side);
+        p.host.copy_(p.device, /*non_blocking=*/true);
+        used_on_stream(device, side, {&p.device});  // its block stays out of the allocator's hands until the copy is done
+      });
+      p.device.reset();
+      compat::wait(copied);
       cache.add_time(&HostTimes::store_device_s, t0);
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -430,17 +443,12 @@ void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::
   }
   const at::Tensor v = values.detach();
   if (v.is_cuda()) {
-    // Into pinned memory on a side stream, after the work that makes the
-    // rows (behind: the worker goes on queuing while the copy and the store run).
+    // Marked where the current stream has made the rows; the store copies
+    // them from there (behind: the worker goes on queuing meanwhile).
     const c10::Device device = v.device();
-    c10::Event produced(device.type());
-    produced.record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
-    p.host = at::empty(v.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
-    p.copied = on_side_stream(device, SideUse::CopyFromDevice, [&](const c10::Stream& side) {
-      produced.block(side);
-      p.host.copy_(v, /*non_blocking=*/true);
-      used_on_stream(device, side, {&v});  // v's block stays out of the allocator's hands until the copy is done
-    });
+    p.produced.emplace(device.type());
+    p.produced->record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+    p.device = v;
   } else {
     p.host = v.to(at::kFloat).contiguous();  // a no-op for a contiguous float32 tensor
   }

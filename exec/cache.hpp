@@ -95,8 +95,9 @@ class ActivationCache {
   // GPU the rows come through pinned memory, copied on a side stream after
   // the current stream's work so far.
   // behind = false: stored and published before write() returns.
-  // behind = true: returns once the rows are queued (from a GPU, once their
-  // copy is); this cache's thread stores them and publishes their tags,
+  // behind = true: returns once the rows are queued (from a GPU, with an
+  // event where the current stream makes them: the copy to pinned memory is
+  // the store's); this cache's thread stores them and publishes their tags,
   // writes in call order, at most kCacheWritesInFlight (cache_policy.hpp)
   // pending. A reader of those entries waits for their tags as for another
   // process's. `values` must not change in place before flush() (its
@@ -123,7 +124,7 @@ class ActivationCache {
     double read_copy_s = 0;  // copying rows out of the file (into pinned memory for a GPU)
     std::int64_t writes = 0;  // write() calls
     double write_queue_s = 0;    // write() held for a place in the queue (kCacheWritesInFlight pending)
-    double store_device_s = 0;   // the store waiting for the rows' copy from the GPU
+    double store_device_s = 0;   // the store bringing GPU rows to the host: a pinned block (made when none is free), the copy
     double store_copy_s = 0;     // copying rows into the file
     double flush_s = 0;          // flush() waiting for pending stores
   };

@@ -133,7 +133,7 @@ std::string format_host_pace(const HostPace& h) {
   if (c.writes > 0)
     line += std::string(c.reads > 0 ? "; " : "; cache: ") + std::to_string(c.writes) + " writes, each held " +
             per(c.write_queue_s, c.writes) + " for a queue place, stored in " + per(c.store_copy_s, c.writes) +
-            " after " + per(c.store_device_s, c.writes) + " waiting for the device's copy";
+            " after " + per(c.store_device_s, c.writes) + " bringing them off the device";
   if (c.reads > 0 || c.writes > 0) line += "; end-of-epoch flush " + ms(c.flush_s);
   if (h.pinned) line += "; " + format_pinned(*h.pinned);
   return line;

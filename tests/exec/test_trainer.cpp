@@ -194,7 +194,7 @@ TEST_CASE("an epoch's host line gives medians per iteration and the cache's time
   h.cache = exec::HostPace::since(before, now);
   CHECK_THAT(exec::format_host_pace(h),
              Catch::Contains("cache: 4 writes, each held 0.00 ms for a queue place, stored in 5.20 ms after 1.00 ms "
-                             "waiting for the device's copy; end-of-epoch flush 4.10 ms"));
+                             "bringing them off the device; end-of-epoch flush 4.10 ms"));
   h.cache = {};
   CHECK_THAT(exec::format_host_pace(h), !Catch::Contains("cache"));
   // Pinned blocks: named where the build counts them, absent where not.

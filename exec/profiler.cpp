@@ -294,14 +294,25 @@ void profile_probe_setup(const Config& c, Model& model, const std::vector<std::i
   p.transitions.push_back({kCacheProbeSetupWhat, 1, row_bytes * c.training.batch_size, std::max(0.0, first - again)});
 }
 
+// `n` samples of the model's input shape: a batch's assembly costs the same
+// whatever its values, so no dataset need be read.
+Dataset input_shaped(const Config& c, int n) {
+  const ModelConfig& m = c.model;
+  return m.family == ModelFamily::ViT ? synthetic_images(n, m.num_channels, m.image_size, m.num_labels, 1, true)
+                                      : synthetic_tokens(n, m.seq_length, m.vocab_size, m.num_labels, 1, true);
+}
+
 // What a run pays once, measured first, in the order and the process state
 // in which a run meets it: its first iteration (K = 1, one micro-batch,
-// nothing frozen) over the median of the next ones, the work of a run's
-// first epoch that later epochs do not repeat (kernels loaded, library
-// handles made, allocators grown); then, with only training iterations run
-// so far, as at a run's first freeze step, AutoCache's probe set-up
-// (profile_probe_setup). Nothing measured before them has warmed what they
-// measure. Returns a cache row's shape.
+// nothing frozen), its batch assembled by the batch loader then as a run's
+// first is (none is ahead of it: in pinned memory on a GPU, its first
+// blocks made), over the median of the next ones, whose batches are on the
+// device already as a run's are loaded ahead: the work of a run's first
+// epoch that later epochs do not repeat (the first batch, kernels loaded,
+// library handles made, allocators grown); then, with only training
+// iterations run so far, as at a run's first freeze step, AutoCache's probe
+// set-up (profile_probe_setup). Nothing measured before them has warmed
+// what they measure. Returns a cache row's shape.
 std::vector<std::int64_t> profile_run_start(const Config& c, const ProfileOptions& o, const at::Device& dev,
                                             Profile& p) {
   const AnalyticCostModel analytic(c.cluster, c.training);
@@ -313,8 +324,10 @@ std::vector<std::int64_t> profile_run_start(const Config& c, const ProfileOption
   s.batch = c.training.batch_size;
   const IterationProgram program = lower_iteration(ctx, s);
   ReplicaRun r(c, s, program.micro_batches, nullptr, 0);
+  const Dataset data = input_shaped(c, s.batch);
+  BatchLoader loader(data);
   const auto t0 = std::chrono::steady_clock::now();
-  (void)r.run(program);
+  (void)r.pipe.run(program, loader.take(batch_request(r.pipe, first_samples(data, s.batch), program)), s.batch, 1e-6);
   const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double later = median_seconds(o.repeats, [&] { (void)r.run(program); });
   p.transitions.push_back({kFirstIterationWhat, 1, 0.0, std::max(0.0, first - later)});

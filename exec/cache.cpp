@@ -365,12 +365,6 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
   if (depth < 0) throw Error(where() + ": read at negative depth " + std::to_string(depth));
   const std::int64_t want = depth + 1;
   const auto deadline = std::chrono::steady_clock::now() + publish_wait_;
-  std::vector<std::int64_t> sizes{static_cast<std::int64_t>(indices.size())};
-  sizes.insert(sizes.end(), entry_shape_.begin(), entry_shape_.end());
-  // Pinned when bound for a GPU, so the copy there is a DMA.
-  at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda()));
-  char* const dst = static_cast<char*>(out.data_ptr());
-  const std::size_t bytes = static_cast<std::size_t>(entry_bytes());
   // Every tag first, on this thread (its acquire loads make the rows visible
   // to the copying threads, which start after them), then the rows.
   const auto waited = std::chrono::steady_clock::now();
@@ -397,12 +391,9 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
       throw Error(msg);
     }
   }
-  const auto copy_start = add_time(&HostTimes::read_wait_s, waited);
-  copy_rows(indices.size(), bytes, [&](std::size_t k) {
-    if (indices[k] < 0) std::memset(dst + k * bytes, 0, bytes);
-    else std::memcpy(dst + k * bytes, row(indices[k]), bytes);
-  });
-  add_time(&HostTimes::read_copy_s, copy_start, &HostTimes::reads);
+  add_time(&HostTimes::read_wait_s, waited);
+  // Pinned when bound for a GPU, so the copy there is a DMA.
+  const at::Tensor out = rows_to_host(indices, device.is_cuda());
   if (!device.is_cuda()) return out.to(device);
   // On a side stream, so the copy overlaps what the device is still running
   // (a stage worker reads while the previous iteration runs); the pinned
@@ -412,6 +403,32 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
       on_side_stream(device, SideUse::CopyToDevice, [&](const c10::Stream&) { on_device = out.to(device, /*non_blocking=*/true); });
   after_side_stream(device, copied, {&on_device});
   return on_device;
+}
+
+at::Tensor ActivationCache::read_ahead(const std::vector<std::int64_t>& indices, int depth, bool pinned) {
+  if (!base_ || depth < 0) return {};
+  for (const std::int64_t i : indices) {
+    if (i < 0) continue;
+    if (i >= dataset_size_ || std::atomic_ref<std::int64_t>(*tag(i)).load(std::memory_order_acquire) != depth + 1)
+      return {};
+  }
+  return rows_to_host(indices, pinned);
+}
+
+// The rows of `indices` (tags checked by the caller), a masked slot zeros.
+at::Tensor ActivationCache::rows_to_host(const std::vector<std::int64_t>& indices, bool pinned) {
+  std::vector<std::int64_t> sizes{static_cast<std::int64_t>(indices.size())};
+  sizes.insert(sizes.end(), entry_shape_.begin(), entry_shape_.end());
+  at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(at::kFloat).pinned_memory(pinned));
+  char* const dst = static_cast<char*>(out.data_ptr());
+  const std::size_t bytes = static_cast<std::size_t>(entry_bytes());
+  const auto copy_start = std::chrono::steady_clock::now();
+  copy_rows(indices.size(), bytes, [&](std::size_t k) {
+    if (indices[k] < 0) std::memset(dst + k * bytes, 0, bytes);
+    else std::memcpy(dst + k * bytes, row(indices[k]), bytes);
+  });
+  add_time(&HostTimes::read_copy_s, copy_start, &HostTimes::reads);
+  return out;
 }
 
 void ActivationCache::write(const std::vector<std::int64_t>& indices, const at::Tensor& values, int depth, bool behind) {

@@ -89,6 +89,12 @@ class ActivationCache {
   // a side stream, ordered before the caller's current stream's next work.
   // Thread-safe.
   [[nodiscard]] at::Tensor read(const std::vector<std::int64_t>& indices, int depth, const at::Device& device);
+  // The same rows on the host (in pinned memory: `pinned`), read ahead of
+  // the iteration that needs them, or an undefined tensor, at once, where
+  // any entry is not at `depth` (not written yet, a newer depth, a sample
+  // out of range, a removed cache): that iteration's read() then waits or
+  // fails as it should. Thread-safe.
+  [[nodiscard]] at::Tensor read_ahead(const std::vector<std::int64_t>& indices, int depth, bool pinned);
   // Stores row k of `values` ([n, entry_shape...], any device, any floating
   // dtype, stored as float32) for every indices[k] >= 0, tagged `depth`.
   // Every index is checked first: a refused write changes no entry. From a
@@ -145,6 +151,7 @@ class ActivationCache {
   void check_depths(const PendingWrite& w) const;
   [[nodiscard]] std::int64_t* tag(std::int64_t i) const;
   [[nodiscard]] char* row(std::int64_t i) const;
+  [[nodiscard]] at::Tensor rows_to_host(const std::vector<std::int64_t>& indices, bool pinned);
   void unmap() noexcept;
   void check_existing(int fd) const;
   // Adds the time since `since` to `part` (and one to `count`); returns now.

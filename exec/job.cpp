@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 
+#include "exec/cache.hpp"
 #include "exec/streams.hpp"
 #include "exec/trainer.hpp"
 #include "planner/random.hpp"
@@ -188,7 +189,10 @@ void BatchLoader::request(Request r) {
     auto ready = std::make_shared<Ready>();
     const bool gpu = r.input_device.is_cuda() || r.label_device.is_cuda();
     compat::use_device(r.input_device.is_cuda() ? r.input_device : r.label_device);
-    for (const auto& idx : r.micro_batches) ready->batches.push_back(make_batch(d_, idx, gpu, r.input_needed));
+    for (const auto& idx : r.micro_batches) {
+      MicroBatch& mb = ready->batches.emplace_back(make_batch(d_, idx, gpu, r.input_needed));
+      if (r.cache && (mb.cached = r.cache->read_ahead(idx, r.cache_depth, gpu)).defined()) mb.cached_depth = r.cache_depth;
+    }
     // Copies on a side stream of each device, non-blocking from pinned memory.
     const auto copy = [&](const at::Device& dev, const std::function<void(MicroBatch&)>& move) {
       if (!dev.is_cuda()) return;
@@ -196,14 +200,20 @@ void BatchLoader::request(Request r) {
                                    for (MicroBatch& mb : ready->batches) move(mb);
                                  }));
     };
-    if (r.input_needed)
-      copy(r.input_device, [&](MicroBatch& mb) { mb.input = mb.input.to(r.input_device, /*non_blocking=*/true); });
+    copy(r.input_device, [&](MicroBatch& mb) {
+      if (r.input_needed) mb.input = mb.input.to(r.input_device, /*non_blocking=*/true);
+      if (mb.cached.defined()) mb.cached = mb.cached.to(r.input_device, /*non_blocking=*/true);
+    });
     copy(r.label_device, [&](MicroBatch& mb) {
       mb.labels = mb.labels.to(r.label_device, /*non_blocking=*/true);
       mb.weights = mb.weights.to(r.label_device, /*non_blocking=*/true);
     });
     return ready;
   });
+}
+
+void BatchLoader::settle() {
+  if (pending_.valid()) pending_.wait();
 }
 
 std::vector<MicroBatch> BatchLoader::take(const Request& r) {
@@ -218,7 +228,7 @@ std::vector<MicroBatch> BatchLoader::take(const Request& r) {
   for (const auto& [dev, event] : ready->copied) {
     std::vector<const at::Tensor*> used;
     for (const MicroBatch& mb : ready->batches)
-      for (const at::Tensor* t : {&mb.input, &mb.labels, &mb.weights}) used.push_back(t);
+      for (const at::Tensor* t : {&mb.input, &mb.labels, &mb.weights, &mb.cached}) used.push_back(t);
     after_side_stream(dev, event, used);
   }
   return std::move(ready->batches);
@@ -240,6 +250,10 @@ BatchLoader::Request batch_request(const Pipeline& pipeline, const std::vector<s
   r.input_needed = std::none_of(program.schedule.devices.begin(), program.schedule.devices.end(), [](const auto& list) {
     return std::any_of(list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::CacheRead; });
   });
+  if (!r.input_needed && program.setup.cache_reads_ahead && pipeline.cache()) {
+    r.cache = pipeline.cache();
+    r.cache_depth = cache_read_depth(program.setup.cache_valid_layers, program.setup.partition.frozen_layers);
+  }
   return r;
 }
 

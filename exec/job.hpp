@@ -49,9 +49,11 @@ struct Data {
                                     bool with_input = true);
 
 // The next iteration's micro-batches, assembled on a thread of their own
-// while the current iteration runs. For a GPU they are assembled in pinned
-// host memory and copied on a side stream, so the compute stream finds them
-// on the device without waiting for the host or the copy.
+// while the current iteration runs, with the activation cache's rows where
+// the plan reads them ahead. For a GPU they are assembled in pinned host
+// memory and copied on a side stream, so the compute stream finds them on
+// the device without waiting for the host or the copy, and the stage
+// worker queuing device work does not copy rows out of the cache.
 class BatchLoader {
  public:
   struct Request {
@@ -59,6 +61,10 @@ class BatchLoader {
     at::Device input_device = at::kCPU;  // the first stage's (the stem input)
     at::Device label_device = at::kCPU;  // the last stage's (labels and weights)
     bool input_needed = true;            // false: the activation cache stands in for the stem
+    // Where the plan reads the cache ahead (cache_reads_ahead): its rows at
+    // this depth, read with the batch when all are there (MicroBatch::cached).
+    ActivationCache* cache = nullptr;
+    int cache_depth = -1;
     friend bool operator==(const Request&, const Request&) = default;
   };
   explicit BatchLoader(const Dataset& d) : d_(d) {}
@@ -68,6 +74,9 @@ class BatchLoader {
 
   // Starts assembling `r` (at most one request is pending).
   void request(Request r);
+  // Returns once the pending request (if any) is assembled, keeping it: its
+  // cache read done before the cache goes.
+  void settle();
   // The batches of `r`, ordered before the devices' current streams' next
   // work: the pending request's when it is `r`; otherwise (a guess that the
   // plan proved wrong, e.g. the next epoch's first batch before a freeze

@@ -418,8 +418,10 @@ struct Pipeline::DeviceRun {
   void cache_read(const Action& a) {
     if (!pipe.cache_) throw Error("pipeline: the schedule reads the activation cache, none is set");
     const int m = a.microbatch;
-    at::Tensor t = pipe.cache_->read(job.batches[m].indices,
-                                     advancing() ? job.cache_valid_layers : part.frozen_layers, dev);
+    const MicroBatch& mb = job.batches[m];
+    const int depth = cache_read_depth(job.cache_valid_layers, part.frozen_layers);
+    at::Tensor t = mb.cached.defined() && mb.cached_depth == depth ? mb.cached.to(dev)
+                                                                   : pipe.cache_->read(mb.indices, depth, dev);
     if (advancing()) frozen_in[m] = t;
     else job.mailbox.put({Message::FrozenOutput, 0, m}, t);
   }

@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "exec/model.hpp"
@@ -77,11 +78,25 @@ class GradientReducer {
 };
 
 struct MicroBatch {
+  MicroBatch() = default;
+  MicroBatch(at::Tensor input, at::Tensor labels, at::Tensor weights, std::vector<std::int64_t> indices = {})
+      : input(std::move(input)), labels(std::move(labels)), weights(std::move(weights)), indices(std::move(indices)) {}
   at::Tensor input;    // stem input, CPU; moved to the first device by the pipeline
   at::Tensor labels;   // int64 [n]
   at::Tensor weights;  // float [n]: 1 for a real sample, 0 for a masked sampler slot
   std::vector<std::int64_t> indices;  // dataset index per sample, -1 when masked
+  // The activation cache's rows of `indices` at depth `cached_depth`, read
+  // ahead with the batch onto the first device (ActivationCache::
+  // read_ahead); undefined where they were not, and the CacheRead reads them.
+  at::Tensor cached;
+  int cached_depth = -1;
 };
+
+// The depth a CacheRead reads: the entries' valid layers where the program
+// advances them (cache_valid_layers > 0), else its frozen layers.
+[[nodiscard]] inline int cache_read_depth(int cache_valid_layers, int frozen_layers) {
+  return cache_valid_layers > 0 ? cache_valid_layers : frozen_layers;
+}
 
 struct ActionRecord {
   Action action;
@@ -154,6 +169,7 @@ class Pipeline {
   // The activation cache CacheRead/CacheWrite use, and the frozen depth (in
   // layers) its entries hold before this iteration (Advance reads those).
   void set_cache(ActivationCache* cache) { cache_ = cache; }
+  [[nodiscard]] ActivationCache* cache() const { return cache_; }
   // All-reduces gradients at AllReduce actions (null: one replica, and a
   // schedule with AllReduce actions is refused).
   void set_reducer(GradientReducer* reducer) { reducer_ = reducer; }

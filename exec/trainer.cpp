@@ -84,6 +84,7 @@ TrainResult Trainer::run() {
   result.ran = ever_active_;
   if (rank0() && !opt_.out_dir.empty())
     write_run_outputs(opt_.out_dir, c_, timeline_, result, planner_, data_.train.size, model_);
+  loader_.settle();  // a read ahead of an epoch that will not come, done before the cache goes
   if (cache_ && leader_) cache_->remove();
   return result;
 }

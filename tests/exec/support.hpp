@@ -115,7 +115,7 @@ inline std::vector<MicroBatch> split(const at::Tensor& x, const at::Tensor& y, i
   std::vector<MicroBatch> out;
   std::int64_t at = 0;
   for (const int n : micro_batch_sizes(static_cast<int>(x.size(0)), M)) {
-    MicroBatch mb{x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}), {}};
+    MicroBatch mb(x.narrow(0, at, n), y.narrow(0, at, n), at::ones({n}));
     for (int i = 0; i < n; ++i) mb.indices.push_back(at + i);
     out.push_back(mb);
     at += n;

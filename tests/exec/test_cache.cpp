@@ -117,6 +117,32 @@ TEST_CASE("the cache gives back the rows written at each depth, and masked slots
   CHECK(at::equal(other.read({9}, 3, at::kCPU)[0], d3[0].to(at::kFloat)));
 }
 
+// A read ahead of its iteration (the batch loader's) must neither wait nor
+// fail: it gives the rows only where every one is at the depth, and leaves
+// the rest to that iteration's read.
+TEST_CASE("a read ahead gives the rows where all are at the depth, else nothing, at once", "[cache]") {
+  TempDir tmp;
+  at::manual_seed(3);
+  ActivationCache cache(tmp.file("c"), 10, {3, 5}, true, std::chrono::seconds(30));
+  const at::Tensor d1 = at::randn({3, 3, 5});
+  cache.write({2, 4, 6}, d1, 1);
+  const at::Tensor got = cache.read_ahead({6, -1, 2}, 1, /*pinned=*/false);
+  REQUIRE(got.defined());
+  CHECK(at::equal(got, cache.read({6, -1, 2}, 1, at::kCPU)));
+  CHECK(cache.host_times().reads == 2);  // counted as a read
+  const auto t0 = Clock::now();
+  CHECK_FALSE(cache.read_ahead({2, 5}, 1, false).defined());  // 5 not written: no 30 s wait
+  CHECK(ms_since(t0) < 1000);
+  cache.write({2}, at::zeros({1, 3, 5}), 2);
+  CHECK_FALSE(cache.read_ahead({2, 4}, 1, false).defined());  // 2 holds a newer depth: no error
+  CHECK_FALSE(cache.read_ahead({4, 10}, 1, false).defined());  // out of range: read() says so
+  CHECK_FALSE(cache.read_ahead({4}, -1, false).defined());
+  CHECK(cache.host_times().reads == 2);  // refusals copy nothing
+  CHECK(cache.read_ahead({}, 1, false).sizes().vec() == std::vector<std::int64_t>{0, 3, 5});
+  cache.remove();
+  CHECK_FALSE(cache.read_ahead({4}, 1, false).defined());
+}
+
 TEST_CASE("batches of many rows, copied by several threads, land row for row, as a copy in order would", "[cache]") {
   // Random sizes around the 1 MiB a copy task takes, so most batches are
   // split over the intra-op threads; duplicates and masked slots included.

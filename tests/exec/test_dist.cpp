@@ -80,7 +80,7 @@ std::vector<MicroBatch> batches(const at::Tensor& x, const at::Tensor& y, std::i
   std::vector<MicroBatch> out;
   std::int64_t at = first;
   for (const int k : micro_batch_sizes(static_cast<int>(n), M)) {
-    MicroBatch mb{x.narrow(0, at, k), y.narrow(0, at, k), at::ones({k}), {}};
+    MicroBatch mb(x.narrow(0, at, k), y.narrow(0, at, k), at::ones({k}));
     for (int i = 0; i < k; ++i) mb.indices.push_back(at + i);
     out.push_back(mb);
     at += k;

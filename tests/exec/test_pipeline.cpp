@@ -8,6 +8,7 @@
 
 #include <array>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -323,6 +324,28 @@ TEST_CASE("the cached path gives recomputation's loss and gradients, and advanci
     const auto [read_loss, read_grads] = iterate(FrozenInput::CacheRead, -1);
     CHECK(read_loss == Approx(ref_loss).epsilon(1e-6));
     require_close(read_grads, ref_grads);
+    // Rows read ahead with the batch (the loader's, on GPUs) stand in for
+    // the CacheRead's own read, at its depth only.
+    const auto read_with = [&](const std::function<void(MicroBatch&)>& ahead) {
+      std::vector<MicroBatch> with = mbs;
+      for (MicroBatch& mb : with) ahead(mb);
+      return run.pipeline
+          .run(testing::program_of(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, p, false, FrozenInput::CacheRead)), with,
+               12, 0)
+          .loss;
+    };
+    CHECK(read_with([&](MicroBatch& mb) {
+            mb.cached = cache.read_ahead(mb.indices, frozen, false);
+            mb.cached_depth = frozen;
+          }) == Approx(ref_loss).epsilon(1e-6));
+    const auto zeros = [&](int depth) {
+      return [&, depth](MicroBatch& mb) {
+        mb.cached = at::zeros_like(cache.read(mb.indices, frozen, at::kCPU));
+        mb.cached_depth = depth;
+      };
+    };
+    CHECK(read_with(zeros(frozen)) != Approx(ref_loss).epsilon(1e-3));  // taken: they are used
+    CHECK(read_with(zeros(frozen + 1)) == Approx(ref_loss).epsilon(1e-6));  // another depth's: read again
   }
   // A read at the wrong depth is an error, not stale activations.
   CHECK_THROWS_WITH(cache.read({0}, 1, at::kCPU), Catch::Contains("holds depth 3, expected 1"));

@@ -9,6 +9,7 @@
 
 #include "tests/exec/support.hpp"
 #include "tests/temp_dir.hpp"
+#include "exec/cache.hpp"
 #include "exec/job.hpp"
 #include "exec/progress.hpp"
 #include "exec/torch_compat.hpp"
@@ -304,6 +305,45 @@ TEST_CASE("the batch loader assembles the requested micro-batches as make_batch 
   CHECK_FALSE(cached[0].input.defined());
   CHECK(at::equal(cached[1].labels, make_batch(d, mbs[1]).labels));
   CHECK(at::equal(cached[0].weights, make_batch(d, mbs[0]).weights));
+}
+
+// Where the plan reads the cache ahead (on GPUs), the loader reads the rows
+// with the batch, off the stage worker; rows not all there are left to the
+// CacheRead, which waits for them or fails as it should.
+TEST_CASE("the batch loader reads the cache's rows with the batch where all are there") {
+  using namespace ep::exec;
+  ep::test::TempDir tmp;
+  const Dataset d = synthetic_images(40, 1, 8, 4, 5, true);
+  ActivationCache cache(tmp.file("c"), 40, {2, 3}, true, std::chrono::milliseconds(0));
+  at::manual_seed(2);
+  const at::Tensor rows = at::randn({3, 2, 3});
+  cache.write({3, 1, 7}, rows, 2);
+  BatchLoader loader(d);
+  const std::vector<std::vector<std::int64_t>> mbs{{3, 1, -1}, {7, 39}};
+  BatchLoader::Request r{mbs, at::kCPU, at::kCPU, false, &cache, 2};
+  loader.request(r);
+  const std::vector<MicroBatch> got = loader.take(r);
+  CHECK(loader.last_take().prefetched);
+  REQUIRE(got[0].cached.defined());
+  CHECK(got[0].cached_depth == 2);
+  CHECK(at::equal(got[0].cached, cache.read({3, 1, -1}, 2, at::kCPU)));
+  CHECK_FALSE(got[0].input.defined());  // the cache stands in for the stem
+  CHECK_FALSE(got[1].cached.defined());  // 39 not written: left to the CacheRead
+  CHECK(got[1].cached_depth == -1);
+  // Another depth is another request: a guess at the old one is dropped.
+  loader.request(r);
+  BatchLoader::Request deeper = r;
+  deeper.cache_depth = 3;
+  const std::vector<MicroBatch> none = loader.take(deeper);
+  CHECK_FALSE(loader.last_take().prefetched);
+  CHECK_FALSE(none[0].cached.defined());
+  // Without a cache nothing is read.
+  BatchLoader::Request plain{mbs, at::kCPU, at::kCPU, false};
+  CHECK_FALSE(loader.take(plain)[0].cached.defined());
+  loader.request(r);
+  loader.settle();  // done, and still the pending request
+  CHECK(loader.take(r)[0].cached.defined());
+  CHECK(loader.last_take().prefetched);
 }
 
 TEST_CASE("a node of more GPUs than this process sees is refused naming cluster.gpus_per_node") {

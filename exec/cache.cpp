@@ -396,8 +396,8 @@ at::Tensor ActivationCache::read(const std::vector<std::int64_t>& indices, int d
   const at::Tensor out = rows_to_host(indices, device.is_cuda());
   if (!device.is_cuda()) return out.to(device);
   // On a side stream, so the copy overlaps what the device is still running
-  // (a stage worker reads while the previous iteration runs); the pinned
-  // block stays allocated until the copy is done.
+  // (the caller runs ahead of the device); the pinned block stays allocated
+  // until the copy is done.
   at::Tensor on_device;
   const c10::Event copied =
       on_side_stream(device, SideUse::CopyToDevice, [&](const c10::Stream&) { on_device = out.to(device, /*non_blocking=*/true); });

@@ -200,10 +200,11 @@ void BatchLoader::request(Request r) {
                                    for (MicroBatch& mb : ready->batches) move(mb);
                                  }));
     };
-    copy(r.input_device, [&](MicroBatch& mb) {
-      if (r.input_needed) mb.input = mb.input.to(r.input_device, /*non_blocking=*/true);
-      if (mb.cached.defined()) mb.cached = mb.cached.to(r.input_device, /*non_blocking=*/true);
-    });
+    if (r.input_needed || r.cache)  // else nothing goes to the first device: no event for its stream to wait on
+      copy(r.input_device, [&](MicroBatch& mb) {
+        if (r.input_needed) mb.input = mb.input.to(r.input_device, /*non_blocking=*/true);
+        if (mb.cached.defined()) mb.cached = mb.cached.to(r.input_device, /*non_blocking=*/true);
+      });
     copy(r.label_device, [&](MicroBatch& mb) {
       mb.labels = mb.labels.to(r.label_device, /*non_blocking=*/true);
       mb.weights = mb.weights.to(r.label_device, /*non_blocking=*/true);

@@ -5,19 +5,14 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
-#include "planner/input_file.hpp"
-#include "planner/json_input.hpp"
 #include "planner/run_plan.hpp"
-#include "traces/atomic_file.hpp"
+#include "traces/chunk_memo.hpp"
 #include "traces/output_dir.hpp"
 
 namespace ep::exec {
-
-using nlohmann::json;
 
 double time_chunk_candidate(Pipeline& pipeline, const Dataset& train, const IterationProgram& program, int runs) {
   const IterationSetup& s = program.setup;
@@ -52,15 +47,10 @@ std::string memo_path(const Config& c) {
   return std::string(home && *home ? home : "/tmp") + "/.cache/elasticpipe/chunk_memo.json";
 }
 
-// The memo as stored, or an empty one when there is none yet.
-json read_memo(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return {{"entries", json::array()}};
-  constexpr InputFormat kMemoFile{"chunk memo", 64 << 20, "an entry of a few numbers per timed plan"};
+// The memo's entries; a damaged memo is refused with what to do about it.
+std::vector<trace::ChunkMemoEntry> read_memo(const std::string& path) {
   try {
-    json memo = parse_json(read_input_file(path, kMemoFile), path);
-    if (!memo.is_object()) throw Error(path + ": expected a JSON object");
-    return memo;
+    return trace::read_chunk_memo(path);
   } catch (const Error& e) {
     throw Error("chunk memo " + std::string(e.what()) + "; delete it or set exec.chunk_memo");
   }
@@ -70,30 +60,28 @@ json read_memo(const std::string& path) {
 
 ChunkMemo::ChunkMemo(const Config& c, int cores) : c_(c), environment_(environment(c, cores)), path_(memo_path(c)) {}
 
-json ChunkMemo::key(const std::vector<IterationProgram>& programs) const {
-  std::vector<int> Ms;
-  for (const IterationProgram& p : programs) Ms.push_back(p.setup.M);
-  const IterationSetup& s = programs.front().setup;
-  return json{{"environment", environment_}, {"K", s.K}, {"batch", s.batch}, {"M", Ms}};
+trace::ChunkMemoKey ChunkMemo::key(const std::vector<IterationProgram>& programs) const {
+  trace::ChunkMemoKey k{environment_, programs.front().setup.K, programs.front().setup.batch, {}};
+  for (const IterationProgram& p : programs) k.M.push_back(p.setup.M);
+  return k;
 }
 
 std::vector<double> ChunkMemo::find(const std::vector<IterationProgram>& programs) const {
-  const json memo = read_memo(path_);
-  const json wanted = key(programs);
-  for (const auto& e : memo.value("entries", json::array()))
-    if (e.at("key") == wanted) return e.at("iteration_s").get<std::vector<double>>();
+  const trace::ChunkMemoKey wanted = key(programs);
+  for (const trace::ChunkMemoEntry& e : read_memo(path_))
+    if (e.key == wanted) return e.iteration_s;
   return {};
 }
 
 void ChunkMemo::add(const std::vector<IterationProgram>& programs, const std::vector<double>& times) const {
-  json memo = {{"entries", json::array()}};
+  std::vector<trace::ChunkMemoEntry> entries;
   try {
-    memo = read_memo(path_);
+    entries = read_memo(path_);
   } catch (const Error&) {  // a damaged memo is rewritten afresh
   }
-  memo["entries"].push_back({{"key", key(programs)}, {"iteration_s", times}});
+  entries.push_back({key(programs), times});
   create_output_dir(std::filesystem::path(path_).parent_path().string());
-  write_file_atomically(path_, memo.dump(1) + "\n");
+  trace::write_chunk_memo(entries, path_);
 }
 
 static_assert(kWarmupRuns == 1, "predict_cache_probe_s counts one untimed run before the timed ones");

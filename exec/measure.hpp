@@ -6,7 +6,6 @@
 
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "planner/autopipe.hpp"
 #include "planner/cache_policy.hpp"
 #include "planner/config.hpp"
+#include "traces/chunk_memo.hpp"
 
 namespace ep::exec {
 
@@ -36,7 +36,7 @@ class ChunkMemo {
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
-  [[nodiscard]] nlohmann::json key(const std::vector<IterationProgram>& programs) const;
+  [[nodiscard]] trace::ChunkMemoKey key(const std::vector<IterationProgram>& programs) const;
   const Config& c_;
   std::string environment_, path_;
 };

@@ -118,6 +118,7 @@ def build_files(w):
     os.mkdir(os.path.join(w, "dir"))
     with open(os.path.join(w, "big.toml"), "wb") as f:  # sparse: 2 MB of nothing
         f.truncate(2 << 20)
+    write("memo.json", '{"entries": [1]}')
     write("garbage.csv", b"step,layer,grad_norm\n\x01\xff\r\x1b[2J,0,1\n", "wb")
     os.makedirs(os.path.join(w, "ckpt-zero"))
     os.symlink("/dev/zero", os.path.join(w, "ckpt-zero", "latest"))
@@ -135,6 +136,7 @@ def build_files(w):
 def cases(bin_, root, w):
     bert = os.path.join(root, "configs", "small", "tiny_bert_synthetic.toml")
     vit = os.path.join(root, "configs", "small", "tiny_vit_fmnist.toml")
+    fm = os.path.join(root, "configs", "fashion_mnist_vit_tiny.toml")  # its plan times a chunk search
     dp = os.path.join(root, "tests", "cli", "configs", "dp_tiny.toml")
     p = lambda name: os.path.join(w, name)  # noqa: E731
     # One process trains one pipeline: no data-parallel replicas.
@@ -173,6 +175,11 @@ def cases(bin_, root, w):
              p("ckpt-dir")] + small, "state.bin: a directory", exec_=True),
         Case("train on an IDX file of 0xFFFFFFFF images", [bin_, "train", vit, "--out", p("t3"), "--set",
              f'data.path="{p("fmnist")}"'] + small, "found 4294967295", exec_=True),
+        Case("train with a damaged chunk memo", [bin_, "train", fm, "--out", p("t6"), "--set",
+             f'exec.chunk_memo="{p("memo.json")}"'] + small,
+             "chunk memo " + p("memo.json") + ": entries[0]: expected an object, found 1; delete it", exec_=True),
+        Case("train with the chunk memo a link to /dev/zero", [bin_, "train", fm, "--out", p("t7"), "--set",
+             f'exec.chunk_memo="{p("zero-link")}"'] + small, "a symbolic link to a character device", exec_=True),
         # A full disk while checkpointing: the error names the file, and no
         # temporary file stays (the epoch's CSV, written before, does).
         Case("train with a disk full at the checkpoint", [bin_, "train", bert, "--out", p("t4")] + small,

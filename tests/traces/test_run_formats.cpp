@@ -8,6 +8,7 @@
 
 #include "planner/error.hpp"
 #include "tests/traces/support.hpp"
+#include "traces/chunk_memo.hpp"
 #include "traces/run_outputs.hpp"
 
 using namespace ep;
@@ -237,6 +238,37 @@ TEST_CASE("run state JSON: malformed states name where, the key, expected and fo
   fails(edit(good, "\"warmup_s\":2.5", "\"warmup_s\":\"slow\""), "ck: progress: transitions[0]: field 'warmup_s'");
   fails(edit(good, "\"grad_norms\":[[1.0", "\"grad_norms\":[[true"),
         "ck: progress: field 'grad_norms[0][0]': expected a number, found true");
+}
+
+TEST_CASE("chunk memo: none when missing, exact round trip, strict reading", "[traces]") {
+  test::TempDir dir;
+  const std::string path = dir.file("memo.json");
+  REQUIRE(trace::read_chunk_memo(path).empty());
+  const std::vector<trace::ChunkMemoEntry> entries = {{{"host|2 cores|cpu", 1, 128, {1, 2, 3}}, {0.1, 1.0 / 3, 2e-9}},
+                                                      {{"host|2 cores|cuda", 2, 64, {2}}, {0.05}}};
+  trace::write_chunk_memo(entries, path);
+  const auto back = trace::read_chunk_memo(path);
+  REQUIRE(back.size() == 2);
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    CHECK(back[i].key == entries[i].key);
+    CHECK(back[i].iteration_s == entries[i].iteration_s);
+  }
+  const std::string good = test::slurp(path);
+  const auto fails = [&](const std::string& text, const std::string& message) {
+    put(path, text);
+    REQUIRE_THROWS_WITH(trace::read_chunk_memo(path), Contains(message));
+  };
+  fails("[]", path + ": expected a JSON object");
+  fails("{", path + ": not valid JSON");
+  fails("{\"entries\": {}}", path + ": field 'entries': expected an array, found {}");
+  fails("{\"entries\": [1]}", path + ": entries[0]: expected an object, found 1");
+  fails("{\"entries\": [], \"x\": 1}", path + ": unknown field 'x'");
+  fails(edit(good, "\"K\": 2", "\"K\": 0"), path + ": entries[1].key: field 'K': expected an integer in [1, 1024], found 0");
+  fails(edit(good, "\"batch\": 64", "\"batch\": \"64\""), path + ": entries[1].key: field 'batch'");
+  fails(edit(good, "\"environment\": \"host|2 cores|cuda\",", ""), path + ": entries[1].key: missing field 'environment'");
+  fails(edit(good, "0.05", "0.05, 0.06"), path + ": entries[1]: field 'iteration_s': expected one time per M (1), found [0.05,0.06]");
+  fails(edit(good, "0.05", "-1"), path + ": entries[1]: field 'iteration_s[0]': expected a positive number of seconds, found -1");
+  fails(edit(good, "0.05", "null"), "expected a positive number of seconds, found null");
 }
 
 TEST_CASE("plan JSON reader: the fields a run's readers rely on, checked strictly", "[traces]") {

@@ -131,6 +131,16 @@ std::string edit(std::string text, const std::string& from, const std::string& t
   return text.replace(at, from.size(), to);
 }
 
+// A check that `read(path)` refuses `text` (written to `path`) with an
+// error containing `message`.
+template <class Read>
+auto refusals(const std::string& path, Read read) {
+  return [path, read](const std::string& text, const std::string& message) {
+    put(path, text);
+    REQUIRE_THROWS_WITH(read(path), Contains(message));
+  };
+}
+
 }  // namespace
 
 TEST_CASE("iterations CSV: the bytes, a round trip to 9 digits, and a byte-identical rewrite", "[traces]") {
@@ -149,10 +159,7 @@ TEST_CASE("iterations CSV: the bytes, a round trip to 9 digits, and a byte-ident
 TEST_CASE("iterations CSV: malformed files name file:line, the column, expected and found", "[traces]") {
   test::TempDir dir;
   const std::string path = dir.file("iterations.csv");
-  const auto fails = [&](const std::string& text, const std::string& message) {
-    put(path, text);
-    REQUIRE_THROWS_WITH(trace::read_iterations_csv(path), Contains(message));
-  };
+  const auto fails = refusals(path, [](const std::string& p) { return trace::read_iterations_csv(p); });
   fails("", path + ":1: empty file");
   fails("iteration,losses\n", path + ":1: header: expected 'iteration,loss', found 'iteration,losses'");
   fails("iteration,loss\n0,1.5\n2,1.5\n", path + ":3: column 'iteration': expected 1, found '2'");
@@ -190,10 +197,7 @@ TEST_CASE("transitions JSON: malformed files name the file, the transition and t
   test::TempDir dir;
   const std::string path = dir.file("transitions.json");
   const std::string good = transitions_text({sample_transition(1)});
-  const auto fails = [&](const std::string& text, const std::string& message) {
-    put(path, text);
-    REQUIRE_THROWS_WITH(trace::read_transitions_json(path), Contains(message));
-  };
+  const auto fails = refusals(path, [](const std::string& p) { return trace::read_transitions_json(p); });
   fails("{}", path + ": expected a JSON array");
   fails("[", path + ": not valid JSON");
   fails(edit(good, "\"K_after\": 2,", ""), path + ": transition 0: missing field 'K_after'");
@@ -254,10 +258,7 @@ TEST_CASE("chunk memo: none when missing, exact round trip, strict reading", "[t
     CHECK(back[i].iteration_s == entries[i].iteration_s);
   }
   const std::string good = test::slurp(path);
-  const auto fails = [&](const std::string& text, const std::string& message) {
-    put(path, text);
-    REQUIRE_THROWS_WITH(trace::read_chunk_memo(path), Contains(message));
-  };
+  const auto fails = refusals(path, [](const std::string& p) { return trace::read_chunk_memo(p); });
   fails("[]", path + ": expected a JSON object");
   fails("{", path + ": not valid JSON");
   fails("{\"entries\": {}}", path + ": field 'entries': expected an array, found {}");
@@ -294,10 +295,7 @@ TEST_CASE("plan JSON reader: the fields a run's readers rely on, checked strictl
   REQUIRE(f.plans[1].replicas == 2);
   REQUIRE(f.plans[1].cache);
   REQUIRE(f.plans[1].iteration_s == 0.25);
-  const auto fails = [&](const std::string& text, const std::string& message) {
-    put(path, text);
-    REQUIRE_THROWS_WITH(trace::read_plan_json(path), Contains(message));
-  };
+  const auto fails = refusals(path, [](const std::string& p) { return trace::read_plan_json(p); });
   fails(edit(good, "elasticpipe.plan/1", "elasticpipe.plan/2"),
         path + ": field 'schema': expected \"elasticpipe.plan/1\", found \"elasticpipe.plan/2\"");
   fails(edit(good, "\"K\": 2,", "\"K\": 0,"), path + ": plans[1]: field 'K': expected an integer in [1, ");

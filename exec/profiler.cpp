@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -97,66 +98,119 @@ struct ReplicaRun {
 // added up to 12% more than the iteration they make up).
 constexpr int kChain = 4;
 
+struct ChainTimes {
+  double forward = 0, backward = 0, frozen_forward = 0;
+};
+
+// `chain` (its sublayers in order) run on `x` as a stage worker runs it:
+// the forward with autograd, the backward from its output (autograd only
+// on the clock: the forward before it is not), the frozen forward without
+// autograd. The chain's input takes a gradient when `input_grad` (the
+// executor never differentiates the stem's input: images or token ids).
+ChainTimes time_chain(const std::vector<Sublayer*>& chain, const at::Tensor& x, bool input_grad,
+                      const ProfileOptions& o, const at::Device& dev) {
+  const auto forward = [&](at::Tensor t) {
+    for (Sublayer* sub : chain) t = sub->forward(t);
+    return t;
+  };
+  const auto trainable = [&](bool on) {
+    for (Sublayer* sub : chain) sub->set_requires_grad(on);
+  };
+  const auto leaf = [&] { return input_grad ? x.detach().requires_grad_(true) : x; };
+  // Each timed forward casts its weights to bf16 afresh, as the first
+  // forward after an optimizer step does (the pipeline clears autocast's
+  // copies every iteration).
+  const auto fresh_casts = [] { at::autocast::clear_cache(); };
+  ChainTimes t;
+  trainable(true);
+  t.forward = median_compute_seconds(dev, o.repeats, fresh_casts, [&] { (void)forward(leaf()); });
+  at::Tensor out, grad;
+  const auto reset_grads = [&] {
+    for (Sublayer* sub : chain)
+      for (auto& prm : sub->params()) prm.tensor.mutable_grad().reset();
+  };
+  t.backward = median_compute_seconds(
+      dev, o.repeats,
+      [&] {
+        reset_grads();
+        fresh_casts();
+        out = forward(leaf());
+        grad = at::ones_like(out);
+      },
+      [&] { torch::autograd::backward({out}, {grad}); });
+  out = grad = at::Tensor();
+  reset_grads();
+  trainable(false);
+  t.frozen_forward = median_compute_seconds(dev, o.repeats, [&] {
+    c10::NoGradGuard g;
+    (void)forward(x);
+  });
+  return t;
+}
+
+// Per sublayer kind and micro-batch size b = 1, 2, 4, ... up to the batch:
+// the kind's chains split the work among the kinds, and the whole model
+// run as one chain at b sets its total. A stage runs its sublayers as one
+// chain per micro-batch, and what a chain costs beyond its kernels (the
+// launches and autograd's start-up, where the device outruns the host)
+// differs with the chain's length, so each kind's time at b is scaled by
+// the whole chain's time over the sum of its sublayers' (`log`: the
+// factors).
 void profile_compute(const Config& c, const ProfileOptions& o, const at::Device& dev, Profile& p) {
   Model model(c.model, c.training.seed);
   const int last = model.num_sublayers() - 1;
   at::manual_seed(1);
   const compat::AutocastScope precision(dev.type(), c.training.precision == Precision::BF16);
   for (int i = 0; i < model.num_sublayers(); ++i) model.sublayer(i).to(dev);
-  for (const int i : {0, 1, 2, last}) {
-    std::vector<Sublayer*> chain{&model.sublayer(i)};
-    if (i != 0 && i != last)
-      for (int j = i + 2; j < last && static_cast<int>(chain.size()) < kChain; j += 2) chain.push_back(&model.sublayer(j));
-    const auto n = static_cast<double>(chain.size());
-    const auto forward = [&](at::Tensor x) {
-      for (Sublayer* sub : chain) x = sub->forward(x);
-      return x;
-    };
-    const auto trainable = [&](bool on) {
-      for (Sublayer* sub : chain) sub->set_requires_grad(on);
-    };
-    const std::string kind = to_string(model.spec().sublayers[i].kind);
-    for (int b = 1; b <= c.training.batch_size; b *= 2) {
+  std::vector<Sublayer*> all;
+  for (int i = 0; i <= last; ++i) all.push_back(&model.sublayer(i));
+  std::map<std::string, int> of_kind;  // how many sublayers the model has of each kind
+  for (int i = 0; i <= last; ++i) ++of_kind[to_string(model.spec().sublayers[i].kind)];
+  std::string factors;
+  std::vector<std::string> kinds;  // in the order measured
+  std::map<std::string, std::vector<ComputeSample>> rows;
+  for (int b = 1; b <= c.training.batch_size; b *= 2) {
+    std::vector<std::pair<std::string, ChainTimes>> per_sublayer;  // per kind, in the order measured
+    for (const int i : {0, 1, 2, last}) {
+      std::vector<Sublayer*> chain{&model.sublayer(i)};
+      if (i != 0 && i != last)
+        for (int j = i + 2; j < last && static_cast<int>(chain.size()) < kChain; j += 2) chain.push_back(&model.sublayer(j));
       at::Tensor x;
       {
         c10::NoGradGuard g;
         x = model.forward({0, i}, stem_input(c.model, b, dev));  // the chain's real input
       }
-      // The executor never differentiates the stem's input (images or
-      // token ids): only the layers after it take their input's gradient.
-      const bool input_grad = i != 0 && x.is_floating_point();
-      trainable(true);
-      const auto leaf = [&] { return input_grad ? x.detach().requires_grad_(true) : x; };
-      // Each timed forward casts its weights to bf16 afresh, as the first
-      // forward after an optimizer step does (the pipeline clears autocast's
-      // copies every iteration).
-      const auto fresh_casts = [] { at::autocast::clear_cache(); };
-      p.compute.push_back(
-          {kind, "forward", b, median_compute_seconds(dev, o.repeats, fresh_casts, [&] { (void)forward(leaf()); }) / n});
-      // Backward: autograd only on the clock (the forward before it is not).
-      at::Tensor out, grad;
-      const auto reset_grads = [&] {
-        for (Sublayer* sub : chain)
-          for (auto& prm : sub->params()) prm.tensor.mutable_grad().reset();
-      };
-      const double bwd = median_compute_seconds(
-          dev, o.repeats,
-          [&] {
-            reset_grads();
-            fresh_casts();
-            out = forward(leaf());
-            grad = at::ones_like(out);
-          },
-          [&] { torch::autograd::backward({out}, {grad}); });
-      reset_grads();
-      p.compute.push_back({kind, "backward", b, bwd / n});
-      trainable(false);
-      p.compute.push_back({kind, "frozen_forward", b, median_compute_seconds(dev, o.repeats, [&] {
-                                                         c10::NoGradGuard g;
-                                                         (void)forward(x);
-                                                       }) / n});
+      const ChainTimes t = time_chain(chain, x, i != 0 && x.is_floating_point(), o, dev);
+      const auto n = static_cast<double>(chain.size());
+      per_sublayer.emplace_back(to_string(model.spec().sublayers[i].kind),
+                                ChainTimes{t.forward / n, t.backward / n, t.frozen_forward / n});
     }
+    const ChainTimes whole = time_chain(all, stem_input(c.model, b, dev), false, o, dev);
+    p.model_chain.push_back({"forward", b, whole.forward});
+    p.model_chain.push_back({"backward", b, whole.backward});
+    p.model_chain.push_back({"frozen_forward", b, whole.frozen_forward});
+    ChainTimes sum;
+    for (const auto& [kind, t] : per_sublayer) {
+      sum.forward += of_kind[kind] * t.forward;
+      sum.backward += of_kind[kind] * t.backward;
+      sum.frozen_forward += of_kind[kind] * t.frozen_forward;
+    }
+    const ChainTimes factor{whole.forward / sum.forward, whole.backward / sum.backward,
+                            whole.frozen_forward / sum.frozen_forward};
+    for (const auto& [kind, t] : per_sublayer) {
+      if (!rows.count(kind)) kinds.push_back(kind);
+      rows[kind].push_back({kind, "forward", b, t.forward * factor.forward});
+      rows[kind].push_back({kind, "backward", b, t.backward * factor.backward});
+      rows[kind].push_back({kind, "frozen_forward", b, t.frozen_forward * factor.frozen_forward});
+    }
+    char line[160];
+    std::snprintf(line, sizeof line, "%s%d: %.2f / %.2f / %.2f", factors.empty() ? "" : "; ", b, factor.forward,
+                  factor.backward, factor.frozen_forward);
+    factors += line;
   }
+  for (const std::string& kind : kinds) p.compute.insert(p.compute.end(), rows[kind].begin(), rows[kind].end());
+  if (o.log) o.log("  the whole model as one chain over its sublayers' sum, per micro-batch size (forward / backward / "
+                   "frozen forward): " + factors);
 }
 
 // The pipeline's hand-over between stage workers: a tensor put into a

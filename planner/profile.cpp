@@ -44,12 +44,15 @@ class Node {
     return error(expected, found_text(value_));
   }
 
-  // An object with exactly these keys: a typo must not pass as a missing
-  // optional key, nor an extra key be silently dropped.
-  void require_object(std::initializer_list<const char*> keys) const {
-    const std::string list = key_list(keys);
+  // An object with exactly these keys (`optional` ones may be absent): a
+  // typo must not pass as a missing optional key, nor an extra key be
+  // silently dropped.
+  void require_object(std::initializer_list<const char*> keys,
+                      std::initializer_list<const char*> optional = {}) const {
+    const std::string list = key_list(keys) + (optional.size() ? ", optionally " + key_list(optional) : "");
     if (!value_.is_object()) throw error("an object with keys " + list);
     std::set<std::string> known(keys.begin(), keys.end());
+    known.insert(optional.begin(), optional.end());
     for (const auto& [key, _] : value_.items())
       if (!known.contains(key))
         throw child_path(key).error("no such key (an object with keys " + list + ")",
@@ -140,6 +143,9 @@ nlohmann::json to_json(const Profile& p) {
   for (const ComputeSample& s : p.compute)
     compute.push_back({{"sublayer_kind", s.sublayer_kind}, {"op", s.op}, {"samples", s.samples},
                        {"seconds", s.seconds}});
+  json& chain = j["model_chain"] = json::array();
+  for (const ChainSample& s : p.model_chain)
+    chain.push_back({{"op", s.op}, {"samples", s.samples}, {"seconds", s.seconds}});
   json& p2p = j["p2p"] = json::array();
   for (const TransferSample& s : p.p2p) p2p.push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
   json& allreduce = j["allreduce"] = json::array();
@@ -161,7 +167,8 @@ nlohmann::json to_json(const Profile& p) {
 Profile parse_profile(const nlohmann::json& j, const std::string& source) {
   const Node root(j, source, "");
   root.require_object({"schema", "environment", "model", "compute", "p2p", "allreduce", "cache",
-                       "optimizer", "transitions"});
+                       "optimizer", "transitions"},
+                      {"model_chain"});
   const Node schema = root["schema"];
   if (!j.at("schema").is_string() || j.at("schema").get_ref<const std::string&>() != kProfileSchema)
     throw schema.error("\"" + std::string(kProfileSchema) + "\"");
@@ -175,6 +182,12 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
                          n["op"].one_of({"forward", "backward", "frozen_forward"}),
                          n["samples"].integer_at_least(1), n["seconds"].number(true)});
   });
+  if (j.contains("model_chain"))
+    root["model_chain"].for_each(false, [&](const Node& n) {
+      n.require_object({"op", "samples", "seconds"});
+      p.model_chain.push_back({n["op"].one_of({"forward", "backward", "frozen_forward"}),
+                               n["samples"].integer_at_least(1), n["seconds"].number(true)});
+    });
   root["p2p"].for_each(false, [&](const Node& n) {
     n.require_object({"bytes", "seconds"});
     p.p2p.push_back({n["bytes"].number(false), n["seconds"].number(true)});

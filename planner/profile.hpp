@@ -3,14 +3,15 @@
 // its JSON file; no fitting here.
 //
 // File format, schema "elasticpipe.profile/1" (one JSON object; every key
-// below is required, no other key is allowed; every sample list may be empty
-// except `compute`):
+// below is required except `model_chain`, no other key is allowed; every
+// sample list may be empty except `compute`):
 //
 //   {
 //     "schema": "elasticpipe.profile/1",
 //     "environment": "host x, 16 cores, cpu, libtorch 1.13",   // free text
 //     "model": "vit hidden 192, 12 layers, 65 tokens",         // free text
 //     "compute":     [ {"sublayer_kind": "attention", "op": "forward", "samples": 8, "seconds": 0.0012}, ... ],
+//     "model_chain": [ {"op": "forward", "samples": 8, "seconds": 0.031}, ... ],
 //     "p2p":         [ {"bytes": 1048576, "seconds": 0.0004}, ... ],
 //     "allreduce":   [ {"bytes": 1048576, "ranks": 4, "seconds": 0.002}, ... ],
 //     "cache":       [ {"tier": "host", "op": "read", "bytes": 1048576, "seconds": 0.0001}, ... ],
@@ -19,6 +20,10 @@
 //   }
 //
 //   sublayer_kind  "stem" | "attention" | "mlp" | "head" (model_spec.hpp's kinds)
+//   model_chain    the whole model run as one chain (every sublayer in order),
+//                  per op and micro-batch size: what `compute` was scaled to
+//                  sum to (exec/profiler.cpp); informative, the fitter does
+//                  not read it. Absent in profiles written before it.
 //   op (compute)   "forward" | "backward" | "frozen_forward" (the CostModel's three terms)
 //   tier           "host" | "disk";  op (cache) "read" | "write"
 //   samples        micro-batch size, an integer >= 1
@@ -48,6 +53,12 @@ struct ComputeSample {
   std::string sublayer_kind;  // "stem" | "attention" | "mlp" | "head"
   std::string op;             // "forward" | "backward" | "frozen_forward"
   int samples = 0;            // micro-batch size
+  double seconds = 0;
+};
+
+struct ChainSample {  // the whole model as one chain
+  std::string op;       // as ComputeSample::op
+  int samples = 0;
   double seconds = 0;
 };
 
@@ -88,6 +99,7 @@ struct Profile {
   std::string environment;  // free text: host, cores, device, libtorch ...
   std::string model;        // free text describing the model shape profiled
   std::vector<ComputeSample> compute;
+  std::vector<ChainSample> model_chain;
   std::vector<TransferSample> p2p;
   std::vector<AllReduceSample> allreduce;
   std::vector<CacheSample> cache;

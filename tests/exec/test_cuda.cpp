@@ -371,6 +371,7 @@ TEST_CASE("CUDA: profile times the GPU at the training precision, and says so", 
   CHECK_THAT(p.environment, Catch::Contains("cuda:0") && Catch::Contains("bf16"));
   CHECK_FALSE(p.compute.empty());
   for (const auto& s : p.compute) CHECK(s.seconds > 0);
+  CHECK(p.model_chain.size() == p.compute.size() / 4);  // per op and size, as each of the four kinds
   CHECK(p.allreduce.empty());  // one GPU: no NCCL ring to time
 }
 

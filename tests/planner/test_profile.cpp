@@ -340,7 +340,8 @@ TEST_CASE("fitting refuses profiles that cannot determine the model", "[profile]
 
 TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
   const AnalyticCostModel truth(cluster(), sgd());
-  const Profile p = synthetic(truth, spec(), 0.02);
+  Profile p = synthetic(truth, spec(), 0.02);
+  p.model_chain = {{"forward", 8, 0.031}, {"backward", 8, 0.0625}, {"frozen_forward", 16, 1.0 / 3}};
   const auto same = [&](const Profile& q) {
     CHECK(q.environment == p.environment);
     CHECK(q.model == p.model);
@@ -350,6 +351,12 @@ TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
       CHECK(q.compute[i].op == p.compute[i].op);
       CHECK(q.compute[i].samples == p.compute[i].samples);
       CHECK(q.compute[i].seconds == p.compute[i].seconds);  // exact: JSON keeps doubles
+    }
+    REQUIRE(q.model_chain.size() == p.model_chain.size());
+    for (std::size_t i = 0; i < p.model_chain.size(); ++i) {
+      CHECK(q.model_chain[i].op == p.model_chain[i].op);
+      CHECK(q.model_chain[i].samples == p.model_chain[i].samples);
+      CHECK(q.model_chain[i].seconds == p.model_chain[i].seconds);
     }
     REQUIRE(q.p2p.size() == p.p2p.size());
     CHECK(q.p2p.back().bytes == p.p2p.back().bytes);
@@ -385,6 +392,11 @@ TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
   CHECK(back.p2p.empty());
   CHECK(back.transitions.empty());
   CHECK(back.environment.empty());
+  // Profiles written before the whole model's chain was recorded read
+  // without one.
+  json old = to_json(p);
+  old.erase("model_chain");
+  CHECK(parse_profile(old, "old").model_chain.empty());
 }
 
 TEST_CASE("malformed profiles are refused naming path, expected and found", "[profile]") {
@@ -440,6 +452,12 @@ TEST_CASE("malformed profiles are refused naming path, expected and found", "[pr
              Contains("p2p: expected a list, found {}"));
   CHECK_THAT(parse_error([](json& j) { j["allreduce"][0] = 5; }),
              Contains("allreduce[0]: expected an object with keys bytes, ranks, seconds, found 5"));
+  CHECK_THAT(parse_error([](json& j) { j["model_chain"] = json::array({{{"op", "fwd"}, {"samples", 2}, {"seconds", 1}}}); }),
+             Contains("model_chain[0].op: expected one of \"forward\", \"backward\", \"frozen_forward\""));
+  CHECK_THAT(parse_error([](json& j) { j["model_chain"] = json::array({{{"op", "forward"}, {"samples", 2}}}); }),
+             Contains("model_chain[0].seconds: expected a value"));
+  CHECK_THAT(parse_error([](json& j) { j["model_chains"] = json::array(); }),
+             Contains("model_chains: expected no such key") && Contains("optionally model_chain"));
   CHECK_THAT(parse_error([](json& j) { j = json::array({1, 2}); }),
              Contains("p.json: top level: expected an object"));
   // Empty optional lists are fine.

@@ -58,7 +58,10 @@ std::vector<trace::ChunkMemoEntry> read_memo(const std::string& path) {
 
 }  // namespace
 
-ChunkMemo::ChunkMemo(const Config& c, int cores) : c_(c), environment_(environment(c, cores)), path_(memo_path(c)) {}
+ChunkMemo::ChunkMemo(const Config& c, int cores) : c_(c), environment_(environment(c, cores)), path_(memo_path(c)) {
+  // Its folder made (and found writable) before a search that it would keep.
+  create_output_dir(std::filesystem::path(path_).parent_path().string(), "exec.chunk_memo");
+}
 
 trace::ChunkMemoKey ChunkMemo::key(const std::vector<IterationProgram>& programs) const {
   trace::ChunkMemoKey k{environment_, programs.front().setup.K, programs.front().setup.batch, {}};
@@ -80,7 +83,6 @@ void ChunkMemo::add(const std::vector<IterationProgram>& programs, const std::ve
   } catch (const Error&) {  // a damaged memo is rewritten afresh
   }
   entries.push_back({key(programs), times});
-  create_output_dir(std::filesystem::path(path_).parent_path().string());
   trace::write_chunk_memo(entries, path_);
 }
 

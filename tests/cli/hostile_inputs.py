@@ -180,6 +180,9 @@ def cases(bin_, root, w):
              "chunk memo " + p("memo.json") + ": entries[0]: expected an object, found 1; delete it", exec_=True),
         Case("train with the chunk memo a link to /dev/zero", [bin_, "train", fm, "--out", p("t7"), "--set",
              f'exec.chunk_memo="{p("zero-link")}"'] + small, "a symbolic link to a character device", exec_=True),
+        Case("train with the chunk memo under a file", [bin_, "train", fm, "--out", p("t8"), "--set",
+             f'exec.chunk_memo="{p("memo.json")}/memo.json"'] + small,
+             "exec.chunk_memo " + p("memo.json") + ": cannot create the output folder: Not a directory", exec_=True),
         # A full disk while checkpointing: the error names the file, and no
         # temporary file stays (the epoch's CSV, written before, does).
         Case("train with a disk full at the checkpoint", [bin_, "train", bert, "--out", p("t4")] + small,

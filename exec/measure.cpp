@@ -58,7 +58,7 @@ std::vector<trace::ChunkMemoEntry> read_memo(const std::string& path) {
 
 }  // namespace
 
-ChunkMemo::ChunkMemo(const Config& c, int cores) : c_(c), environment_(environment(c, cores)), path_(memo_path(c)) {
+ChunkMemo::ChunkMemo(const Config& c, int cores) : environment_(environment(c, cores)), path_(memo_path(c)) {
   // Its folder made (and found writable) before a search that it would keep.
   create_output_dir(std::filesystem::path(path_).parent_path().string(), "exec.chunk_memo");
 }
@@ -77,11 +77,7 @@ std::vector<double> ChunkMemo::find(const std::vector<IterationProgram>& program
 }
 
 void ChunkMemo::add(const std::vector<IterationProgram>& programs, const std::vector<double>& times) const {
-  std::vector<trace::ChunkMemoEntry> entries;
-  try {
-    entries = read_memo(path_);
-  } catch (const Error&) {  // a damaged memo is rewritten afresh
-  }
+  std::vector<trace::ChunkMemoEntry> entries = read_memo(path_);  // as find() read it: a damaged memo was refused there
   entries.push_back({key(programs), times});
   trace::write_chunk_memo(entries, path_);
 }

@@ -37,7 +37,6 @@ class ChunkMemo {
 
  private:
   [[nodiscard]] trace::ChunkMemoKey key(const std::vector<IterationProgram>& programs) const;
-  const Config& c_;
   std::string environment_, path_;
 };
 

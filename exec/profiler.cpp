@@ -99,15 +99,17 @@ struct ReplicaRun {
 constexpr int kChain = 4;
 
 struct ChainTimes {
-  double forward = 0, backward = 0, frozen_forward = 0;
+  double forward = 0, backward = 0, frozen_forward = 0, forward_again = 0;
 };
 
 // `chain` (its sublayers in order) run on `x` as a stage worker runs it:
 // the forward with autograd, the backward from its output (autograd only
 // on the clock: the forward before it is not), the frozen forward without
-// autograd. The chain's input takes a gradient when `input_grad` (the
-// executor never differentiates the stem's input: images or token ids).
-ChainTimes time_chain(const std::vector<Sublayer*>& chain, const at::Tensor& x, bool input_grad,
+// autograd; with `again` (bf16 autocast), the forward once more with the
+// weights' bf16 copies kept, as a later micro-batch of an iteration runs.
+// The chain's input takes a gradient when `input_grad` (the executor never
+// differentiates the stem's input: images or token ids).
+ChainTimes time_chain(const std::vector<Sublayer*>& chain, const at::Tensor& x, bool input_grad, bool again,
                       const ProfileOptions& o, const at::Device& dev) {
   const auto forward = [&](at::Tensor t) {
     for (Sublayer* sub : chain) t = sub->forward(t);
@@ -124,6 +126,7 @@ ChainTimes time_chain(const std::vector<Sublayer*>& chain, const at::Tensor& x, 
   ChainTimes t;
   trainable(true);
   t.forward = median_compute_seconds(dev, o.repeats, fresh_casts, [&] { (void)forward(leaf()); });
+  if (again) t.forward_again = median_compute_seconds(dev, o.repeats, [&] { (void)forward(leaf()); });  // its warm-up casts
   at::Tensor out, grad;
   const auto reset_grads = [&] {
     for (Sublayer* sub : chain)
@@ -166,6 +169,12 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
   for (int i = 0; i <= last; ++i) all.push_back(&model.sublayer(i));
   std::map<std::string, int> of_kind;  // how many sublayers the model has of each kind
   for (int i = 0; i <= last; ++i) ++of_kind[to_string(model.spec().sublayers[i].kind)];
+  // The ops timed, as the profile names them; forward_again only under bf16
+  // (in fp32 there are no weight copies to reuse: forward stands in).
+  const bool bf16 = c.training.precision == Precision::BF16;
+  std::vector<std::pair<const char*, double ChainTimes::*>> ops{
+      {"forward", &ChainTimes::forward}, {"backward", &ChainTimes::backward}, {"frozen_forward", &ChainTimes::frozen_forward}};
+  if (bf16) ops.emplace_back("forward_again", &ChainTimes::forward_again);
   std::string factors;
   std::vector<std::string> kinds;  // in the order measured
   std::map<std::string, std::vector<ComputeSample>> rows;
@@ -180,37 +189,29 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
         c10::NoGradGuard g;
         x = model.forward({0, i}, stem_input(c.model, b, dev));  // the chain's real input
       }
-      const ChainTimes t = time_chain(chain, x, i != 0 && x.is_floating_point(), o, dev);
-      const auto n = static_cast<double>(chain.size());
-      per_sublayer.emplace_back(to_string(model.spec().sublayers[i].kind),
-                                ChainTimes{t.forward / n, t.backward / n, t.frozen_forward / n});
+      ChainTimes t = time_chain(chain, x, i != 0 && x.is_floating_point(), bf16, o, dev);
+      for (const auto& [name, op] : ops) t.*op /= static_cast<double>(chain.size());
+      per_sublayer.emplace_back(to_string(model.spec().sublayers[i].kind), t);
     }
-    const ChainTimes whole = time_chain(all, stem_input(c.model, b, dev), false, o, dev);
-    p.model_chain.push_back({"forward", b, whole.forward});
-    p.model_chain.push_back({"backward", b, whole.backward});
-    p.model_chain.push_back({"frozen_forward", b, whole.frozen_forward});
-    ChainTimes sum;
-    for (const auto& [kind, t] : per_sublayer) {
-      sum.forward += of_kind[kind] * t.forward;
-      sum.backward += of_kind[kind] * t.backward;
-      sum.frozen_forward += of_kind[kind] * t.frozen_forward;
+    const ChainTimes whole = time_chain(all, stem_input(c.model, b, dev), false, bf16, o, dev);
+    factors += (factors.empty() ? "" : "; ") + std::to_string(b) + ":";
+    for (const auto& [name, op] : ops) {
+      p.model_chain.push_back({name, b, whole.*op});
+      double sum = 0;
+      for (const auto& [kind, t] : per_sublayer) sum += of_kind[kind] * t.*op;
+      const double factor = whole.*op / sum;
+      for (const auto& [kind, t] : per_sublayer) {
+        if (!rows.count(kind)) kinds.push_back(kind);
+        rows[kind].push_back({kind, name, b, t.*op * factor});
+      }
+      char f[32];
+      std::snprintf(f, sizeof f, "%s %.2f", name == ops.front().first ? "" : " /", factor);
+      factors += f;
     }
-    const ChainTimes factor{whole.forward / sum.forward, whole.backward / sum.backward,
-                            whole.frozen_forward / sum.frozen_forward};
-    for (const auto& [kind, t] : per_sublayer) {
-      if (!rows.count(kind)) kinds.push_back(kind);
-      rows[kind].push_back({kind, "forward", b, t.forward * factor.forward});
-      rows[kind].push_back({kind, "backward", b, t.backward * factor.backward});
-      rows[kind].push_back({kind, "frozen_forward", b, t.frozen_forward * factor.frozen_forward});
-    }
-    char line[160];
-    std::snprintf(line, sizeof line, "%s%d: %.2f / %.2f / %.2f", factors.empty() ? "" : "; ", b, factor.forward,
-                  factor.backward, factor.frozen_forward);
-    factors += line;
   }
   for (const std::string& kind : kinds) p.compute.insert(p.compute.end(), rows[kind].begin(), rows[kind].end());
-  if (o.log) o.log("  the whole model as one chain over its sublayers' sum, per micro-batch size (forward / backward / "
-                   "frozen forward): " + factors);
+  if (o.log) o.log(std::string("  the whole model as one chain over its sublayers' sum, per micro-batch size (forward / "
+                               "backward / frozen forward") + (bf16 ? " / forward again" : "") + "): " + factors);
 }
 
 // The pipeline's hand-over between stage workers: a tensor put into a

@@ -84,6 +84,10 @@ double stage_forward_s(const CostModel& cost, const ModelSpec& spec, SublayerRan
   return sum_over(spec, r, [&](const Sublayer& s) { return cost.forward_s(s, samples); });
 }
 
+double stage_forward_again_s(const CostModel& cost, const ModelSpec& spec, SublayerRange r, int samples) {
+  return sum_over(spec, r, [&](const Sublayer& s) { return cost.forward_again_s(s, samples); });
+}
+
 double stage_backward_s(const CostModel& cost, const ModelSpec& spec, SublayerRange r, int samples) {
   return sum_over(spec, r, [&](const Sublayer& s) { return cost.backward_s(s, samples); });
 }

@@ -23,8 +23,14 @@ class CostModel {
  public:
   virtual ~CostModel() = default;
   [[nodiscard]] virtual std::string name() const = 0;
-  // `samples` is the micro-batch size.
+  // `samples` is the micro-batch size. The first forward of an iteration
+  // (of a micro-batch; see forward_again_s for the others).
   [[nodiscard]] virtual double forward_s(const Sublayer&, int samples) const = 0;
+  // The same sublayer's forward again in one iteration (a later
+  // micro-batch, or a recompute): under bf16 autocast the first made the
+  // weights' bf16 copies and the others reuse them (the executor drops
+  // them after each iteration's step). Default: forward_s.
+  [[nodiscard]] virtual double forward_again_s(const Sublayer& s, int samples) const { return forward_s(s, samples); }
   // Input and weight gradients, no recompute.
   [[nodiscard]] virtual double backward_s(const Sublayer&, int samples) const = 0;
   // Forward under no_grad (F_frozen): no autograd bookkeeping.
@@ -89,6 +95,7 @@ class AnalyticCostModel final : public CostModel {
 
 // Sums over the sublayers of a stage, for one micro-batch.
 [[nodiscard]] double stage_forward_s(const CostModel&, const ModelSpec&, SublayerRange, int samples);
+[[nodiscard]] double stage_forward_again_s(const CostModel&, const ModelSpec&, SublayerRange, int samples);
 [[nodiscard]] double stage_backward_s(const CostModel&, const ModelSpec&, SublayerRange, int samples);
 [[nodiscard]] double stage_frozen_forward_s(const CostModel&, const ModelSpec&, SublayerRange,
                                             int samples);

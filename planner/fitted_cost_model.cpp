@@ -110,14 +110,15 @@ LinearFit fit(std::string name, std::string form, const std::vector<Row>& rows,
 
 constexpr std::array<SublayerKind, 4> kKinds = {SublayerKind::Stem, SublayerKind::Attention,
                                                 SublayerKind::Mlp, SublayerKind::Head};
-constexpr std::array<ComputeOp, 3> kOps = {ComputeOp::Forward, ComputeOp::Backward,
-                                           ComputeOp::FrozenForward};
+constexpr std::array<ComputeOp, 4> kOps = {ComputeOp::Forward, ComputeOp::Backward,
+                                           ComputeOp::FrozenForward, ComputeOp::ForwardAgain};
 
 std::string op_name(ComputeOp op) {
   switch (op) {
     case ComputeOp::Forward: return "forward";
     case ComputeOp::Backward: return "backward";
     case ComputeOp::FrozenForward: return "frozen_forward";
+    case ComputeOp::ForwardAgain: return "forward_again";
   }
   return "?";
 }
@@ -153,8 +154,11 @@ FittedCostModel::FittedCostModel(const Profile& profile, const CostModel& fallba
   check_profile(profile, "profile");
 
   std::string missing;
+  fits_.forward_again = std::any_of(profile.compute.begin(), profile.compute.end(),
+                                    [](const ComputeSample& s) { return s.op == op_name(ComputeOp::ForwardAgain); });
   for (SublayerKind kind : kKinds) {
     for (ComputeOp op : kOps) {
+      if (op == ComputeOp::ForwardAgain && !fits_.forward_again) continue;
       std::vector<Row> rows;
       for (const ComputeSample& s : profile.compute)
         if (s.sublayer_kind == to_string(kind) && s.op == op_name(op))
@@ -174,7 +178,8 @@ FittedCostModel::FittedCostModel(const Profile& profile, const CostModel& fallba
   }
   if (!missing.empty())
     throw Error("fitting the cost model: the profile has no compute samples for " + missing +
-                " (every sublayer kind needs forward, backward and frozen_forward)");
+                " (every sublayer kind needs forward, backward and frozen_forward, and forward_again "
+                "when any kind has it)");
 
   if (!profile.p2p.empty()) {
     std::vector<Row> rows;
@@ -233,6 +238,10 @@ double FittedCostModel::forward_s(const Sublayer& s, int samples) const {
   return compute_s(s, ComputeOp::Forward, samples);
 }
 
+double FittedCostModel::forward_again_s(const Sublayer& s, int samples) const {
+  return compute_s(s, fits_.forward_again ? ComputeOp::ForwardAgain : ComputeOp::Forward, samples);
+}
+
 double FittedCostModel::backward_s(const Sublayer& s, int samples) const {
   return compute_s(s, ComputeOp::Backward, samples);
 }
@@ -285,7 +294,9 @@ std::string FittedCostModel::describe() const {
     out += "  " + pad(name, w_term) + "no samples: " + fallback_.name() + " model\n";
   };
   for (const auto& per_kind : fits_.compute)
-    for (const LinearFit& f : per_kind) row(f);
+    for (const LinearFit& f : per_kind)
+      if (!f.name.empty()) row(f);
+  if (!fits_.forward_again) out += "  " + pad("compute */forward_again", w_term) + "no samples: forward\n";
   fits_.p2p ? row(*fits_.p2p) : fallback_row("p2p");
   fits_.allreduce ? row(*fits_.allreduce) : fallback_row("allreduce");
   for (CacheTier tier : {CacheTier::HostMemory, CacheTier::Disk})

@@ -34,7 +34,9 @@
 //
 // Compute needs samples for every kind and op (stem, attention, mlp, head ×
 // forward, backward, frozen_forward); the construction names the missing
-// ones. p2p, all-reduce, each cache (tier, op) and the optimizer are
+// ones. forward_again (a later micro-batch's forward, measured under bf16)
+// is fitted alike when the profile has it for any kind, and then needed for
+// every kind; without it forward stands in. p2p, all-reduce, each cache (tier, op) and the optimizer are
 // optional: without samples, those terms come from `fallback` (e.g. the
 // AnalyticCostModel of the configured cluster). A fit whose samples cannot
 // separate its two coefficients (e.g. one micro-batch size only) is refused.
@@ -51,7 +53,7 @@
 
 namespace ep {
 
-enum class ComputeOp { Forward, Backward, FrozenForward };
+enum class ComputeOp { Forward, Backward, FrozenForward, ForwardAgain };
 enum class CacheOp { Read, Write };
 
 // One fitted term, t = a·f_a + c·f_c (the features per term as above).
@@ -68,7 +70,9 @@ struct LinearFit {
 };
 
 struct FittedCoefficients {
-  std::array<std::array<LinearFit, 3>, 4> compute;  // [SublayerKind][ComputeOp]
+  // [SublayerKind][ComputeOp]; ForwardAgain's only when `forward_again`.
+  std::array<std::array<LinearFit, 4>, 4> compute;
+  bool forward_again = false;  // the profile measured it (bf16): else forward stands in
   std::optional<LinearFit> p2p;        // nullopt: the fallback's
   std::optional<LinearFit> allreduce;
   std::array<std::array<std::optional<LinearFit>, 2>, 2> cache;  // [CacheTier][CacheOp]
@@ -90,6 +94,7 @@ class FittedCostModel final : public CostModel {
 
   [[nodiscard]] std::string name() const override { return "fitted"; }
   [[nodiscard]] double forward_s(const Sublayer&, int samples) const override;
+  [[nodiscard]] double forward_again_s(const Sublayer&, int samples) const override;
   [[nodiscard]] double backward_s(const Sublayer&, int samples) const override;
   [[nodiscard]] double frozen_forward_s(const Sublayer&, int samples) const override;
   [[nodiscard]] double p2p_s(double bytes, LinkKind) const override;
@@ -121,7 +126,7 @@ class FittedCostModel final : public CostModel {
   const CostModel& fallback_;
   FittedCoefficients fits_;
   // Per (kind, op): (micro-batch size, median seconds), by size.
-  std::array<std::array<std::vector<std::pair<int, double>>, 3>, 4> compute_points_;
+  std::array<std::array<std::vector<std::pair<int, double>>, 4>, 4> compute_points_;
   std::string environment_;
   std::string model_;
   std::vector<TransitionSample> transitions_;

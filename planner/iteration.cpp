@@ -96,10 +96,14 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
     for (int st = 0; st < stages; ++st) {
       const SublayerRange a = p.active(st);
       const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : p.hosted_frozen(st);
-      const double f_active = stage_forward_s(cost, spec, a, b);
-      fwd[st][m] = f_active + stage_frozen_forward_s(cost, spec, in_place, b);
+      // The stage's first micro-batch casts its trained weights (bf16
+      // autocast), the rest and any recompute reuse the copies; frozen
+      // weights take no gradient, so autocast casts them every time.
+      const double f_again = stage_forward_again_s(cost, spec, a, b);
+      fwd[st][m] = (m == 0 ? stage_forward_s(cost, spec, a, b) : f_again) +
+                   stage_frozen_forward_s(cost, spec, in_place, b);
       const bool recompute = recomputes(ckpt, m, s.M);
-      bwd[st][m] = stage_backward_s(cost, spec, a, b) + (recompute ? f_active : 0.0);
+      bwd[st][m] = stage_backward_s(cost, spec, a, b) + (recompute ? f_again : 0.0);
       act_bytes[st][m] = b * out_bytes(stage_range(p, st).last - 1);
       act[st][m] = cost.p2p_s(act_bytes[st][m], LinkKind::IntraNode);
     }

@@ -24,7 +24,10 @@
 //                  per op and micro-batch size: what `compute` was scaled to
 //                  sum to (exec/profiler.cpp); informative, the fitter does
 //                  not read it. Absent in profiles written before it.
-//   op (compute)   "forward" | "backward" | "frozen_forward" (the CostModel's three terms)
+//   op (compute)   "forward" | "forward_again" | "backward" | "frozen_forward" (the
+//                  CostModel's terms; forward_again: a later micro-batch's forward in
+//                  the same iteration, bf16 weight copies reused; measured under bf16
+//                  only, for every kind or none, and without it forward stands in)
 //   tier           "host" | "disk";  op (cache) "read" | "write"
 //   samples        micro-batch size, an integer >= 1
 //   ranks          an integer >= 1
@@ -51,7 +54,7 @@ inline constexpr std::string_view kProfileSchema = "elasticpipe.profile/1";
 
 struct ComputeSample {
   std::string sublayer_kind;  // "stem" | "attention" | "mlp" | "head"
-  std::string op;             // "forward" | "backward" | "frozen_forward"
+  std::string op;             // "forward" | "forward_again" | "backward" | "frozen_forward"
   int samples = 0;            // micro-batch size
   double seconds = 0;
 };

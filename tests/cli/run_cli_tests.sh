@@ -208,20 +208,30 @@ expect_rc 0 "profile" -- "$bin" profile "$dp" --out "$tmp/profile.json" --repeat
 expect_text "profile prints the fits" "compute attention/backward"
 grep -q '"what": "cache_probe_setup"' "$tmp/profile.json" && ok || bad "profile lacks the cache probe's set-up"
 grep -q '"what": "first_iteration"' "$tmp/profile.json" && ok || bad "profile lacks the first iteration's one-off work"
-# The sublayers' times at each micro-batch size add up to the whole model run as one chain, as profiled.
-/usr/bin/python3 - "$tmp/profile.json" <<'PY' && ok || bad "profile's sublayers do not add up to its model chain"
+# Under bf16 it also times a later micro-batch's forward (the weights' bf16 copies reused).
+expect_rc 0 "profile in bf16" -- "$bin" profile "$dp" --set 'training.precision="bf16"' --out "$tmp/profile_bf16.json" \
+  --repeats 2
+expect_text "a bf16 profile fits forward_again" "compute attention/forward_again"
+# The sublayers' times at each micro-batch size add up to the whole model run as one chain, as profiled;
+# forward_again is there for every kind and size in bf16 only.
+/usr/bin/python3 - "$tmp/profile.json" "$tmp/profile_bf16.json" <<'PY' && ok || bad "profile's sublayers do not add up to its model chain"
 import json, re, sys
-p = json.load(open(sys.argv[1]))
-L = int(re.search(r"L=(\d+)", p["model"]).group(1))
-count = {"stem": 1, "attention": L, "mlp": L, "head": 1}
-chain = {(c["op"], c["samples"]): c["seconds"] for c in p["model_chain"]}
-total = {}
-for c in p["compute"]:
-    key = (c["op"], c["samples"])
-    total[key] = total.get(key, 0) + count[c["sublayer_kind"]] * c["seconds"]
-assert chain and set(chain) == set(total), (sorted(chain), sorted(total))
-for key, t in total.items():
-    assert abs(t - chain[key]) <= 1e-9 * chain[key], (key, t, chain[key])
+for path, ops in ((sys.argv[1], 3), (sys.argv[2], 4)):
+    p = json.load(open(path))
+    L = int(re.search(r"L=(\d+)", p["model"]).group(1))
+    count = {"stem": 1, "attention": L, "mlp": L, "head": 1}
+    chain = {(c["op"], c["samples"]): c["seconds"] for c in p["model_chain"]}
+    total = {}
+    for c in p["compute"]:
+        key = (c["op"], c["samples"])
+        total[key] = total.get(key, 0) + count[c["sublayer_kind"]] * c["seconds"]
+    assert chain and set(chain) == set(total), (sorted(chain), sorted(total))
+    for key, t in total.items():
+        assert abs(t - chain[key]) <= 1e-9 * chain[key], (path, key, t, chain[key])
+    sizes = {c["samples"] for c in p["compute"]}
+    kinds = {(c["sublayer_kind"], c["op"], c["samples"]) for c in p["compute"]}
+    assert len(kinds) == 4 * ops * len(sizes), (path, len(kinds))
+    assert (ops == 4) == any(c["op"] == "forward_again" for c in p["compute"]), path
 PY
 expect_rc 0 "simulate with a fitted cost model" -- "$bin" simulate "$dp" --mode baseline --profile "$tmp/profile.json" \
   --out "$tmp/simprof"

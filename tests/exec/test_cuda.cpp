@@ -372,6 +372,12 @@ TEST_CASE("CUDA: profile times the GPU at the training precision, and says so", 
   CHECK_FALSE(p.compute.empty());
   for (const auto& s : p.compute) CHECK(s.seconds > 0);
   CHECK(p.model_chain.size() == p.compute.size() / 4);  // per op and size, as each of the four kinds
+  for (const char* kind : {"stem", "attention", "mlp", "head"})  // bf16: a later micro-batch's forward too
+    CHECK(std::count_if(p.compute.begin(), p.compute.end(), [&](const ComputeSample& s) {
+            return s.sublayer_kind == kind && s.op == "forward_again";
+          }) == std::count_if(p.compute.begin(), p.compute.end(), [&](const ComputeSample& s) {
+            return s.sublayer_kind == kind && s.op == "forward";
+          }));
   CHECK(p.allreduce.empty());  // one GPU: no NCCL ring to time
 }
 

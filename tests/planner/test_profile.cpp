@@ -338,10 +338,37 @@ TEST_CASE("fitting refuses profiles that cannot determine the model", "[profile]
   }
 }
 
+TEST_CASE("forward_again: fitted when profiled for every kind, forward without it, refused when partial", "[profile]") {
+  const ModelSpec s = spec();
+  const AnalyticCostModel truth(cluster(), sgd());
+  const Profile fp32 = synthetic(truth, s, 0);
+  Profile bf16 = fp32;
+  for (const ComputeSample& c : fp32.compute)  // a later micro-batch: 40 us of weight casts fewer
+    if (c.op == "forward") bf16.compute.push_back({c.sublayer_kind, "forward_again", c.samples, c.seconds - 4e-5});
+  const FittedCostModel with(bf16, truth), without(fp32, truth);
+  CHECK(with.coefficients().forward_again);
+  CHECK_FALSE(without.coefficients().forward_again);
+  for (const Sublayer& sub : one_per_kind(s))
+    for (int b : {1, 4, 32}) {
+      INFO(to_string(sub.kind) << " b=" << b);
+      CHECK(with.forward_s(sub, b) == Approx(truth.forward_s(sub, b)));
+      CHECK(with.forward_again_s(sub, b) == Approx(truth.forward_s(sub, b) - 4e-5));
+      CHECK(without.forward_again_s(sub, b) == without.forward_s(sub, b));
+    }
+  CHECK_THAT(with.describe(), Catch::Contains("compute mlp/forward_again"));
+  CHECK_THAT(without.describe(), Catch::Contains("compute */forward_again") && Catch::Contains("no samples: forward"));
+  Profile partial = bf16;
+  std::erase_if(partial.compute, [](const ComputeSample& c) { return c.sublayer_kind == "head" && c.op == "forward_again"; });
+  CHECK_THAT(test::error_of([&] { FittedCostModel f(partial, truth); }),
+             Catch::Contains("no compute samples for head/forward_again") && Catch::Contains("when any kind has it"));
+}
+
 TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
   const AnalyticCostModel truth(cluster(), sgd());
   Profile p = synthetic(truth, spec(), 0.02);
-  p.model_chain = {{"forward", 8, 0.031}, {"backward", 8, 0.0625}, {"frozen_forward", 16, 1.0 / 3}};
+  p.model_chain = {{"forward", 8, 0.031}, {"backward", 8, 0.0625}, {"frozen_forward", 16, 1.0 / 3},
+                   {"forward_again", 8, 0.029}};
+  p.compute.push_back({"mlp", "forward_again", 4, 0.0011});
   const auto same = [&](const Profile& q) {
     CHECK(q.environment == p.environment);
     CHECK(q.model == p.model);
@@ -427,7 +454,7 @@ TEST_CASE("malformed profiles are refused naming path, expected and found", "[pr
              Contains("compute[0].sublayer_kind: expected one of \"stem\", \"attention\", \"mlp\", "
                       "\"head\", found \"embedding\""));
   CHECK_THAT(parse_error([](json& j) { j["compute"][5]["op"] = "fwd"; }),
-             Contains("compute[5].op: expected one of \"forward\", \"backward\", \"frozen_forward\", "
+             Contains("compute[5].op: expected one of \"forward\", \"forward_again\", \"backward\", \"frozen_forward\", "
                       "found \"fwd\""));
   CHECK_THAT(parse_error([](json& j) { j["cache"][0]["tier"] = "ssd"; }),
              Contains("cache[0].tier: expected one of \"host\", \"disk\", found \"ssd\""));
@@ -453,7 +480,7 @@ TEST_CASE("malformed profiles are refused naming path, expected and found", "[pr
   CHECK_THAT(parse_error([](json& j) { j["allreduce"][0] = 5; }),
              Contains("allreduce[0]: expected an object with keys bytes, ranks, seconds, found 5"));
   CHECK_THAT(parse_error([](json& j) { j["model_chain"] = json::array({{{"op", "fwd"}, {"samples", 2}, {"seconds", 1}}}); }),
-             Contains("model_chain[0].op: expected one of \"forward\", \"backward\", \"frozen_forward\""));
+             Contains("model_chain[0].op: expected one of \"forward\", \"forward_again\", \"backward\", \"frozen_forward\""));
   CHECK_THAT(parse_error([](json& j) { j["model_chain"] = json::array({{{"op", "forward"}, {"samples", 2}}}); }),
              Contains("model_chain[0].seconds: expected a value"));
   CHECK_THAT(parse_error([](json& j) { j["model_chains"] = json::array(); }),

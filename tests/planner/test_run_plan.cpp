@@ -578,3 +578,55 @@ TEST_CASE("lr_scaled scales lr by the replicas over those of planner.K, from the
     for (const ep::Plan& p : plan(paper_config(name, {obj})).plans) CHECK(p.lr_scale == 1.0);  // per_pipeline
   });
 }
+
+namespace {
+
+// The analytic model, but a sublayer's forward again in one iteration costs
+// a quarter of its first (bf16 weight copies reused).
+class CheapAgain final : public ep::CostModel {
+ public:
+  explicit CheapAgain(const ep::AnalyticCostModel& base) : base_(base) {}
+  std::string name() const override { return "cheap-again"; }
+  double forward_s(const ep::Sublayer& s, int b) const override { return base_.forward_s(s, b); }
+  double forward_again_s(const ep::Sublayer& s, int b) const override { return 0.25 * base_.forward_s(s, b); }
+  double backward_s(const ep::Sublayer& s, int b) const override { return base_.backward_s(s, b); }
+  double frozen_forward_s(const ep::Sublayer& s, int b) const override { return base_.frozen_forward_s(s, b); }
+  double p2p_s(double x, ep::LinkKind k) const override { return base_.p2p_s(x, k); }
+  double allreduce_s(double x, int n, ep::LinkKind k) const override { return base_.allreduce_s(x, n, k); }
+  double cache_read_s(double x, ep::CacheTier t) const override { return base_.cache_read_s(x, t); }
+  double cache_write_s(double x, ep::CacheTier t) const override { return base_.cache_write_s(x, t); }
+  double optimizer_step_s(double x) const override { return base_.optimizer_step_s(x); }
+
+ private:
+  const ep::AnalyticCostModel& base_;
+};
+
+}  // namespace
+
+TEST_CASE("iteration costs: a stage's first micro-batch pays its forward, later ones and recomputes the forward again") {
+  for (const char* ckpt : {"never", "always"}) {
+    const ep::Config c = paper_config("vit_imagenet", {std::string("training.checkpointing=\"") + ckpt + "\""});
+    const ep::AnalyticCostModel analytic(c.cluster, c.training);
+    const CheapAgain cheap(analytic);
+    const ep::PlanContext a_ctx(c, analytic), c_ctx(c, cheap);
+    for (const bool in_stages : {false, true}) {
+      // 4 of 12 layers frozen, on device 0 or hosted by the stages that hold them.
+      const ep::Partition p = ep::partition_by_time(a_ctx, 4, 4, false, ep::CacheTier::HostMemory, 8,
+                                                    in_stages ? ep::FrozenPlacement::InStages : ep::FrozenPlacement::Device0);
+      const ep::IterationSetup s{p, 4, 1, 8, 1, false, false, ep::CacheTier::HostMemory, -1, 64};
+      const ep::IterationCosts full = ep::iteration_costs(a_ctx, s), again = ep::iteration_costs(c_ctx, s);
+      for (int st = 0; st < p.K(); ++st)
+        for (int m = 0; m < s.M; ++m) {
+          INFO("checkpointing " << ckpt << ", stage " << st << ", micro-batch " << m << ", in stages " << in_stages);
+          const double f = ep::stage_forward_s(analytic, a_ctx.spec, p.active(st), 8);
+          REQUIRE(f > 0);
+          const ep::Action fw{ep::ActionKind::Forward, st, m}, bw{ep::ActionKind::Backward, st, m};
+          // Only the trained sublayers' copies are reused: a hosted frozen forward is paid in full.
+          CHECK(again.duration(fw) == Approx(full.duration(fw) - (m == 0 ? 0.0 : 0.75 * f)));
+          const bool recomputed = ep::recomputes(c.training.checkpointing, m, s.M);
+          CHECK(recomputed == (std::string(ckpt) == "always"));
+          CHECK(again.duration(bw) == Approx(full.duration(bw) - (recomputed ? 0.75 * f : 0.0)));
+        }
+    }
+  }
+}

@@ -100,6 +100,7 @@ constexpr int kChain = 4;
 
 struct ChainTimes {
   double forward = 0, backward = 0, frozen_forward = 0, forward_again = 0;
+  ComputeTimes forward_parts, backward_parts;  // the host's and the device's share of forward and backward
 };
 
 // `chain` (its sublayers in order) run on `x` as a stage worker runs it:
@@ -125,14 +126,15 @@ ChainTimes time_chain(const std::vector<Sublayer*>& chain, const at::Tensor& x, 
   const auto fresh_casts = [] { at::autocast::clear_cache(); };
   ChainTimes t;
   trainable(true);
-  t.forward = median_compute_seconds(dev, o.repeats, fresh_casts, [&] { (void)forward(leaf()); });
+  t.forward_parts = median_compute_times(dev, o.repeats, fresh_casts, [&] { (void)forward(leaf()); });
+  t.forward = t.forward_parts.seconds;
   if (again) t.forward_again = median_compute_seconds(dev, o.repeats, [&] { (void)forward(leaf()); });  // its warm-up casts
   at::Tensor out, grad;
   const auto reset_grads = [&] {
     for (Sublayer* sub : chain)
       for (auto& prm : sub->params()) prm.tensor.mutable_grad().reset();
   };
-  t.backward = median_compute_seconds(
+  t.backward_parts = median_compute_times(
       dev, o.repeats,
       [&] {
         reset_grads();
@@ -141,6 +143,7 @@ ChainTimes time_chain(const std::vector<Sublayer*>& chain, const at::Tensor& x, 
         grad = at::ones_like(out);
       },
       [&] { torch::autograd::backward({out}, {grad}); });
+  t.backward = t.backward_parts.seconds;
   out = grad = at::Tensor();
   reset_grads();
   trainable(false);
@@ -175,7 +178,7 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
   std::vector<std::pair<const char*, double ChainTimes::*>> ops{
       {"forward", &ChainTimes::forward}, {"backward", &ChainTimes::backward}, {"frozen_forward", &ChainTimes::frozen_forward}};
   if (bf16) ops.emplace_back("forward_again", &ChainTimes::forward_again);
-  std::string factors;
+  std::string factors, parts;
   std::vector<std::string> kinds;  // in the order measured
   std::map<std::string, std::vector<ComputeSample>> rows;
   for (int b = 1; b <= c.training.batch_size; b *= 2) {
@@ -195,6 +198,13 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
     }
     const ChainTimes whole = time_chain(all, stem_input(c.model, b, dev), false, bf16, o, dev);
     factors += (factors.empty() ? "" : "; ") + std::to_string(b) + ":";
+    if (dev.is_cuda()) {  // which of the two bounds the chain: one action's host work overlaps the next's kernels
+      char line[160];
+      std::snprintf(line, sizeof line, "%s%d: %.2f / %.2f, %.2f / %.2f", parts.empty() ? "" : "; ", b,
+                    whole.forward_parts.host_s * 1e3, whole.forward_parts.device_s * 1e3,
+                    whole.backward_parts.host_s * 1e3, whole.backward_parts.device_s * 1e3);
+      parts += line;
+    }
     for (const auto& [name, op] : ops) {
       p.model_chain.push_back({name, b, whole.*op});
       double sum = 0;
@@ -212,6 +222,8 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
   for (const std::string& kind : kinds) p.compute.insert(p.compute.end(), rows[kind].begin(), rows[kind].end());
   if (o.log) o.log(std::string("  the whole model as one chain over its sublayers' sum, per micro-batch size (forward / "
                                "backward / frozen forward") + (bf16 ? " / forward again" : "") + "): " + factors);
+  if (o.log && !parts.empty())
+    o.log("  the whole model as one chain, ms queuing on the host / running on the device (forward, backward): " + parts);
 }
 
 // The pipeline's hand-over between stage workers: a tensor put into a

@@ -77,16 +77,35 @@ double median_device_seconds(const c10::Device& device, int runs, Run&& run) {
 // the host queues more slowly than the device runs it takes the host's
 // time: the slower of the two (so `run` must not wait for the device, or
 // its wait for the spin is counted). On the CPU, as median_device_seconds.
+// median_compute_times gives that figure with its parts, the medians of
+// the host's queuing time and of the device's (all three equal on the CPU).
+struct ComputeTimes {
+  double seconds = 0, host_s = 0, device_s = 0;
+};
 template <class Prepare, class Run>
-double median_compute_seconds(const c10::Device& device, int runs, Prepare&& prepare, Run&& run) {
-  if (!device.is_cuda()) return median_device_seconds(device, runs, prepare, run);
+ComputeTimes median_compute_times(const c10::Device& device, int runs, Prepare&& prepare, Run&& run) {
+  if (!device.is_cuda()) {
+    const double s = median_device_seconds(device, runs, prepare, run);
+    return {s, s, s};
+  }
   constexpr double kMaxHold_s = 0.1, kMinHold_s = 1e-4;
   double host_s = 0;  // the last run's queuing time
-  return median_of_runs(runs, prepare, [&] {
+  std::vector<double> hosts, devices;
+  const double s = median_of_runs(runs, prepare, [&] {
     const compat::QueuedTime q = compat::queued_seconds(device, std::min(kMaxHold_s, 1.5 * host_s + kMinHold_s), run);
     host_s = q.host_s;
+    hosts.push_back(q.host_s);
+    devices.push_back(q.device_s);
     return std::max(q.device_s, q.host_s);
   });
+  hosts.erase(hosts.begin(), hosts.begin() + kWarmupRuns);  // as median_of_runs leaves them out
+  devices.erase(devices.begin(), devices.begin() + kWarmupRuns);
+  return {s, median(std::move(hosts)), median(std::move(devices))};
+}
+
+template <class Prepare, class Run>
+double median_compute_seconds(const c10::Device& device, int runs, Prepare&& prepare, Run&& run) {
+  return median_compute_times(device, runs, std::forward<Prepare>(prepare), std::forward<Run>(run)).seconds;
 }
 
 template <class Run>

@@ -404,6 +404,14 @@ TEST_CASE("CUDA: compute timed behind a held stream leaves out kernel launches, 
   const auto product = [&] { (void)at::mm(a, a); };
   const double alone = median_device_seconds(gpu, 5, product);
   CHECK(median_compute_seconds(gpu, 5, product) == Approx(alone).epsilon(0.1));
+  // Its parts: each run takes the slower of the two, so the median is no less than either part's.
+  for (const ComputeTimes t : {median_compute_times(gpu, 5, [] {}, tiny), median_compute_times(gpu, 5, [] {}, product)}) {
+    CHECK(t.host_s > 0);
+    CHECK(t.device_s > 0);
+    CHECK(t.seconds >= std::max(t.host_s, t.device_s));
+  }
+  // A long kernel is the device's, queued in a moment.
+  CHECK(median_compute_times(gpu, 5, [] {}, product).host_s < 0.5 * alone);
 }
 
 // No GPU needed: the layouts are plain data, checked before NCCL starts.

@@ -37,6 +37,15 @@ CacheCopy cache_copy(const PlanContext& ctx, const IterationSetup& s, double byt
   return {alone, std::max(alone, cache_copiers_per_node(ctx.config.cluster, s) * bytes / node_bw)};
 }
 
+// A stage's forward of micro-batch m: the first casts the trained weights
+// (bf16 autocast), later ones (and recomputes) reuse the copies; frozen
+// weights take no gradient, so autocast casts them every time.
+double stage_forward_of(const CostModel& cost, const ModelSpec& spec, SublayerRange active,
+                        SublayerRange frozen_in_place, int m, int samples) {
+  return (m == 0 ? stage_forward_s(cost, spec, active, samples) : stage_forward_again_s(cost, spec, active, samples)) +
+         stage_frozen_forward_s(cost, spec, frozen_in_place, samples);
+}
+
 }  // namespace
 
 int cache_copiers_per_node(const ClusterSpec& c, const IterationSetup& s) {
@@ -96,14 +105,9 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
     for (int st = 0; st < stages; ++st) {
       const SublayerRange a = p.active(st);
       const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : p.hosted_frozen(st);
-      // The stage's first micro-batch casts its trained weights (bf16
-      // autocast), the rest and any recompute reuse the copies; frozen
-      // weights take no gradient, so autocast casts them every time.
-      const double f_again = stage_forward_again_s(cost, spec, a, b);
-      fwd[st][m] = (m == 0 ? stage_forward_s(cost, spec, a, b) : f_again) +
-                   stage_frozen_forward_s(cost, spec, in_place, b);
+      fwd[st][m] = stage_forward_of(cost, spec, a, in_place, m, b);
       const bool recompute = recomputes(ckpt, m, s.M);
-      bwd[st][m] = stage_backward_s(cost, spec, a, b) + (recompute ? f_again : 0.0);
+      bwd[st][m] = stage_backward_s(cost, spec, a, b) + (recompute ? stage_forward_again_s(cost, spec, a, b) : 0.0);
       act_bytes[st][m] = b * out_bytes(stage_range(p, st).last - 1);
       act[st][m] = cost.p2p_s(act_bytes[st][m], LinkKind::IntraNode);
     }

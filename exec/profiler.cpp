@@ -472,6 +472,15 @@ void profile_optimizer(const Config& c, const ProfileOptions& o, const at::Devic
                              (void)grad_sq_norms(grads, dev);
                              opt.step(ps, 1e-6);
                            })});
+    // The norms alone, for the whole model: what reading them every
+    // iteration costs (the freeze policy, the divergence check, the replay).
+    if (share == 1.0 && o.log) {
+      char line[160];
+      std::snprintf(line, sizeof line, "  the gradients' norms of all %.4g parameters: %.3f ms of the step's %.3f ms",
+                    params, 1e3 * median_compute_seconds(dev, o.repeats, [&] { (void)grad_sq_norms(grads, dev); }),
+                    1e3 * p.optimizer.back().seconds);
+      o.log(line);
+    }
     for (auto& q : ps) q.tensor.mutable_grad().reset();
   }
 }

@@ -23,8 +23,8 @@ class CostModel {
  public:
   virtual ~CostModel() = default;
   [[nodiscard]] virtual std::string name() const = 0;
-  // `samples` is the micro-batch size. The first forward of an iteration
-  // (of a micro-batch; see forward_again_s for the others).
+  // `samples` is the micro-batch size. A sublayer's first forward in an
+  // iteration (its stage's first micro-batch).
   [[nodiscard]] virtual double forward_s(const Sublayer&, int samples) const = 0;
   // The same sublayer's forward again in one iteration (a later
   // micro-batch, or a recompute): under bf16 autocast the first made the

@@ -36,9 +36,10 @@
 // forward, backward, frozen_forward); the construction names the missing
 // ones. forward_again (a later micro-batch's forward, measured under bf16)
 // is fitted alike when the profile has it for any kind, and then needed for
-// every kind; without it forward stands in. p2p, all-reduce, each cache (tier, op) and the optimizer are
-// optional: without samples, those terms come from `fallback` (e.g. the
-// AnalyticCostModel of the configured cluster). A fit whose samples cannot
+// every kind; without it forward stands in. p2p, all-reduce, each cache
+// (tier, op) and the optimizer are optional: without samples, those terms
+// come from `fallback` (e.g. the AnalyticCostModel of the configured
+// cluster). A fit whose samples cannot
 // separate its two coefficients (e.g. one micro-batch size only) is refused.
 #pragma once
 

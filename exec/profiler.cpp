@@ -124,12 +124,24 @@ ChainTimes time_chain(const std::vector<Sublayer*>& chain, const at::Tensor& x, 
   // forward after an optimizer step does (the pipeline clears autocast's
   // copies every iteration).
   const auto fresh_casts = [] { at::autocast::clear_cache(); };
+  // A forward's output (and its graph) is dropped before the next, off the
+  // clock: the pipeline keeps it for the backward, which frees the graph.
+  at::Tensor out;
+  const auto drop = [&] { out = at::Tensor(); };
+  const auto forward_kept = [&] { out = forward(leaf()); };
   ChainTimes t;
   trainable(true);
-  t.forward_parts = median_compute_times(dev, o.repeats, fresh_casts, [&] { (void)forward(leaf()); });
+  t.forward_parts = median_compute_times(
+      dev, o.repeats,
+      [&] {
+        drop();
+        fresh_casts();
+      },
+      forward_kept);
   t.forward = t.forward_parts.seconds;
-  if (again) t.forward_again = median_compute_seconds(dev, o.repeats, [&] { (void)forward(leaf()); });  // its warm-up casts
-  at::Tensor out, grad;
+  if (again) t.forward_again = median_compute_seconds(dev, o.repeats, drop, forward_kept);  // its warm-up casts
+  drop();
+  at::Tensor grad;
   const auto reset_grads = [&] {
     for (Sublayer* sub : chain)
       for (auto& prm : sub->params()) prm.tensor.mutable_grad().reset();
@@ -147,10 +159,11 @@ ChainTimes time_chain(const std::vector<Sublayer*>& chain, const at::Tensor& x, 
   out = grad = at::Tensor();
   reset_grads();
   trainable(false);
-  t.frozen_forward = median_compute_seconds(dev, o.repeats, [&] {
+  t.frozen_forward = median_compute_seconds(dev, o.repeats, drop, [&] {
     c10::NoGradGuard g;
-    (void)forward(x);
+    out = forward(x);
   });
+  drop();
   return t;
 }
 

@@ -39,10 +39,12 @@ Partition partition_by_time(const PlanContext& ctx, int frozen_layers, int stage
   for (const SublayerRange& u : mp.units) {
     const SublayerRange frozen{u.first, std::clamp(frozen_end, u.first, u.last)};
     const SublayerRange active{frozen.last, u.last};
-    const double f = stage_forward_s(cost, spec, active, micro_batch);
+    // Recomputed: the forward without autograd, then again with it in the backward.
+    const double f = recompute ? stage_frozen_forward_s(cost, spec, active, micro_batch) +
+                                     stage_forward_again_s(cost, spec, active, micro_batch)
+                               : stage_forward_s(cost, spec, active, micro_batch);
     load.push_back(stage_frozen_forward_s(cost, spec, frozen, micro_batch) + f +
-                   stage_backward_s(cost, spec, active, micro_batch) +
-                   (recompute ? stage_forward_again_s(cost, spec, active, micro_batch) : 0.0));
+                   stage_backward_s(cost, spec, active, micro_batch));
   }
   double fixed0 = 0;
   if (mp.frozen_end > 0) {

@@ -34,8 +34,8 @@ enum class FrozenPlacement { Device0, InStages };
 
 // The time objective's partition: exact min-max over predicted stage time
 // for micro-batches of `micro_batch` samples. An active unit costs its
-// forward and backward (and its forward again when checkpointing recomputes
-// it), a frozen one its no_grad forward; with FrozenPlacement::Device0
+// forward and backward (with checkpointing, its forward without autograd
+// and again with it in the backward), a frozen one its no_grad forward; with FrozenPlacement::Device0
 // stage 0 also carries F_frozen's forward or, with the cache on, the read.
 [[nodiscard]] Partition partition_by_time(const PlanContext&, int frozen_layers, int stages, bool cache_on,
                                           CacheTier tier, int micro_batch, FrozenPlacement);

@@ -39,11 +39,15 @@ CacheCopy cache_copy(const PlanContext& ctx, const IterationSetup& s, double byt
 
 // A stage's forward of micro-batch m: the first casts the trained weights
 // (bf16 autocast), later ones (and recomputes) reuse the copies; frozen
-// weights take no gradient, so autocast casts them every time.
+// weights take no gradient, so autocast casts them every time. A
+// micro-batch its backward recomputes runs forward without autograd (no
+// graph kept): a frozen forward's cost.
 double stage_forward_of(const CostModel& cost, const ModelSpec& spec, SublayerRange active,
-                        SublayerRange frozen_in_place, int m, int samples) {
-  return (m == 0 ? stage_forward_s(cost, spec, active, samples) : stage_forward_again_s(cost, spec, active, samples)) +
-         stage_frozen_forward_s(cost, spec, frozen_in_place, samples);
+                        SublayerRange frozen_in_place, int m, bool recomputed, int samples) {
+  const double trained = recomputed ? stage_frozen_forward_s(cost, spec, active, samples)
+                         : m == 0   ? stage_forward_s(cost, spec, active, samples)
+                                    : stage_forward_again_s(cost, spec, active, samples);
+  return trained + stage_frozen_forward_s(cost, spec, frozen_in_place, samples);
 }
 
 }  // namespace
@@ -105,8 +109,8 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
     for (int st = 0; st < stages; ++st) {
       const SublayerRange a = p.active(st);
       const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : p.hosted_frozen(st);
-      fwd[st][m] = stage_forward_of(cost, spec, a, in_place, m, b);
       const bool recompute = recomputes(ckpt, m, s.M);
+      fwd[st][m] = stage_forward_of(cost, spec, a, in_place, m, recompute, b);
       bwd[st][m] = stage_backward_s(cost, spec, a, b) + (recompute ? stage_forward_again_s(cost, spec, a, b) : 0.0);
       act_bytes[st][m] = b * out_bytes(stage_range(p, st).last - 1);
       act[st][m] = cost.p2p_s(act_bytes[st][m], LinkKind::IntraNode);

@@ -100,7 +100,9 @@ constexpr int kChain = 4;
 
 struct ChainTimes {
   double forward = 0, backward = 0, frozen_forward = 0, forward_again = 0;
-  ComputeTimes forward_parts, backward_parts;  // the host's and the device's share of forward and backward
+  // The host's and the device's share of forward and backward, as timed
+  // (not divided per sublayer: the profile log gives the whole chain's).
+  ComputeTimes forward_parts, backward_parts;
 };
 
 // `chain` (its sublayers in order) run on `x` as a stage worker runs it:

@@ -89,11 +89,10 @@ ComputeTimes median_compute_times(const c10::Device& device, int runs, Prepare&&
     return {s, s, s};
   }
   constexpr double kMaxHold_s = 0.1, kMinHold_s = 1e-4;
-  double host_s = 0;  // the last run's queuing time
-  std::vector<double> hosts, devices;
+  std::vector<double> hosts, devices;  // per run, warm-up included
   const double s = median_of_runs(runs, prepare, [&] {
-    const compat::QueuedTime q = compat::queued_seconds(device, std::min(kMaxHold_s, 1.5 * host_s + kMinHold_s), run);
-    host_s = q.host_s;
+    const double last_host_s = hosts.empty() ? 0 : hosts.back();
+    const compat::QueuedTime q = compat::queued_seconds(device, std::min(kMaxHold_s, 1.5 * last_host_s + kMinHold_s), run);
     hosts.push_back(q.host_s);
     devices.push_back(q.device_s);
     return std::max(q.device_s, q.host_s);

@@ -20,6 +20,9 @@ namespace ep {
 
 namespace {
 
+// A compute sample's and a model chain sample's op (profile.hpp).
+const std::initializer_list<const char*> kComputeOps = {"forward", "forward_again", "backward", "frozen_forward"};
+
 using nlohmann::json;
 
 // What the message shows as "found": the JSON text, cut short so that a
@@ -179,13 +182,13 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
   root["compute"].for_each(true, [&](const Node& n) {
     n.require_object({"sublayer_kind", "op", "samples", "seconds"});
     p.compute.push_back({n["sublayer_kind"].one_of({"stem", "attention", "mlp", "head"}),
-                         n["op"].one_of({"forward", "forward_again", "backward", "frozen_forward"}),
+                         n["op"].one_of(kComputeOps),
                          n["samples"].integer_at_least(1), n["seconds"].number(true)});
   });
   if (j.contains("model_chain"))
     root["model_chain"].for_each(false, [&](const Node& n) {
       n.require_object({"op", "samples", "seconds"});
-      p.model_chain.push_back({n["op"].one_of({"forward", "forward_again", "backward", "frozen_forward"}),
+      p.model_chain.push_back({n["op"].one_of(kComputeOps),
                                n["samples"].integer_at_least(1), n["seconds"].number(true)});
     });
   root["p2p"].for_each(false, [&](const Node& n) {

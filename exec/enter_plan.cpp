@@ -196,10 +196,10 @@ void Trainer::transition(const Plan& previous) {
   p_.transitions.push_back(cost);
   warmup_.start();
   first_batch_pending_ = true;
-  char probe[96] = "";
+  char probe[128] = "";
   if (cost.cache_probe_s > 0)
-    std::snprintf(probe, sizeof probe, " [set-up %.3f, rows written %.3f, runs %.3f]", probe_setup_s_,
-                  probe_write_s_, cost.cache_probe_s - probe_setup_s_ - probe_write_s_);
+    std::snprintf(probe, sizeof probe, " [set-up %.3f, frozen forward %.3f, rows written %.3f, reads %.3f]",
+                  probe_setup_s_, probe_forward_s_, probe_write_s_, probe_read_s_);
   char file[48] = "";
   if (cache_file_s_ > 0) std::snprintf(file, sizeof file, " [cache file %.3f]", cache_file_s_);
   // The probe's and the cache's first pinned blocks are made here, not in

@@ -114,6 +114,7 @@ MeasuredCache CacheProbe::measure(Model& model, int frozen, const std::function<
   // the clock: their sum is the frozen forward that stage 0 runs once the
   // prefix is on its device (the GPUs of a node are alike).
   const SublayerRange prefix = ModelSpec::frozen_prefix(frozen);
+  const Clock::time_point start = Clock::now();
   at::Tensor out = input_;
   {
     const compat::AutocastScope precision(device_.type(), bf16_);
@@ -128,12 +129,15 @@ MeasuredCache CacheProbe::measure(Model& model, int frozen, const std::function<
     }
   }
   const Clock::time_point written = Clock::now();
+  last_forward_s_ = seconds(start, written);
   file_->write(rows_, out, frozen);
-  last_write_s_ = seconds(written, Clock::now());
+  const Clock::time_point read = Clock::now();
+  last_write_s_ = seconds(written, read);
   // Timed as the frozen forward is: a stage worker copies the rows on the
   // host while the device runs earlier work, so the read costs the device
   // its copy there, or the host's copy where that is slower.
   m.read_s = median_compute_seconds(device_, kCacheProbeRuns, [&] { (void)file_->read(rows_, frozen, device_); });
+  last_read_s_ = seconds(read, Clock::now());
   return m;
 }
 

@@ -23,6 +23,7 @@
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
+#include "exec/progress.hpp"
 #include "exec/state.hpp"
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
@@ -388,7 +389,8 @@ Dataset input_shaped(const Config& c, int n) {
 // in which a run meets it: its first iteration (K = 1, one micro-batch,
 // nothing frozen), its batch assembled by the batch loader then as a run's
 // first is (none is ahead of it: in pinned memory on a GPU, its first
-// blocks made), over the median of the next ones, whose batches are on the
+// blocks made) and the next batch assembled during it (the blocks that
+// needs made then, beside the first iteration's launches), over the median of the next ones, whose batches are on the
 // device already as a run's are loaded ahead: the work of a run's first
 // epoch that later epochs do not repeat (the first batch, kernels loaded,
 // library handles made, allocators grown); then, with only training
@@ -408,11 +410,24 @@ std::vector<std::int64_t> profile_run_start(const Config& c, const ProfileOption
   ReplicaRun r(c, s, program.micro_batches, nullptr, 0);
   const Dataset data = input_shaped(c, s.batch);
   BatchLoader loader(data);
+  const std::optional<PinnedAllocs> pinned_before = dev.is_cuda() ? pinned_allocs_now() : std::nullopt;
+  const BatchLoader::Request request = batch_request(r.pipe, first_samples(data, s.batch), program);
   const auto t0 = std::chrono::steady_clock::now();
-  (void)r.pipe.run(program, loader.take(batch_request(r.pipe, first_samples(data, s.batch), program)), s.batch, 1e-6);
+  std::vector<MicroBatch> batches = loader.take(request);
+  loader.request(request);  // the next batch assembled meanwhile, as a run's loader does (Trainer::train_epoch)
+  (void)r.pipe.run(program, batches, s.batch, 1e-6);
   const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  loader.settle();
+  const std::optional<PinnedAllocs> pinned = pinned_allocs_since(pinned_before);
   const double later = median_seconds(o.repeats, [&] { (void)r.run(program); });
   p.transitions.push_back({kFirstIterationWhat, 1, 0.0, std::max(0.0, first - later)});
+  // Beside a run's first epoch host line (its first result, its blocks made).
+  if (o.log) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  the first iteration %.2f ms, the next ones %.2f ms (median)%s%s", first * 1e3,
+                  later * 1e3, pinned ? "; " : "", pinned ? format_pinned(*pinned).c_str() : "");
+    o.log(line);
+  }
   at::Tensor row;
   {
     c10::NoGradGuard g;  // as the trainer finds a cache row's shape

@@ -69,7 +69,8 @@ trace::EpochMetrics epoch_metrics(const Plan& plan, const trace::RunState& p, co
 std::optional<PinnedAllocs> pinned_allocs_now() {
 #if defined(ELASTICPIPE_CUDA) && EP_TORCH_2_8
   const at::HostStats s = at::getHostAllocator(at::kCUDA)->get_stats();
-  return PinnedAllocs{s.num_host_alloc, static_cast<double>(s.host_alloc_time.total) * 1e-6};  // microseconds
+  return PinnedAllocs{s.num_host_alloc, static_cast<double>(s.host_alloc_time.total) * 1e-6,  // microseconds
+                      static_cast<double>(s.allocated_bytes.allocated)};                      // made, ever
 #else
   return std::nullopt;
 #endif
@@ -79,13 +80,15 @@ std::optional<PinnedAllocs> pinned_allocs_since(const std::optional<PinnedAllocs
   if (!before) return std::nullopt;
   const std::optional<PinnedAllocs> now = pinned_allocs_now();
   if (!now) return std::nullopt;
-  return PinnedAllocs{now->blocks - before->blocks, now->alloc_s - before->alloc_s};
+  return PinnedAllocs{now->blocks - before->blocks, now->alloc_s - before->alloc_s, now->bytes - before->bytes};
 }
 
 std::string format_pinned(const PinnedAllocs& p) {
   char b[96];
-  std::snprintf(b, sizeof b, "pinned memory: %lld new block%s, %.2f ms making them", static_cast<long long>(p.blocks),
-                p.blocks == 1 ? "" : "s", p.alloc_s * 1e3);
+  char size[32] = "";
+  if (p.blocks > 0) std::snprintf(size, sizeof size, " (%.1f MB)", p.bytes / (1 << 20));
+  std::snprintf(b, sizeof b, "pinned memory: %lld new block%s%s, %.2f ms making them", static_cast<long long>(p.blocks),
+                p.blocks == 1 ? "" : "s", size, p.alloc_s * 1e3);
   return b;
 }
 

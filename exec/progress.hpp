@@ -55,11 +55,12 @@ class WarmupMeter {
 struct PinnedAllocs {
   std::int64_t blocks = 0;
   double alloc_s = 0;
+  double bytes = 0;  // the blocks' sizes (each a request rounded up to a power of two)
 };
 [[nodiscard]] std::optional<PinnedAllocs> pinned_allocs_now();
 // What was made since `before` (nullopt where it was not counted).
 [[nodiscard]] std::optional<PinnedAllocs> pinned_allocs_since(const std::optional<PinnedAllocs>& before);
-// "pinned memory: N new blocks, X ms making them"
+// "pinned memory: N new blocks (B MB), X ms making them"
 [[nodiscard]] std::string format_pinned(const PinnedAllocs&);
 
 // The host's side of an epoch: how long it took to queue each iteration

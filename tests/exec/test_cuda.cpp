@@ -216,7 +216,7 @@ TEST_CASE("CUDA: the activation cache stores GPU rows (bf16 too) behind the work
   cache.remove();
 }
 
-TEST_CASE("CUDA: a pinned block the host allocator had to make is counted with its time, a reused one is not",
+TEST_CASE("CUDA: a pinned block the host allocator had to make is counted with its time and size, a reused one is not",
           "[cuda]") {
   if (no_gpu()) return;
 #if EP_TORCH_2_8
@@ -227,10 +227,12 @@ TEST_CASE("CUDA: a pinned block the host allocator had to make is counted with i
   const PinnedAllocs made = pinned_allocs_now().value();
   CHECK(made.blocks == before.blocks + 1);
   CHECK(made.alloc_s > before.alloc_s);
+  CHECK(made.bytes == before.bytes + 4 * 1024 * 1024);
   pinned().fill_(2);  // the cached block again
   const PinnedAllocs again = pinned_allocs_now().value();
   CHECK(again.blocks == made.blocks);
   CHECK(again.alloc_s == made.alloc_s);
+  CHECK(again.bytes == made.bytes);
 #else
   CHECK_FALSE(pinned_allocs_now().has_value());
 #endif

@@ -200,10 +200,11 @@ TEST_CASE("an epoch's host line gives medians per iteration and the cache's time
   CHECK_THAT(exec::format_host_pace(h), !Catch::Contains("cache"));
   // Pinned blocks: named where the build counts them, absent where not.
   CHECK_THAT(exec::format_host_pace(h), !Catch::Contains("pinned"));
-  h.pinned = exec::PinnedAllocs{2, 0.0415};
-  CHECK_THAT(exec::format_host_pace(h), Catch::EndsWith("; pinned memory: 2 new blocks, 41.50 ms making them"));
-  h.pinned = exec::PinnedAllocs{1, 0.02};
-  CHECK_THAT(exec::format_host_pace(h), Catch::EndsWith("; pinned memory: 1 new block, 20.00 ms making them"));
+  h.pinned = exec::PinnedAllocs{2, 0.0415, 128.0 * (1 << 20) + 1024};
+  CHECK_THAT(exec::format_host_pace(h),
+             Catch::EndsWith("; pinned memory: 2 new blocks (128.0 MB), 41.50 ms making them"));
+  h.pinned = exec::PinnedAllocs{1, 0.02, 4 << 20};
+  CHECK_THAT(exec::format_host_pace(h), Catch::EndsWith("; pinned memory: 1 new block (4.0 MB), 20.00 ms making them"));
 }
 
 TEST_CASE("an epoch's host pace holds what the cache counted between its begin and its end") {

@@ -52,7 +52,7 @@ Command add_trace_diff(CLI::App& app) {
             } catch (const Error& e) {
               throw e.with_context("trace diff " + a->first + " " + a->second);
             }
-            std::cout << "\n" << trace::format_epoch_diff(epochs);
+            std::cout << "\n" << trace::format_epoch_diff(epochs) << trace::format_start_notes(x, y);
             return 0;
           }};
 }

@@ -61,8 +61,13 @@ std::vector<double> Trainer::chunk_times(const std::vector<IterationProgram>& pr
     std::snprintf(buf, sizeof buf, "%s %d (%.2f ms)", i ? "," : "", programs[i].setup.M, times[i] * 1e3);
     line += buf;
   }
-  std::snprintf(buf, sizeof buf, " per iteration, timed in %.2f s", seconds(t0, Clock::now()));
+  const double searched_s = seconds(t0, Clock::now());
+  std::snprintf(buf, sizeof buf, " per iteration, timed in %.2f s", searched_s);
   log(line + buf + "; kept in " + memo.path() + " for later runs");
+  if (p_.epoch == 0 && p_.iteration == 0) {  // before the process's first epoch, not inside a freeze step
+    std::snprintf(buf, sizeof buf, "%.3f", searched_s);
+    timeline_.note(trace::kChunkSearchBeforeFirstEpochKey, buf);
+  }
   return times;
 }
 

@@ -21,6 +21,7 @@ class TraceRecorder {
   TraceRecorder(const Config& config, const ProcessEnv& env, int cores);
   void add(const IterationResult& r, const Plan& plan, int epoch, int iteration);
   void transition(double start_s, double end_s, int epoch, const std::string& what);
+  void note(const std::string& key, const std::string& value) { trace_.metadata[key] = value; }
   [[nodiscard]] const trace::Trace& trace() const { return trace_; }
 
  private:

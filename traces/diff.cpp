@@ -239,4 +239,16 @@ std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
   return os.str();
 }
 
+std::string format_start_notes(const Trace& first, const Trace& second) {
+  std::ostringstream os;
+  for (const auto& [which, t] : {std::pair<const char*, const Trace*>{"first", &first}, {"second", &second}}) {
+    const auto it = t->metadata.find(kChunkSearchBeforeFirstEpochKey);
+    if (it == t->metadata.end()) continue;
+    os << which << ": its chunk search ran before epoch 1 (" << it->second
+       << " s, in no epoch) and did the process's one-off work there, which a run that finds its chunk memo "
+          "pays in epoch 1 (a simulation charges it there: the profile's first_iteration)\n";
+  }
+  return os.str();
+}
+
 }  // namespace ep::trace

@@ -64,6 +64,12 @@ struct Event {
   int epoch = -1;             // the training epoch the span belongs to
 };
 
+// A real run's metadata key: the seconds its chunk search took before the
+// process's first epoch (absent where it found its chunk memo). No epoch
+// holds that search, and it does the process's one-off work that a run
+// with its memo pays in its first epoch.
+inline constexpr const char* kChunkSearchBeforeFirstEpochKey = "chunk_search_before_first_epoch_s";
+
 struct Trace {
   std::string source;   // "sim" or "exec"
   std::string config;   // config path

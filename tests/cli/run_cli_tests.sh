@@ -161,6 +161,7 @@ expect_rc 0 "train with the cache on" -- "$bin" train "$fm" "${small[@]}" --set 
   --set "exec.chunk_memo=\"$tmp/chunk_memo.json\"" --out "$tmp/train_cache"
 expect_text "a cached epoch's host line" "  host: 8 iterations"
 grep -q "chunk search" <<<"$out" && bad "a run whose chunk timings are kept searched again" || ok
+grep -q chunk_search_before_first_epoch_s "$tmp/train_cache/trace.json" && bad "a run that searched nothing says it did" || ok
 grep -q "pinned memory" <<<"$out" && bad "a CPU run's host line names pinned memory" || ok
 # The simulator replays the real run's gradient norms through Eq. 1.
 expect_rc 0 "simulate replays train's grad norms" -- "$bin" simulate "$fm" "${small[@]}" --mode freeze \
@@ -169,6 +170,8 @@ expect_rc 0 "simulate replays train's grad norms" -- "$bin" simulate "$fm" "${sm
 # A simulated and a real trace of the same config align.
 expect_rc 0 "trace diff sim vs exec" -- "$bin" trace diff "$tmp/replay/trace.json" "$tmp/train/trace.json"
 expect_text "trace diff sim vs exec per epoch" "per epoch (the epochs.csv beside each trace"
+# That run searched its chunks before epoch 1 (above): its trace says so, and the diff with it.
+expect_text "trace diff names the real run's chunk search" "second: its chunk search ran before epoch 1 ("
 # Fine-tuning from the weights a training wrote: a new classifier (head.)
 # keeps its seeded values; another model's file is a config error naming the key.
 # The new task: five held-apart classes, relabelled 0..4 (a 5-way head).

@@ -190,3 +190,18 @@ TEST_CASE("epochs diff: the transition in a written row counts once", "[traces][
   CHECK(d[0].second_s == Approx(10.5));
   CHECK_THAT(format_epoch_diff(d), Catch::Contains("+2.4%"));
 }
+
+// Where a run's chunk search ran before its first epoch, that epoch lacks
+// the one-off work a run with its chunk memo pays there: said under the
+// table, for whichever run it was.
+TEST_CASE("epochs diff: a chunk search before the first epoch is named for the run that had it", "[traces][diff]") {
+  Trace sim, real;
+  sim.source = "sim";
+  real.source = "exec";
+  CHECK(format_start_notes(sim, real).empty());
+  real.metadata[kChunkSearchBeforeFirstEpochKey] = "2.780";
+  const std::string notes = format_start_notes(sim, real);
+  CHECK_THAT(notes, Catch::StartsWith("second: its chunk search ran before epoch 1 (2.780 s, in no epoch)"));
+  CHECK_THAT(notes, !Catch::Contains("first:"));
+  CHECK_THAT(format_start_notes(real, sim), Catch::StartsWith("first: its chunk search ran before epoch 1"));
+}

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
       ep::IterationSetup fill = v.setup;
       fill.cache_valid_layers = 0;
       if (v.setup.cache_on) v.fill = ep::lower_iteration(ctx, fill);
-      return ep::exec::measure_iterations(ctx.config, {v}, iterations)[0];
+      return ep::exec::measure_iterations(ctx.config, {v}, iterations)[0].seconds;
     };
     for (int r = 0; r < repeats; ++r)
       for (std::size_t i = 0; i < rt.plans.size(); ++i) {

@@ -35,14 +35,17 @@ int run_validate(const ValidateArgs& a) {
   // Passes over all plans, alternately forward and backward, so that each
   // plan's measurements are spread over the run and drift in the machine's
   // speed hits every plan alike; per plan the median pass.
-  std::vector<std::vector<double>> passes;
+  std::vector<std::vector<double>> passes, queued;
   for (int r = 0; r < a.rounds; ++r) {
     std::cout << "measuring " << plans.size() << " plans (" << a.iterations << " iterations each), pass " << r + 1
               << " of " << a.rounds << "..." << std::endl;
     std::vector<ValidationPlan> order = plans;
     if (r % 2) std::reverse(order.begin(), order.end());
-    passes.push_back(exec::measure_iterations(config, order, a.iterations));
-    if (r % 2) std::reverse(passes.back().begin(), passes.back().end());
+    std::vector<exec::MeasuredIterations> m = exec::measure_iterations(config, order, a.iterations);
+    if (r % 2) std::reverse(m.begin(), m.end());
+    passes.emplace_back();
+    queued.emplace_back();
+    for (const exec::MeasuredIterations& p : m) passes.back().push_back(p.seconds), queued.back().push_back(p.queue_s);
   }
   const CombinedRounds combined = combine_rounds(passes);
   const std::vector<double>& measured = combined.median_s;
@@ -51,6 +54,11 @@ int run_validate(const ValidateArgs& a) {
   const std::vector<double> simulated = sim::simulate_steady_iterations(config, fitted, programs, sim);
   std::cout << "\npredicted from the profile alone (no fitted factor: every plan is held out):\n"
             << format_validation(profile_rows(plans, measured, simulated));
+  if (config.exec.device == ExecDevice::CUDA) {  // on a CPU the host runs the work: every plan would be "paced"
+    std::vector<std::string> names;
+    for (const ValidationPlan& p : plans) names.push_back(p.name);
+    std::cout << "\n" << format_host_queuing(names, measured, combine_rounds(queued).median_s);
+  }
   if (a.rounds > 1) {
     const auto worst = std::max_element(combined.spread.begin(), combined.spread.end());
     std::printf("measured: the median of %d passes; a plan's passes differ by %.1f%% (median over plans), %.1f%% at "

@@ -565,9 +565,10 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
 
 namespace {
 
-// One replica's median iteration of the plan's program; with `dist`, its
-// gradients are all-reduced with the other replicas (rank `rank`).
-double measure_replica(const Config& c, const ValidationPlan& plan, int iterations, Dist* dist, int rank) {
+// One replica's median iteration of the plan's program and its median
+// queuing; with `dist`, its gradients are all-reduced with the other
+// replicas (rank `rank`).
+MeasuredIterations measure_replica(const Config& c, const ValidationPlan& plan, int iterations, Dist* dist, int rank) {
   const IterationSetup& s = plan.program.setup;
   compat::use_device(replica_devices(c, s.K, rank).front());  // a replica's thread: its own GPU (see use_device)
   ReplicaRun r(c, s, plan.program.micro_batches, dist, rank);
@@ -595,14 +596,20 @@ double measure_replica(const Config& c, const ValidationPlan& plan, int iteratio
   BatchLoader loader(data);
   const BatchLoader::Request next = batch_request(r.pipe, first_samples(data, s.batch), plan.program);
   loader.request(next);
-  const double t = median_seconds(iterations, [&] {
+  std::vector<double> queued;  // per run, warm-up included
+  const double t = median_of_runs(iterations, [] {}, [&] {
+    const auto t0 = std::chrono::steady_clock::now();
     const std::vector<MicroBatch> batches = loader.take(next);
     loader.request(next);
-    (void)r.pipe.run(plan.program, batches, s.batch, 1e-6);
+    IterationFuture f = r.pipe.launch(plan.program, batches, s.batch, 1e-6);
+    queued.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    (void)f.get();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   });
+  queued.erase(queued.begin(), queued.begin() + kWarmupRuns);  // as median_of_runs leaves them out
   loader.settle();  // its read done before the cache goes
   if (cache) cache->remove();
-  return t;
+  return {t, median(std::move(queued))};
 }
 
 // Every plan's stages and replicas on GPUs of their own (or the CPU).
@@ -620,10 +627,11 @@ void check_measurable(const Config& c, const std::vector<ValidationPlan>& plans)
 
 }  // namespace
 
-std::vector<double> measure_iterations(const Config& c, const std::vector<ValidationPlan>& plans, int iterations) {
+std::vector<MeasuredIterations> measure_iterations(const Config& c, const std::vector<ValidationPlan>& plans,
+                                                   int iterations) {
   check_measurable(c, plans);
   const std::chrono::milliseconds timeout(static_cast<std::int64_t>(c.exec.collective_timeout_s * 1000));
-  std::vector<double> out;
+  std::vector<MeasuredIterations> out;
   for (const ValidationPlan& plan : plans) {
     const int replicas = plan.program.setup.replicas;
     if (replicas == 1) {
@@ -632,14 +640,15 @@ std::vector<double> measure_iterations(const Config& c, const std::vector<Valida
     }
     // Replicas as threads of this process, each with its own Gloo ranks on
     // loopback: the same code paths and core sharing as processes.
-    std::vector<double> t(replicas);
+    std::vector<MeasuredIterations> t(replicas);
     with_ranks(replicas, timeout, [&](Dist& d, int r) {
       std::vector<int> ranks(replicas);
       for (int i = 0; i < replicas; ++i) ranks[i] = i;
       d.rebuild_active(0, ranks, plan.program.setup.K, replica_devices(c, plan.program.setup.K, r));
       t[r] = measure_replica(c, plan, iterations, &d, r);
     });
-    out.push_back(*std::max_element(t.begin(), t.end()));
+    out.push_back(*std::max_element(t.begin(), t.end(),
+                                    [](const auto& a, const auto& b) { return a.seconds < b.seconds; }));
   }
   return out;
 }

@@ -45,11 +45,18 @@ struct ProfileOptions {
 // loopback (the same all-reduce code and core sharing as one process per
 // replica), `iterations` timed after one warm-up (and its fill program
 // first when it reads the cache): the slowest replica's median seconds per
-// iteration. Refused before any work: a device this process cannot use,
-// and on CUDA plans whose stages and replicas would share a GPU (they would
-// time something no plan describes).
-
-[[nodiscard]] std::vector<double> measure_iterations(const Config& config, const std::vector<ValidationPlan>& plans,
-                                                     int iterations);
+// iteration, and its host's median time queuing one (the pipeline's launch,
+// every action queued: on a GPU, where that nears the iteration the host
+// paces the plan; on a CPU the host runs the work there). Refused before
+// any work: a device this process cannot use, and on CUDA plans whose
+// stages and replicas would share a GPU (they would time something no plan
+// describes).
+struct MeasuredIterations {
+  double seconds = 0;
+  double queue_s = 0;
+};
+[[nodiscard]] std::vector<MeasuredIterations> measure_iterations(const Config& config,
+                                                                 const std::vector<ValidationPlan>& plans,
+                                                                 int iterations);
 
 }  // namespace ep::exec

@@ -108,6 +108,23 @@ std::string format_validation(std::span<const ValidationRow> rows) {
   return out;
 }
 
+std::string format_host_queuing(std::span<const std::string> names, std::span<const double> measured_s,
+                                std::span<const double> queue_s) {
+  if (names.size() != measured_s.size() || names.size() != queue_s.size())
+    throw Error("host queuing: " + std::to_string(names.size()) + " plans, " + std::to_string(measured_s.size()) +
+                " measured, " + std::to_string(queue_s.size()) + " queuing times");
+  constexpr double kPaced = 0.9;
+  std::size_t w_plan = 4;
+  for (const std::string& n : names) w_plan = std::max(w_plan, n.size());
+  std::string out = "the host's queuing per iteration (median) against the measured iteration:\n" +
+                    pad("plan", w_plan) + pad("queued ms", 12, true) + pad("measured ms", 14, true) + "\n";
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += pad(names[i], w_plan) + pad(fixed("%.2f", 1e3 * queue_s[i]), 12, true) +
+           pad(fixed("%.2f", 1e3 * measured_s[i]), 14, true) +
+           (queue_s[i] >= kPaced * measured_s[i] ? "  host-paced" : "") + "\n";
+  return out;
+}
+
 std::vector<ValidationPlan> validation_plans(const PlanContext& ctx) {
   const Config& config = ctx.config;
   const int L = config.model.num_hidden_layers, B = config.training.batch_size;

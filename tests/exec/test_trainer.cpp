@@ -11,10 +11,12 @@
 #include "tests/temp_dir.hpp"
 #include "exec/cache.hpp"
 #include "exec/job.hpp"
+#include "exec/profiler.hpp"
 #include "exec/progress.hpp"
 #include "exec/torch_compat.hpp"
 #include "exec/trainer.hpp"
 #include "planner/freeze.hpp"
+#include "planner/validation.hpp"
 #include "traces/trace.hpp"
 
 namespace {
@@ -395,4 +397,23 @@ TEST_CASE("training with AutoCache runs its model work on the worker: no OpenMP 
   CHECK(settled_threads() == before);
   (void)exec::train(with_cache("\"auto\""), {});  // the probe at every freeze step
   CHECK(settled_threads() == before);
+}
+
+// validate's measurement: each plan's iteration and the host's queuing of
+// it, the latter a part of the former (on a CPU nearly all of it: the
+// pipeline's launch runs the work there).
+TEST_CASE("validate's measured plans give each iteration's queuing on the host, within the iteration") {
+  const Config c = tiny();
+  const AnalyticCostModel cost(c.cluster, c.training);
+  const PlanContext ctx(c, cost, 2);
+  std::vector<ValidationPlan> plans = validation_plans(ctx);
+  REQUIRE(plans.size() >= 2);
+  plans.resize(2);
+  const std::vector<exec::MeasuredIterations> m = exec::measure_iterations(c, plans, 2);
+  REQUIRE(m.size() == 2);
+  for (const exec::MeasuredIterations& p : m) {
+    CHECK(p.seconds > 0);
+    CHECK(p.queue_s > 0);
+    CHECK(p.queue_s <= p.seconds);
+  }
 }

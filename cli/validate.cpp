@@ -54,11 +54,8 @@ int run_validate(const ValidateArgs& a) {
   const std::vector<double> simulated = sim::simulate_steady_iterations(config, fitted, programs, sim);
   std::cout << "\npredicted from the profile alone (no fitted factor: every plan is held out):\n"
             << format_validation(profile_rows(plans, measured, simulated));
-  if (config.exec.device == ExecDevice::CUDA) {  // on a CPU the host runs the work: every plan would be "paced"
-    std::vector<std::string> names;
-    for (const ValidationPlan& p : plans) names.push_back(p.name);
-    std::cout << "\n" << format_host_queuing(names, measured, combine_rounds(queued).median_s);
-  }
+  if (config.exec.device == ExecDevice::CUDA)  // on a CPU the host runs the work: every plan would be "paced"
+    std::cout << "\n" << format_host_queuing(plans, measured, combine_rounds(queued).median_s);
   if (a.rounds > 1) {
     const auto worst = std::max_element(combined.spread.begin(), combined.spread.end());
     std::printf("measured: the median of %d passes; a plan's passes differ by %.1f%% (median over plans), %.1f%% at "

@@ -199,7 +199,7 @@ void Trainer::transition(const Plan& previous) {
   char probe[128] = "";
   if (cost.cache_probe_s > 0)
     std::snprintf(probe, sizeof probe, " [set-up %.3f, frozen forward %.3f, rows written %.3f, reads %.3f]",
-                  probe_setup_s_, probe_forward_s_, probe_write_s_, probe_read_s_);
+                  probe_setup_s_, probe_parts_.forward_s, probe_parts_.write_s, probe_parts_.read_s);
   char file[48] = "";
   if (cache_file_s_ > 0) std::snprintf(file, sizeof file, " [cache file %.3f]", cache_file_s_);
   // The probe's and the cache's first pinned blocks are made here, not in

@@ -129,15 +129,15 @@ MeasuredCache CacheProbe::measure(Model& model, int frozen, const std::function<
     }
   }
   const Clock::time_point written = Clock::now();
-  last_forward_s_ = seconds(start, written);
+  last_.forward_s = seconds(start, written);
   file_->write(rows_, out, frozen);
   const Clock::time_point read = Clock::now();
-  last_write_s_ = seconds(written, read);
+  last_.write_s = seconds(written, read);
   // Timed as the frozen forward is: a stage worker copies the rows on the
   // host while the device runs earlier work, so the read costs the device
   // its copy there, or the host's copy where that is slower.
   m.read_s = median_compute_seconds(device_, kCacheProbeRuns, [&] { (void)file_->read(rows_, frozen, device_); });
-  last_read_s_ = seconds(read, Clock::now());
+  last_.read_s = seconds(read, Clock::now());
   return m;
 }
 

@@ -58,13 +58,18 @@ class CacheProbe {
   // At `frozen` layers (deeper than any measured before), each sublayer
   // where it is now (`device_of(sublayer)`).
   MeasuredCache measure(Model& model, int frozen, const std::function<at::Device(int)>& device_of);
-  // The last measure()'s parts on the host's clock, warm-up runs included:
-  // its frozen forwards, its untimed write of the batch's rows into the
-  // file (from a GPU, through pinned memory), its reads. A first probe's
-  // extra time shows in the part that pays it.
-  [[nodiscard]] double last_forward_s() const { return last_forward_s_; }
-  [[nodiscard]] double last_write_s() const { return last_write_s_; }
-  [[nodiscard]] double last_read_s() const { return last_read_s_; }
+  // A measure()'s parts on the host's clock, warm-up runs included: its
+  // frozen forwards, its untimed write of the batch's rows into the file
+  // (from a GPU, through pinned memory), its reads. A first probe's extra
+  // time shows in the part that pays it.
+  struct Parts {
+    double forward_s = 0, write_s = 0, read_s = 0;
+    Parts& operator+=(const Parts& o) {
+      forward_s += o.forward_s, write_s += o.write_s, read_s += o.read_s;
+      return *this;
+    }
+  };
+  [[nodiscard]] const Parts& last_parts() const { return last_; }
 
  private:
   at::Tensor input_;
@@ -72,7 +77,7 @@ class CacheProbe {
   bool bf16_;
   std::vector<std::int64_t> rows_;
   std::unique_ptr<ActivationCache> file_;
-  double last_forward_s_ = 0, last_write_s_ = 0, last_read_s_ = 0;
+  Parts last_;
 };
 
 }  // namespace ep::exec

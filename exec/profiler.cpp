@@ -390,13 +390,14 @@ Dataset input_shaped(const Config& c, int n) {
 // nothing frozen), its batch assembled by the batch loader then as a run's
 // first is (none is ahead of it: in pinned memory on a GPU, its first
 // blocks made) and the next batch assembled during it (the blocks that
-// needs made then, beside the first iteration's launches), over the median of the next ones, whose batches are on the
-// device already as a run's are loaded ahead: the work of a run's first
-// epoch that later epochs do not repeat (the first batch, kernels loaded,
-// library handles made, allocators grown); then, with only training
-// iterations run so far, as at a run's first freeze step, AutoCache's probe
-// set-up (profile_probe_setup). Nothing measured before them has warmed
-// what they measure. Returns a cache row's shape.
+// needs made then, beside the first iteration's launches), over the median
+// of the next ones, whose batches are on the device already as a run's are
+// loaded ahead: the work of a run's first epoch that later epochs do not
+// repeat (the first batch, kernels loaded, library handles made, allocators
+// grown); then, with only training iterations run so far, as at a run's
+// first freeze step, AutoCache's probe set-up (profile_probe_setup).
+// Nothing measured before them has warmed what they measure. Returns a
+// cache row's shape.
 std::vector<std::int64_t> profile_run_start(const Config& c, const ProfileOptions& o, const at::Device& dev,
                                             Profile& p) {
   const AnalyticCostModel analytic(c.cluster, c.training);
@@ -606,10 +607,9 @@ MeasuredIterations measure_replica(const Config& c, const ValidationPlan& plan, 
     (void)f.get();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   });
-  queued.erase(queued.begin(), queued.begin() + kWarmupRuns);  // as median_of_runs leaves them out
   loader.settle();  // its read done before the cache goes
   if (cache) cache->remove();
-  return {t, median(std::move(queued))};
+  return {t, median_after_warmup(std::move(queued))};
 }
 
 // Every plan's stages and replicas on GPUs of their own (or the CPU).

@@ -98,9 +98,7 @@ std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
       p_.cache_measurements[frozen] =
           probe_->measure(model_, frozen, [this](int sublayer) { return pipeline_->device_of_sublayer(sublayer); });
     });
-    probe_forward_s_ += probe_->last_forward_s();
-    probe_write_s_ += probe_->last_write_s();
-    probe_read_s_ += probe_->last_read_s();
+    probe_parts_ += probe_->last_parts();
     probe_s_ += seconds(t0, Clock::now());
   }
   return p_.cache_measurements.at(frozen);
@@ -109,7 +107,8 @@ std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
 void Trainer::begin_step(int) {
   step_start_ = Clock::now();
   pinned_at_step_ = c_.exec.device == ExecDevice::CUDA ? pinned_allocs_now() : std::nullopt;
-  probe_s_ = probe_setup_s_ = probe_forward_s_ = probe_write_s_ = probe_read_s_ = 0;
+  probe_s_ = probe_setup_s_ = 0;
+  probe_parts_ = {};
 }
 
 namespace {

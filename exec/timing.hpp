@@ -53,6 +53,13 @@ double median_of_runs(int runs, Prepare&& prepare, Timed&& timed) {
   return median(std::move(t));
 }
 
+// The median of a figure that `timed` recorded once per run beside its
+// seconds, its warm-up runs left out as median_of_runs leaves them out.
+inline double median_after_warmup(std::vector<double> per_run) {
+  per_run.erase(per_run.begin(), per_run.begin() + kWarmupRuns);
+  return median(std::move(per_run));
+}
+
 // `prepare` runs untimed before every run (e.g. the forward before a timed
 // backward); `run` is on `device`'s clock. Median seconds of `runs` timed
 // runs (at least one) after kWarmupRuns.
@@ -97,9 +104,7 @@ ComputeTimes median_compute_times(const c10::Device& device, int runs, Prepare&&
     devices.push_back(q.device_s);
     return std::max(q.device_s, q.host_s);
   });
-  hosts.erase(hosts.begin(), hosts.begin() + kWarmupRuns);  // as median_of_runs leaves them out
-  devices.erase(devices.begin(), devices.begin() + kWarmupRuns);
-  return {s, median(std::move(hosts)), median(std::move(devices))};
+  return {s, median_after_warmup(std::move(hosts)), median_after_warmup(std::move(devices))};
 }
 
 template <class Prepare, class Run>

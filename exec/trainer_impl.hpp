@@ -140,8 +140,8 @@ class Trainer final : RunBackend {
   std::optional<PinnedAllocs> pinned_at_step_;    // pinned blocks made before it, on a GPU where counted
   double planning_s_ = 0, pending_transition_s_ = 0;
   double probe_s_ = 0;  // of the step being planned: AutoCache's probe (inside planning_s_)
-  // Of probe_s_: the probe's set-up, and its measure()'s parts (CacheProbe).
-  double probe_setup_s_ = 0, probe_forward_s_ = 0, probe_write_s_ = 0, probe_read_s_ = 0;
+  double probe_setup_s_ = 0;        // of probe_s_: the probe's set-up
+  CacheProbe::Parts probe_parts_;  // of probe_s_: its measure()s' parts
   double cache_file_s_ = 0;  // of the transition's repartition: creating the node's cache file
   bool resumed_ = false, ever_active_ = false;
   WarmupMeter warmup_;

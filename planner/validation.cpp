@@ -108,23 +108,6 @@ std::string format_validation(std::span<const ValidationRow> rows) {
   return out;
 }
 
-std::string format_host_queuing(std::span<const std::string> names, std::span<const double> measured_s,
-                                std::span<const double> queue_s) {
-  if (names.size() != measured_s.size() || names.size() != queue_s.size())
-    throw Error("host queuing: " + std::to_string(names.size()) + " plans, " + std::to_string(measured_s.size()) +
-                " measured, " + std::to_string(queue_s.size()) + " queuing times");
-  constexpr double kPaced = 0.9;
-  std::size_t w_plan = 4;
-  for (const std::string& n : names) w_plan = std::max(w_plan, n.size());
-  std::string out = "the host's queuing per iteration (median) against the measured iteration:\n" +
-                    pad("plan", w_plan) + pad("queued ms", 12, true) + pad("measured ms", 14, true) + "\n";
-  for (std::size_t i = 0; i < names.size(); ++i)
-    out += pad(names[i], w_plan) + pad(fixed("%.2f", 1e3 * queue_s[i]), 12, true) +
-           pad(fixed("%.2f", 1e3 * measured_s[i]), 14, true) +
-           (queue_s[i] >= kPaced * measured_s[i] ? "  host-paced" : "") + "\n";
-  return out;
-}
-
 std::vector<ValidationPlan> validation_plans(const PlanContext& ctx) {
   const Config& config = ctx.config;
   const int L = config.model.num_hidden_layers, B = config.training.batch_size;
@@ -169,10 +152,11 @@ Config executor_validation_config(const Config& config, unsigned hardware_thread
 }
 
 namespace {
-void check_sizes(const char* what, std::size_t plans, std::size_t measured, std::size_t simulated) {
-  if (measured != plans || simulated != plans)
+void check_sizes(const char* what, std::size_t plans, std::size_t measured, std::size_t other,
+                 const char* other_name = "simulated") {
+  if (measured != plans || other != plans)
     throw Error(std::string(what) + ": " + std::to_string(plans) + " plans, " + std::to_string(measured) +
-                " measured and " + std::to_string(simulated) + " simulated times");
+                " measured and " + std::to_string(other) + " " + other_name + " times");
 }
 }  // namespace
 
@@ -182,6 +166,21 @@ std::vector<ValidationRow> profile_rows(std::span<const ValidationPlan> plans, s
   std::vector<ValidationRow> rows;
   for (std::size_t i = 0; i < plans.size(); ++i) rows.push_back({plans[i].name, true, measured_s[i], simulated_s[i]});
   return rows;
+}
+
+std::string format_host_queuing(std::span<const ValidationPlan> plans, std::span<const double> measured_s,
+                                std::span<const double> queue_s) {
+  check_sizes("host queuing", plans.size(), measured_s.size(), queue_s.size(), "queuing");
+  constexpr double kPaced = 0.9;
+  std::size_t w_plan = 4;
+  for (const ValidationPlan& p : plans) w_plan = std::max(w_plan, p.name.size());
+  std::string out = "the host's queuing per iteration (median) against the measured iteration:\n" +
+                    pad("plan", w_plan) + pad("queued ms", 12, true) + pad("measured ms", 14, true) + "\n";
+  for (std::size_t i = 0; i < plans.size(); ++i)
+    out += pad(plans[i].name, w_plan) + pad(fixed("%.2f", 1e3 * queue_s[i]), 12, true) +
+           pad(fixed("%.2f", 1e3 * measured_s[i]), 14, true) +
+           (queue_s[i] >= kPaced * measured_s[i] ? "  host-paced" : "") + "\n";
+  return out;
 }
 
 CombinedRounds combine_rounds(std::span<const std::vector<double>> rounds) {

@@ -35,14 +35,6 @@ struct ValidationRow {
 // for the held-out plans; "n/a" where a statistic is undefined.
 [[nodiscard]] std::string format_validation(std::span<const ValidationRow>);
 
-// On a GPU, each measured plan's median time queuing an iteration on the
-// host against its measured iteration, "host-paced" where queuing took at
-// least 90% of it: the device then waited for launches, which the profile's
-// per-action times hold only as far as they were host-bound when timed.
-// `names`, `measured_s` and `queue_s` are per plan, in one order.
-[[nodiscard]] std::string format_host_queuing(std::span<const std::string> names, std::span<const double> measured_s,
-                                              std::span<const double> queue_s);
-
 // The plans `validate` measures and predicts: K = 1, 2, 4, ... up to
 // planner.K; AutoDP's data-parallel plans (K = 1 on 1, 2, 4, ... replicas
 // within a node); no frozen layer or half of them, the latter with the
@@ -65,6 +57,14 @@ struct ValidationPlan {
 [[nodiscard]] std::vector<ValidationRow> profile_rows(std::span<const ValidationPlan>,
                                                       std::span<const double> measured_s,
                                                       std::span<const double> simulated_s);
+
+// On a GPU, each measured plan's median time queuing an iteration on the
+// host against its measured iteration, "host-paced" where queuing took at
+// least 90% of it: the device then waited for launches, which the profile's
+// per-action times hold only as far as they were host-bound when timed.
+// Throws ep::Error unless the three lists have the same length.
+[[nodiscard]] std::string format_host_queuing(std::span<const ValidationPlan>, std::span<const double> measured_s,
+                                              std::span<const double> queue_s);
 
 // Repeated passes over the plans (`validate --rounds`), so that a machine
 // whose speed drifts over minutes does not decide the figure: per plan the

@@ -177,9 +177,12 @@ TEST_CASE("rounds: per plan the median pass and the spread between passes", "[va
 }
 
 TEST_CASE("host queuing: a plan is host-paced where queuing took at least 90% of its iteration") {
-  const std::vector<std::string> names = {"K=1 M=1 x1 frozen=0", "K=1 M=4 x1 frozen=0", "K=1 M=8"};
+  std::vector<ValidationPlan> plans(3);
+  plans[0].name = "K=1 M=1 x1 frozen=0";
+  plans[1].name = "K=1 M=4 x1 frozen=0";
+  plans[2].name = "K=1 M=8";
   const std::vector<double> measured = {0.0490, 0.0738, 0.0800}, queued = {0.0040, 0.0700, 0.0725};
-  const std::string t = format_host_queuing(names, measured, queued);
+  const std::string t = format_host_queuing(plans, measured, queued);
   const auto line_of = [&](const std::string& name) {
     const std::size_t at = t.find(name + " ");
     REQUIRE(at != std::string::npos);
@@ -189,6 +192,6 @@ TEST_CASE("host queuing: a plan is host-paced where queuing took at least 90% of
                                                     !Catch::Contains("host-paced"));
   CHECK_THAT(line_of("K=1 M=4 x1 frozen=0"), Catch::Contains("70.00") && Catch::EndsWith("host-paced"));
   CHECK_THAT(line_of("K=1 M=8"), Catch::EndsWith("host-paced"));  // 91%
-  CHECK_THROWS_WITH(format_host_queuing(names, measured, std::vector<double>{0.1}),
-                    Catch::Contains("3 plans, 3 measured, 1 queuing times"));
+  CHECK_THROWS_WITH(format_host_queuing(plans, measured, std::vector<double>{0.1}),
+                    Catch::Contains("3 plans, 3 measured and 1 queuing times"));
 }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "exec/launch.hpp"
 #include "planner/error.hpp"
 #include "planner/profile.hpp"
 
@@ -23,16 +24,28 @@ std::string g_command_line;
 constexpr int kMaxStepDevices = 256;
 }  // namespace
 
-void print_error(const std::string& message) {
+void print_error(const std::string& message, int exit_code, bool peer) {
   const std::string line = "ERROR: " + printable(message, 1000) + "\n";
   struct stat st {};
   if (const char* fd_text = std::getenv(kErrorFdVariable);
       fd_text && ::fstat(std::atoi(fd_text), &st) == 0 && S_ISFIFO(st.st_mode)) {  // the launcher's pipe, no other file
-    const ssize_t n = ::write(std::atoi(fd_text), line.data(), line.size());  // under PIPE_BUF: written whole
+    const std::string sent = std::to_string(exit_code) + (peer ? " peer " : " cause ") + line;  // under PIPE_BUF: written whole
+    const ssize_t n = ::write(std::atoi(fd_text), sent.data(), sent.size());
     // Full (EAGAIN): earlier errors of the job are queued, the first is printed.
-    if (n == static_cast<ssize_t>(line.size()) || (n < 0 && errno == EAGAIN)) return;
+    if (n == static_cast<ssize_t>(sent.size()) || (n < 0 && errno == EAGAIN)) return;
   }
   std::fputs(line.c_str(), stderr);
+}
+
+int report_error(const std::exception& e) {
+  if (dynamic_cast<const Error*>(&e) != nullptr) {
+    print_error(e.what(), kBadInput, dynamic_cast<const exec::PeerError*>(&e) != nullptr);
+    return kBadInput;
+  }
+  // A library's failure (c10d, I/O): not bad input, still one clear line.
+  const std::string what = e.what();
+  print_error(what.substr(0, what.find('\n')), 1);
+  return 1;
 }
 
 CLI::Validator non_empty(const std::string& what) {

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -20,8 +21,15 @@ constexpr int kBadInput = 2;
 
 // One refusal, one line: "ERROR: " and the message (printable: a file's
 // bytes echoed in it never break the line). A rank of `train --nproc` sends
-// it to its launcher, which prints the first one of the job.
-void print_error(const std::string& message);
+// it to its launcher instead, as "<exit code> <cause|peer> ERROR: ...":
+// `peer` when it met the failure communicating with other ranks
+// (exec::PeerError), which may be another rank's failure seen from here.
+// The launcher prints the job's first cause (cli/train.cpp).
+void print_error(const std::string& message, int exit_code = kBadInput, bool peer = false);
+// Prints a failure as print_error does and returns its exit code: an
+// ep::Error is bad input (kBadInput, the whole message); anything else is a
+// library's failure (1, its first line).
+int report_error(const std::exception& e);
 // The variable that hands a rank the launcher's error pipe (a descriptor).
 constexpr const char* kErrorFdVariable = "ELASTICPIPE_ERROR_FD";
 

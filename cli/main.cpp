@@ -58,13 +58,8 @@ int main(int argc, char** argv) {
   try {
     for (const Command& c : commands)
       if (*c.app) return c.run(argc, argv);
-  } catch (const ep::Error& e) {
-    print_error(e.what());
-    return kBadInput;
-  } catch (const std::exception& e) {  // a library's failure (c10d, I/O): not bad input, still one clear line
-    const std::string what = e.what();
-    print_error(what.substr(0, what.find('\n')));
-    return 1;
+  } catch (const std::exception& e) {
+    return report_error(e);
   }
   return 0;
 }

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "cli/common.hpp"
 #include "cli/exec_commands.hpp"
@@ -40,16 +43,38 @@ class ErrorPipe {
   ErrorPipe& operator=(const ErrorPipe&) = delete;
 
   [[nodiscard]] int write_end() const { return fds_[1]; }
-  // Once every rank has exited: the first line written, "" when none was.
-  [[nodiscard]] std::string first_line() {
+  struct Reported {
+    int exit_code = 0;
+    std::string line;  // "ERROR: ...\n"
+  };
+  // Once every rank has exited: the first error reported as a cause, and the
+  // first met communicating with other ranks (print_error's two kinds).
+  struct Reports {
+    std::optional<Reported> cause, peer;
+  };
+  [[nodiscard]] Reports read() {
     ::close(fds_[1]);
     fds_[1] = -1;
-    std::string text;
+    std::string text;  // the pipe's capacity at most: the ranks never wait on it
     char buf[4096];
-    for (ssize_t n; text.find('\n') == std::string::npos && (n = ::read(fds_[0], buf, sizeof buf)) > 0;)
-      text.append(buf, static_cast<std::size_t>(n));
-    const auto end = text.find('\n');  // print_error writes whole lines
-    return end == std::string::npos ? "" : text.substr(0, end + 1);
+    for (ssize_t n; (n = ::read(fds_[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    Reports out;
+    // print_error writes whole lines: "<exit code> <cause|peer> ERROR: ...\n".
+    for (std::size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1) {
+      const std::string_view line(text.data() + at, end + 1 - at);
+      const auto space = line.find(' ');
+      Reported r;
+      const auto [ptr, ec] = std::from_chars(line.data(), line.data() + std::min(space, line.size()), r.exit_code);
+      if (space == std::string_view::npos || ec != std::errc() || ptr != line.data() + space || r.exit_code <= 0)
+        continue;
+      const std::string_view rest = line.substr(space + 1);
+      const bool peer = rest.rfind("peer ", 0) == 0;
+      if (!peer && rest.rfind("cause ", 0) != 0) continue;
+      r.line = std::string(rest.substr(peer ? 5 : 6));
+      std::optional<Reported>& slot = peer ? out.peer : out.cause;
+      if (!slot) slot = std::move(r);
+    }
+    return out;
   }
 
  private:
@@ -81,13 +106,24 @@ int launch_train(const TrainArgs& a, const Config& config, const exec::ProcessEn
   const exec::LaunchResult r = exec::launch_local(o);
   (void)exec::remove_cache_files(config, out);
   if (r.exit_code == 0) return 0;
-  // One failure, one line: the first error a rank met, else why a rank
-  // ended without one (a signal).
-  if (const std::string line = errors.first_line(); !line.empty())
-    std::fputs(line.c_str(), stderr);
-  else
-    print_error("training job failed: " + r.reason);
-  return r.exit_code;
+  // One failure, one line, with its exit code: the first cause a rank
+  // reported. A rank reports before it closes its connections (report_error
+  // below), so its line comes before any peer's consequence of it (a
+  // connection reset, an abort), even where that peer ended first. Without
+  // one: a rank killed by a signal; else what a rank met communicating with
+  // the others (a timeout); else why a rank ended. An interrupted job keeps
+  // the launcher's exit code.
+  const ErrorPipe::Reports reports = errors.read();
+  const bool interrupted = r.failed_rank < 0;
+  const std::optional<ErrorPipe::Reported>& line = reports.cause ? reports.cause
+                                                   : r.signal != 0 && !interrupted ? std::nullopt
+                                                                                   : reports.peer;
+  if (!line) {
+    print_error("training job failed: " + r.reason, r.exit_code);
+    return r.exit_code;
+  }
+  std::fputs(line->line.c_str(), stderr);
+  return interrupted ? r.exit_code : line->exit_code;
 }
 
 // A single training process removes its cache files when Ctrl-C or SIGTERM
@@ -138,11 +174,16 @@ int run_train(const TrainArgs& a, int argc, char** argv) {
     opt.progress = progress_bar("training");
     opt.log = [](const std::string& line) { std::cout << line << std::endl; };
   }
+  // Printed while this rank's connections are still open: the peers fail
+  // only once it closes them, after its line is out.
+  int reported = 0;
+  opt.report_error = [&reported](const std::exception& e) { reported = report_error(e); };
   exec::TrainResult r;
   try {
     r = exec::train(config, opt);
   } catch (...) {
     if (env.launcher == "single") (void)exec::remove_cache_files(config, out);
+    if (reported != 0) return reported;
     throw;
   }
   if (env.rank != 0) return 0;

@@ -85,7 +85,7 @@ class Pending final : public PendingReduce {
 #endif
       work_->wait();  // the current stream's next work comes after the collective
     } catch (const std::exception& e) {
-      throw Error(describe_collective_failure(rank_, what_, seconds(launched_, Clock::now()), e.what()));
+      throw PeerError(describe_collective_failure(rank_, what_, seconds(launched_, Clock::now()), e.what()));
     }
   }
   [[nodiscard]] Clock::time_point completed_at() const override {
@@ -113,7 +113,7 @@ void checked(int rank, const std::string& what, F&& f) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error(describe_collective_failure(rank, what, seconds(t0, Clock::now()), e.what()));
+    throw PeerError(describe_collective_failure(rank, what, seconds(t0, Clock::now()), e.what()));
   }
 }
 

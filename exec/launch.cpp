@@ -404,10 +404,10 @@ class Job {
   void add(pid_t pid) { children_.push_back({pid, true}); }
   [[nodiscard]] bool stopping() const { return failed_ || interrupted_ != 0; }
 
-  void fail(int rank, int exit_code, std::string reason) {
+  void fail(int rank, int exit_code, std::string reason, int signal = 0) {
     if (stopping()) return;  // later exits are consequences of the teardown
     failed_ = true;
-    result_ = {exit_code, rank, std::move(reason)};
+    result_ = {exit_code, rank, std::move(reason), signal};
     begin_teardown(SIGTERM);
   }
 
@@ -477,7 +477,15 @@ class Job {
     kill_at_.reset();
   }
 
+  // Reaps what has exited. Failures reaped together are ordered by kind: a
+  // rank killed by a signal had no say, while the ranks that exited with an
+  // error may have met its closed connections, so it is the first failure.
   void reap() {
+    struct Failure {
+      int rank, code, signal;
+      std::string reason;
+    };
+    std::vector<Failure> failures;
     for (std::size_t rank = 0; rank < children_.size(); ++rank) {
       Child& c = children_[rank];
       if (!c.running) continue;
@@ -487,16 +495,20 @@ class Job {
       while (r < 0 && errno == EINTR);
       if (r == 0) continue;
       c.running = false;
+      const int n = static_cast<int>(rank);
       if (r < 0) {  // ECHILD: reaped by someone else's waitpid(-1); its status is lost
-        fail(static_cast<int>(rank), 1,
-             "rank " + std::to_string(rank) + " was reaped outside the launcher (status lost)");
+        failures.push_back({n, 1, 0, "rank " + std::to_string(rank) + " was reaped outside the launcher (status lost)"});
         continue;
       }
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
       int code = 0;
-      std::string reason = describe_status(static_cast<int>(rank), status, code);
-      fail(static_cast<int>(rank), code, std::move(reason));
+      std::string reason = describe_status(n, status, code);
+      failures.push_back({n, code, WIFSIGNALED(status) ? WTERMSIG(status) : 0, std::move(reason)});
     }
+    if (failures.empty()) return;
+    const auto first = std::find_if(failures.begin(), failures.end(), [](const Failure& f) { return f.signal != 0; });
+    Failure& f = first != failures.end() ? *first : failures.front();
+    fail(f.rank, f.code, std::move(f.reason), f.signal);
   }
 
   std::chrono::milliseconds grace_;

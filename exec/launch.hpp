@@ -12,7 +12,17 @@
 #include <utility>
 #include <vector>
 
+#include "planner/error.hpp"
+
 namespace ep::exec {
+
+// A failure met communicating with other ranks (the store, a collective, a
+// transfer). Where another rank failed first, it is the consequence of that
+// failure, and the job's report names the cause instead (cli/train.cpp).
+class PeerError : public Error {
+ public:
+  using Error::Error;
+};
 
 // Where this process sits in the job, from its environment.
 struct ProcessEnv {
@@ -70,6 +80,7 @@ struct LaunchResult {
   // "rank 2 killed by signal 9 (Killed)" / "rank 1 exited with code 2";
   // empty on success.
   std::string reason;
+  int signal = 0;  // the signal that ended failed_rank; 0 when it exited
 };
 
 // Starts nproc children (fork + execv of program), rank r with RANK=r,
@@ -77,7 +88,9 @@ struct LaunchResult {
 // MASTER_PORT=<master_port, or free_port()>, ELASTICPIPE_LAUNCHER=elasticpipe, in the
 // launcher's process group, stdout/stderr inherited; then waits for all.
 // When one fails (non-zero exit or signal) the others get SIGTERM, then
-// SIGKILL after `grace`, all are reaped, and the first failure is returned.
+// SIGKILL after `grace`, all are reaped, and the first failure is returned
+// (of those reaped at once, a death by signal: the others may have died of
+// it).
 // SIGINT/SIGTERM sent to the launcher are forwarded to the children (a second
 // one SIGKILLs them) and give exit_code 128+signal; the launcher's handlers
 // exist only during the call. A child that cannot be started or exec'd is a

@@ -19,6 +19,22 @@
 
 namespace ep::exec {
 
+namespace {
+
+// Runs `body`; a failure goes to options.report_error before it propagates,
+// while the caller still holds its process group open.
+template <class F>
+auto reporting_errors(const TrainOptions& options, F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    if (options.report_error) options.report_error(e);
+    throw;
+  }
+}
+
+}  // namespace
+
 Trainer::Trainer(const Config& c, const TrainOptions& opt)
     : c_(c),
       opt_(opt),
@@ -42,15 +58,17 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
   if (env_.world_size > 1)
     dist_ = std::make_unique<Dist>(env_, std::chrono::milliseconds(static_cast<std::int64_t>(
                                              c.exec.collective_timeout_s * 1000)));
-  PipelineOptions po{devices(c), c.training.precision == Precision::BF16};
-  pipeline_ = std::make_unique<Pipeline>(model_, optimizer_, po);
-  pipeline_->set_reducer(dist_.get());
-  // One intra-op thread here: model work runs on a stage worker
-  // (Pipeline::on_worker), and whatever else this thread computes must not
-  // start a second OpenMP team beside the workers'.
-  compat::set_thread_count(1);
-  p_.interval_norm_sum.assign(L_, 0.0);
-  if (!opt.out_dir.empty() && rank0()) create_output_dir(opt.out_dir);
+  reporting_errors(opt, [&] {
+    PipelineOptions po{devices(c), c.training.precision == Precision::BF16};
+    pipeline_ = std::make_unique<Pipeline>(model_, optimizer_, po);
+    pipeline_->set_reducer(dist_.get());
+    // One intra-op thread here: model work runs on a stage worker
+    // (Pipeline::on_worker), and whatever else this thread computes must not
+    // start a second OpenMP team beside the workers'.
+    compat::set_thread_count(1);
+    p_.interval_norm_sum.assign(L_, 0.0);
+    if (!opt.out_dir.empty() && rank0()) create_output_dir(opt.out_dir);
+  });
 }
 
 void Trainer::load_initial_weights() {
@@ -388,7 +406,7 @@ double Trainer::evaluate() {
 TrainResult train(const Config& c, const TrainOptions& opt) {
   check_runnable(c, opt.process);
   Trainer trainer(c, opt);
-  return trainer.run();
+  return reporting_errors(opt, [&] { return trainer.run(); });
 }
 
 }  // namespace ep::exec

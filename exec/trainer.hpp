@@ -11,6 +11,7 @@
 // the transitions, checkpoints and the final weights.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -30,6 +31,11 @@ struct TrainOptions {
   std::function<void(const std::string&)> log;
   ProcessEnv process;  // this process's place in the job (single by default)
   std::string resume;  // a checkpoint directory to continue from
+  // Called with a failure of this process while its connections to the
+  // other ranks are still open, before it is torn down; the failure is then
+  // thrown on. A peer fails only when those connections close, so the job's
+  // first report is its cause, not a peer's consequence of it.
+  std::function<void(const std::exception&)> report_error;
 };
 
 // What a transition cost, dissected (rank 0's view; transitions.json).

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
+#include "exec/trainer.hpp"
 #include "planner/autopipe.hpp"
 #include "tests/exec/support.hpp"
 
@@ -187,6 +189,49 @@ TEST_CASE("control messages reach every rank; state transfers arrive intact", "[
   d0->send_bytes(bytes, 1, 3, "state");
   r.join();
   CHECK(received == bytes);
+}
+
+TEST_CASE("a failing rank reports its error while its peers still wait on it; they fail once it is gone",
+          "[dist]") {
+  // Two replicas as two threads. Rank 0 cannot resume (no such checkpoint);
+  // rank 1 goes on into training and waits on rank 0, whose store it uses.
+  const Config c = parse_config(testing::kTiny, "tiny.toml",
+                                {"cluster.gpus_per_node=2", "planner.K=1", "planner.autodp=true",
+                                 "exec.collective_timeout_s=60"});
+  const int port = free_port();
+  std::atomic<bool> peer_failed{false};
+  std::string peer_error;
+  std::thread peer([&] {
+    TrainOptions o;
+    o.process = env_of(1, 2, port);
+    try {
+      (void)train(c, o);
+    } catch (const std::exception& e) {
+      peer_error = e.what();
+    }
+    peer_failed = true;
+  });
+  TrainOptions o;
+  o.process = env_of(0, 2, port);
+  o.resume = "/nonexistent/checkpoints";
+  int reports = 0;
+  bool peer_failed_when_reported = true;
+  o.report_error = [&](const std::exception& e) {
+    ++reports;
+    CHECK_THAT(std::string(e.what()), Catch::Contains("/nonexistent/checkpoints"));
+    // The peer would fail within this time of the connections closing.
+    std::this_thread::sleep_for(1500ms);
+    peer_failed_when_reported = peer_failed.load();
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(train(c, o), Catch::Contains("/nonexistent/checkpoints"));
+  peer.join();
+  CHECK(reports == 1);
+  CHECK_FALSE(peer_failed_when_reported);
+  CHECK(peer_failed);
+  CHECK_FALSE(peer_error.empty());
+  // Well within the collective timeout: the closed connections end it.
+  CHECK(std::chrono::steady_clock::now() - t0 < 30s);
 }
 
 TEST_CASE("advancing stale cache entries through the newly frozen layers equals recomputing from the input",

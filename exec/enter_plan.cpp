@@ -31,7 +31,7 @@ void Trainer::enter_plan(TransitionCost* cost) {
   const bool was_active = previous_plan_ != nullptr &&
                           std::count(previous_plan_->layout.active_ranks.begin(),
                                      previous_plan_->layout.active_ranks.end(), env_.rank) > 0;
-  cache_file_s_ = 0;  // set where repartition() creates the node's file
+  cache_file_s_ = cache_ahead_s_ = 0;  // set where repartition() creates or takes the node's file
   Clock::time_point t = Clock::now();
   if (dist_ && previous_plan_) onboard();
   if (cost) cost->state_transfer_s = seconds(t, Clock::now());
@@ -49,6 +49,7 @@ void Trainer::enter_plan(TransitionCost* cost) {
                                                  data_.train.size, entry_shape(), false);
     pipeline_->set_cache(cache_.get());
     if (dist_ && plan_->layout.replicas > 1) check_replicas();
+    make_cache_ahead();
   }
   if (cost) cost->repartition_s += seconds(t, Clock::now());
   resumed_ = false;
@@ -88,10 +89,44 @@ void Trainer::repartition() {
   pipeline_->configure(plan_->partition, plan_->K, plan_->v);
   if (plan_->cache.on && !cache_ && leader_) {
     const Clock::time_point t0 = Clock::now();
-    cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),
-                                               data_.train.size, entry_shape(), true);
+    if (cache_ahead_.valid()) {  // made while the plan before trained: here its wait, if any
+      MadeCache made = cache_ahead_.get();
+      if (cache_ahead_tier_ == plan_->cache.tier) {
+        cache_ = std::move(made.cache);
+        cache_ahead_s_ = made.seconds;
+      } else {
+        made.cache->remove();
+      }
+    }
+    if (!cache_)
+      cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),
+                                                 data_.train.size, entry_shape(), true);
     cache_file_s_ = seconds(t0, Clock::now());
     if (resumed_) rebuild_cache();
+  }
+}
+
+// The node's first process makes the cache file on a host thread while a
+// plan without the cache trains, where the planner says a later freeze step
+// may turn it on; once no later step may, the file goes. A file that could
+// not be made fails the step that takes it, as if made there.
+void Trainer::make_cache_ahead() {
+  if (!leader_ || cache_) return;
+  if (plan_->cache_file_ahead && !cache_ahead_.valid()) {
+    cache_ahead_tier_ = *plan_->cache_file_ahead;
+    cache_ahead_ = std::async(std::launch::async, [path = cache_file(cache_ahead_tier_, "node" + std::to_string(node_)),
+                                                    samples = data_.train.size, shape = entry_shape()] {
+      const Clock::time_point t0 = Clock::now();
+      MadeCache made{std::make_unique<ActivationCache>(path, samples, shape, true), 0.0};
+      made.seconds = seconds(t0, Clock::now());
+      return made;
+    });
+  } else if (!plan_->cache_file_ahead && cache_ahead_.valid()) {
+    try {
+      cache_ahead_.get().cache->remove();
+    } catch (const Error& e) {  // not needed after all: said, not fatal
+      log(std::string("the cache file made ahead is not needed, and could not be made: ") + e.what());
+    }
   }
 }
 
@@ -200,8 +235,11 @@ void Trainer::transition(const Plan& previous) {
   if (cost.cache_probe_s > 0)
     std::snprintf(probe, sizeof probe, " [set-up %.3f, frozen forward %.3f, rows written %.3f, reads %.3f]",
                   probe_setup_s_, probe_parts_.forward_s, probe_parts_.write_s, probe_parts_.read_s);
-  char file[48] = "";
-  if (cache_file_s_ > 0) std::snprintf(file, sizeof file, " [cache file %.3f]", cache_file_s_);
+  char file[80] = "";
+  if (cache_ahead_s_ > 0)
+    std::snprintf(file, sizeof file, " [cache file %.3f, made ahead in %.3f]", cache_file_s_, cache_ahead_s_);
+  else if (cache_file_s_ > 0)
+    std::snprintf(file, sizeof file, " [cache file %.3f]", cache_file_s_);
   // The probe's and the cache's first pinned blocks are made here, not in
   // the epoch after (its host line counts its own).
   const std::optional<PinnedAllocs> pinned = pinned_allocs_since(pinned_at_step_);

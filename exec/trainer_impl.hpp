@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -65,6 +66,7 @@ class Trainer final : RunBackend {
   void enter_plan(TransitionCost* cost);
   void onboard();
   void repartition();
+  void make_cache_ahead();
   void check_replicas();
   void rebuild_cache();
   void transition(const Plan& previous);
@@ -148,6 +150,16 @@ class Trainer final : RunBackend {
   bool first_batch_pending_ = false;  // the new plan's first batch goes into its transition
   TraceRecorder timeline_;
   Clock::time_point origin_ = Clock::now();
+  // The node's cache file made on a host thread while a plan without the
+  // cache trains (Plan::cache_file_ahead), with the seconds it took; the
+  // plan that turns the cache on takes it. Last: destroyed (joined) first.
+  struct MadeCache {
+    std::unique_ptr<ActivationCache> cache;
+    double seconds = 0;
+  };
+  std::future<MadeCache> cache_ahead_;
+  CacheTier cache_ahead_tier_ = CacheTier::HostMemory;
+  double cache_ahead_s_ = 0;  // of the transition: how long the file it took had taken, made ahead
 };
 
 }  // namespace ep::exec

@@ -49,6 +49,16 @@ CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostMod
   return d;
 }
 
+std::optional<CacheTier> cache_file_ahead(const Config& c, const ModelSpec& spec, const CostModel& cost,
+                                          bool steps_remain) {
+  const int deepest = c.model.num_hidden_layers - c.planner.min_active_layers;
+  if (!steps_remain || c.planner.freeze_policy == FreezePolicyKind::None || deepest < 1) return std::nullopt;
+  const CacheDecision d = decide_cache(c, spec, cost, deepest, c.training.batch_size);
+  const bool may_turn_on = c.planner.cache == CachePolicyKind::Auto ? d.read_s < d.frozen_forward_s : d.on;
+  if (!may_turn_on) return std::nullopt;
+  return d.tier;
+}
+
 double predict_cache_probe_s(const Config& c, const ModelSpec& spec, const CostModel& cost, int frozen_layers,
                              int batch, bool first) {
   const SublayerRange prefix = ModelSpec::frozen_prefix(frozen_layers);

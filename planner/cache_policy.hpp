@@ -2,6 +2,7 @@
 // cache read is predicted to be cheaper than recomputing F_frozen.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "planner/cost_model.hpp"
@@ -61,6 +62,18 @@ inline constexpr int kCacheWritesInFlight = 4;
 // 77.5 MB per batch read in 1.6-1.9 ms): iterations 0.3-0.7 ms above their
 // compute, where a read in series would add its whole time.
 [[nodiscard]] bool cache_reads_ahead(const Config&);
+
+// Whether the node's cache file is made ahead: while a plan without the
+// cache trains, the back end creates the file a later freeze step may turn
+// on, on a host thread, so that step does not wait for it (on an H200 the
+// 1.55 GB file of configs/gpu took 0.14-0.27 s, the device idle). A later
+// step may turn it on where freeze steps remain (`steps_remain`), layers
+// freeze, and the policy is on, or auto with a read predicted cheaper than
+// the frozen forward at the deepest depth the run may freeze (the frozen
+// forward only grows with depth). The tier the file will have; nullopt
+// where none is made ahead.
+[[nodiscard]] std::optional<CacheTier> cache_file_ahead(const Config&, const ModelSpec&, const CostModel&,
+                                                        bool steps_remain);
 
 [[nodiscard]] std::string to_string(CacheTier);
 

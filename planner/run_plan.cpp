@@ -165,6 +165,8 @@ Plan RunPlanner::shape(const Plan& base, int K, Partition partition, CacheDecisi
     plan.lr_scale = static_cast<double>(plan.layout.replicas) / tuned_replicas(c);
   plan.stage_loads = stage_loads_paper(ctx_.spec, plan.partition, c.planner.lambda_frozen);
   plan.cache_fill_from = -1;
+  plan.cache_file_ahead.reset();
+  if (!plan.cache.on) plan.cache_file_ahead = cache_file_ahead(c, ctx_.spec, ctx_.cost, plan.freeze_step < steps_);
   if (plan.cache.on) {
     const bool valid = !run_.plans.empty() && run_.plans.back().cache.on &&
                        run_.plans.back().frozen_layers == plan.frozen_layers;
@@ -562,6 +564,7 @@ std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
     if (p.cache_fill_from == 0) os << "; epoch " << p.first_epoch << " fills it";
     if (p.cache_fill_from > 0)
       os << "; epoch " << p.first_epoch << " advances entries from " << p.cache_fill_from << " frozen layers";
+    if (p.cache_file_ahead) os << "; the node's file (" << to_string(*p.cache_file_ahead) << ") is made meanwhile";
     os << "\n";
   }
   if (r.objective == Objective::Time) {
@@ -656,6 +659,7 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
                      {"layout", replicas},
                      {"cache", {{"on", p.cache.on}, {"tier", to_string(p.cache.tier)},
                                 {"fill_from_layers", p.cache_fill_from}, {"fill_iteration_s", p.fill_iteration_s},
+                                {"file_ahead", p.cache_file_ahead ? json(to_string(*p.cache_file_ahead)) : json()},
                                 {"bytes_per_node", p.cache.bytes_per_node}, {"read_s", p.cache.read_s},
                                 {"frozen_forward_s", p.cache.frozen_forward_s}, {"reason", p.cache.reason}}},
                      {"iterations_per_epoch", p.iterations_per_epoch},

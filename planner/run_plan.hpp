@@ -71,6 +71,10 @@ struct Plan {
   double lr_scale = 1;  // training.batch_policy: replicas / those of planner.K with lr_scaled, else 1
   int batch = 0;        // samples per pipeline and iteration: pipeline_batch(config, K)
   CacheDecision cache;
+  // With the cache off: where a later freeze step may turn it on, the tier
+  // of the node's file, which the back end makes while this plan trains
+  // (cache_file_ahead in cache_policy.hpp); nullopt: none is kept.
+  std::optional<CacheTier> cache_file_ahead;
   // With the cache on, whether the plan's first epoch (re)fills it: -1 no
   // (the entries are valid), else the frozen depth the entries hold before
   // it (0: none yet). See IterationSetup::cache_valid_layers.

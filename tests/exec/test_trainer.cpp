@@ -15,7 +15,9 @@
 #include "exec/progress.hpp"
 #include "exec/torch_compat.hpp"
 #include "exec/trainer.hpp"
+#include "planner/cost_model.hpp"
 #include "planner/freeze.hpp"
+#include "planner/run_plan.hpp"
 #include "planner/validation.hpp"
 #include "traces/trace.hpp"
 
@@ -397,6 +399,42 @@ TEST_CASE("training with AutoCache runs its model work on the worker: no OpenMP 
   CHECK(settled_threads() == before);
   (void)exec::train(with_cache("\"auto\""), {});  // the probe at every freeze step
   CHECK(settled_threads() == before);
+}
+
+TEST_CASE("the node's cache file is made while the plan before the cache trains, and the step that turns it on takes it") {
+  ep::test::TempDir dir("cache_ahead");
+  const auto files = [&] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator(dir.path())) ++n;
+    return n;
+  };
+  for (const char* policy : {"\"on\"", "\"off\""}) {
+    INFO(policy);
+    const Overrides o = {"cluster.gpus_per_node=1", "planner.K=1", "planner.freeze_policy=\"alpha\"",
+                         "planner.compression=\"none\"", std::string("planner.cache=") + policy,
+                         "exec.cache_memory_dir=\"" + dir.path() + "\""};
+    const Config c = tiny(o);
+    const RunPlan plans = plan_run(c, AnalyticCostModel(c.cluster, c.training));
+    REQUIRE(plans.plans.size() > 1);
+    const bool on = std::string(policy) == "\"on\"";
+    CHECK(plans.plans.front().cache_file_ahead.has_value() == on);  // the planner's decision, carried out
+    std::vector<std::string> lines;
+    std::size_t files_in_epoch_1 = 0;
+    exec::TrainOptions opt;
+    opt.log = [&](const std::string& line) {
+      lines.push_back(line);
+      if (line.rfind("epoch 1/", 0) == 0) files_in_epoch_1 = files();
+    };
+    const exec::TrainResult r = exec::train(c, opt);
+    CHECK(std::any_of(r.epochs.begin(), r.epochs.end(), [](const auto& e) { return e.cache; }) == on);
+    const auto first_transition = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.rfind("transition frozen 0->", 0) == 0;
+    });
+    REQUIRE(first_transition != lines.end());
+    CHECK((first_transition->find("made ahead in") != std::string::npos) == on);
+    if (!on) CHECK(files_in_epoch_1 == 0);  // nothing made for a cache that cannot come
+    CHECK(files() == 0);                    // and nothing left
+  }
 }
 
 // validate's measurement: each plan's iteration and the host's queuing of

@@ -3,7 +3,9 @@
 // start; measured by a profile where one is given, else the config's.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "planner/cache_policy.hpp"
@@ -127,37 +129,92 @@ TEST_CASE("a run's start costs its profile's measured first iteration, else the 
 }
 
 TEST_CASE("the transition that first turns the cache on creates the node's file at the profile's measured rate") {
-  // Compute timed as the analytic model times it, the cache file's creation measured.
-  ep::Profile profile = analytic_vit_profile();
-  profile.transitions = {{ep::cache_create_what("host"), 1, 1e8, 0.02}, {ep::cache_create_what("host"), 1, 1e9, 0.25},
-                         {ep::cache_create_what("disk"), 1, 1e9, 0.01}};
-  for (const char* policy : {"on", "auto", "off"}) {
-    for (const char* host_memory : {"1e15", "1e9"}) {  // the host tier, or the disk
-      INFO(policy << " host memory " << host_memory);
-      const ep::Config c = paper_config("vit_imagenet", {std::string("planner.cache=") + policy,
-                                                          std::string("cluster.host.memory_bytes=") + host_memory});
-      const ep::AnalyticCostModel analytic(c.cluster, c.training);
-      const ep::FittedCostModel fitted(profile, analytic);
-      const ep::RunPlan run = ep::plan_run(c, fitted);
-      const ep::PlanContext measured_ctx(c, fitted), analytic_ctx(c, analytic);
-      int created = 0;
-      for (std::size_t i = 1; i < run.plans.size(); ++i) {
-        const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
-        const double measured = ep::predict_transition(measured_ctx, &prev, p).cache_create_s;
-        CHECK(ep::predict_transition(analytic_ctx, &prev, p).cache_create_s == 0);  // not measured
-        if (!p.cache.on || prev.cache.on) {
-          CHECK(measured == 0);
-          continue;
+  // Compute timed as the analytic model times it, the cache file's creation
+  // measured: fast (made ahead within the epochs before), and slow enough
+  // that part of it is left to the step.
+  for (const double scale : {1.0, 1e5}) {
+    ep::Profile profile = analytic_vit_profile();
+    profile.transitions = {{ep::cache_create_what("host"), 1, 1e8, 0.02 * scale},
+                           {ep::cache_create_what("host"), 1, 1e9, 0.25 * scale},
+                           {ep::cache_create_what("disk"), 1, 1e9, 0.01 * scale}};
+    for (const char* policy : {"on", "auto", "off"}) {
+      for (const char* host_memory : {"1e15", "1e9"}) {  // the host tier, or the disk
+        INFO(policy << " host memory " << host_memory << " scale " << scale);
+        const ep::Config c = paper_config("vit_imagenet", {std::string("planner.cache=") + policy,
+                                                            std::string("cluster.host.memory_bytes=") + host_memory});
+        const ep::AnalyticCostModel analytic(c.cluster, c.training);
+        const ep::FittedCostModel fitted(profile, analytic);
+        const ep::RunPlan run = ep::plan_run(c, fitted);
+        const ep::PlanContext measured_ctx(c, fitted), analytic_ctx(c, analytic);
+        int created = 0;
+        for (std::size_t i = 1; i < run.plans.size(); ++i) {
+          const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
+          const double measured = ep::predict_transition(measured_ctx, &prev, p).cache_create_s;
+          CHECK(ep::predict_transition(analytic_ctx, &prev, p).cache_create_s == 0);  // not measured
+          if (!p.cache.on || prev.cache.on) {
+            CHECK(measured == 0);
+            continue;
+          }
+          ++created;
+          // Scaled from the nearest measured size of the plan's tier, less
+          // what the epochs before covered where the file was made meanwhile.
+          const bool host = p.cache.tier == ep::CacheTier::HostMemory;
+          CHECK(host == (std::string(host_memory) == "1e15"));
+          const double whole = (host ? 0.25 : 0.01) * scale * p.cache.bytes_per_node / 1e9;
+          REQUIRE(prev.cache_file_ahead.has_value());  // a later step turns it on: made ahead
+          CHECK(*prev.cache_file_ahead == p.cache.tier);
+          const double trained = static_cast<double>(prev.epochs() * prev.iterations_per_epoch) * prev.iteration_s;
+          CHECK(measured == Approx(std::max(0.0, whole - trained)));
+          if (scale > 1) CHECK(measured > 0);
         }
-        ++created;
-        // Scaled from the nearest measured size of the plan's tier.
-        const bool host = p.cache.tier == ep::CacheTier::HostMemory;
-        CHECK(host == (std::string(host_memory) == "1e15"));
-        CHECK(measured == Approx((host ? 0.25 : 0.01) * p.cache.bytes_per_node / 1e9));
-        CHECK(measured > 0);
+        if (std::string(policy) == "on") CHECK(created == 1);  // on from the first freeze step to the end
+        if (std::string(policy) == "off") CHECK(created == 0);
       }
-      if (std::string(policy) == "on") CHECK(created == 1);  // on from the first freeze step to the end
-      if (std::string(policy) == "off") CHECK(created == 0);
     }
   }
+}
+
+TEST_CASE("the cache file is made ahead exactly while a plan without it trains and a later step may turn it on") {
+  // Over many small random runs: policies, freeze intervals, host memory,
+  // the deepest freezable depth.
+  std::mt19937 rng(7);
+  int ahead = 0, taken = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const char* policies[] = {"on", "auto", "off"};
+    const char* freeze[] = {"alpha", "none"};
+    const std::string policy = policies[rng() % 3], freeze_policy = freeze[rng() % 5 == 0 ? 1 : 0];
+    const int epochs = 2 + static_cast<int>(rng() % 6), interval = 1 + static_cast<int>(rng() % 2);
+    const int min_active = 1 + static_cast<int>(rng() % 4);
+    INFO("trial " << trial << ": cache " << policy << ", freeze " << freeze_policy << ", epochs " << epochs
+                  << ", interval " << interval << ", min_active " << min_active);
+    const ep::Config c = paper_config(
+        "vit_imagenet", {"planner.cache=\"" + policy + "\"", "planner.freeze_policy=\"" + freeze_policy + "\"",
+                         "training.epochs=" + std::to_string(epochs),
+                         "planner.freeze_interval_epochs=" + std::to_string(interval),
+                         "planner.min_active_layers=" + std::to_string(min_active),
+                         std::string("cluster.host.memory_bytes=") + (rng() % 2 ? "1e15" : "1e9")});
+    const ep::AnalyticCostModel cost(c.cluster, c.training);
+    const ep::RunPlan run = ep::plan_run(c, cost);
+    for (std::size_t i = 0; i < run.plans.size(); ++i) {
+      const ep::Plan& p = run.plans[i];
+      const bool later_on = std::any_of(run.plans.begin() + static_cast<std::ptrdiff_t>(i) + 1, run.plans.end(),
+                                        [](const ep::Plan& q) { return q.cache.on; });
+      if (p.cache.on || i + 1 == run.plans.size() || policy == "off" || freeze_policy == "none") {
+        CHECK_FALSE(p.cache_file_ahead.has_value());
+        continue;
+      }
+      // Where a later plan turns it on, this one made it, in that plan's tier.
+      ahead += p.cache_file_ahead ? 1 : 0;
+      if (later_on) {
+        ++taken;
+        REQUIRE(p.cache_file_ahead.has_value());
+        const auto on = std::find_if(run.plans.begin() + static_cast<std::ptrdiff_t>(i) + 1, run.plans.end(),
+                                     [](const ep::Plan& q) { return q.cache.on; });
+        CHECK(*p.cache_file_ahead == on->cache.tier);
+      }
+      if (policy == "on") CHECK(p.cache_file_ahead.has_value());
+    }
+  }
+  CHECK(taken > 10);  // the instances cover both: files taken by a later plan,
+  CHECK(ahead > taken);  // and files made for an auto policy that a measured probe may still turn on
 }

@@ -529,17 +529,19 @@ struct Pipeline::DeviceRun {
       }
     }
     job.buckets[s].clear();
-    // ‖g‖² per parameter; the host sums them per layer when it reads the
-    // iteration.
-    std::vector<at::Tensor> grads;
-    std::vector<int>& layer = job.stage_grad_layer[s];
-    for (int i = part.active(s).first; i < part.active(s).last; ++i) {
-      const ep::Sublayer& sub = pipe.model_.spec().sublayers[i];
-      const bool transformer = sub.kind == SublayerKind::Attention || sub.kind == SublayerKind::Mlp;
-      for (const auto& p : pipe.model_.sublayer(i).params())
-        if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad()), layer.push_back(transformer ? sub.layer : -1);
+    // ‖g‖² per parameter, where the freeze policy reads them; the host sums
+    // them per layer when it reads the iteration.
+    if (job.program->setup.grad_norms) {
+      std::vector<at::Tensor> grads;
+      std::vector<int>& layer = job.stage_grad_layer[s];
+      for (int i = part.active(s).first; i < part.active(s).last; ++i) {
+        const ep::Sublayer& sub = pipe.model_.spec().sublayers[i];
+        const bool transformer = sub.kind == SublayerKind::Attention || sub.kind == SublayerKind::Mlp;
+        for (const auto& p : pipe.model_.sublayer(i).params())
+          if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad()), layer.push_back(transformer ? sub.layer : -1);
+      }
+      job.stage_grad_sq[s] = grad_sq_norms(grads, dev);
     }
-    job.stage_grad_sq[s] = grad_sq_norms(grads, dev);
     pipe.optimizer_.step(params, job.lr);
   }
 

@@ -72,8 +72,9 @@ std::vector<double> Trainer::chunk_times(const std::vector<IterationProgram>& pr
 }
 
 // Rank 0: the interval's mean gradient norms, recorded (the planner's
-// freeze policy decides on them).
+// freeze policy decides on them), where the plan computes them.
 std::vector<double> Trainer::grad_norms() {
+  if (!plan_->program.setup.grad_norms) return {};  // the freeze policy reads none: none computed
   std::vector<double> norms(L_, 0.0);
   for (int l = 0; l < L_; ++l)
     norms[l] = p_.interval_iterations ? p_.interval_norm_sum[l] / static_cast<double>(p_.interval_iterations) : 0;

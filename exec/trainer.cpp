@@ -100,6 +100,9 @@ TrainResult Trainer::run() {
   result.total_s = p_.train_s;
   result.final_accuracy = p_.epochs.empty() ? -1 : p_.epochs.back().accuracy;
   result.ran = ever_active_;
+  // The last step's gradients were checked by no later loss (nor by their
+  // norms, where none are computed): weights.bin is of finite weights.
+  if (rank0() && !opt_.out_dir.empty() && ever_active_) check_finite_weights();
   if (rank0() && !opt_.out_dir.empty())
     write_run_outputs(opt_.out_dir, c_, timeline_, result, planner_, data_.train.size, model_);
   loader_.settle();  // a read ahead of an epoch that will not come, done before the cache goes

@@ -40,6 +40,10 @@ class CostModel {
   [[nodiscard]] virtual double cache_read_s(double bytes, CacheTier) const = 0;
   [[nodiscard]] virtual double cache_write_s(double bytes, CacheTier) const = 0;
   [[nodiscard]] virtual double optimizer_step_s(double params) const = 0;
+  // The gradients' norms of `params` parameters, where a step computes them
+  // (IterationSetup::grad_norms); measured only (0: a profile written
+  // before it timed them inside optimizer_step_s).
+  [[nodiscard]] virtual double grad_norms_s(double /*params*/) const { return 0; }
   // Transition terms a profile measured (group rebuild over `ranks`, packing
   // and unpacking `bytes` of training state); nullopt: the config's [sim]
   // assumptions stand in (planner/transition.hpp).

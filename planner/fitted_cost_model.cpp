@@ -219,6 +219,11 @@ FittedCostModel::FittedCostModel(const Profile& profile, const CostModel& fallba
     for (const OptimizerSample& s : profile.optimizer) rows.push_back({1, s.params, s.seconds});
     fits_.optimizer = fit("optimizer", "a + c*params", rows, "at least two distinct parameter counts");
   }
+  if (!profile.grad_norms.empty()) {
+    std::vector<Row> rows;
+    for (const OptimizerSample& s : profile.grad_norms) rows.push_back({1, s.params, s.seconds});
+    fits_.grad_norms = fit("gradient norms", "a + c*params", rows, "at least two distinct parameter counts");
+  }
 }
 
 double FittedCostModel::compute_s(const Sublayer& s, ComputeOp op, int samples) const {
@@ -275,6 +280,10 @@ double FittedCostModel::optimizer_step_s(double params) const {
   return affine_or(fits_.optimizer, params, [&] { return fallback_.optimizer_step_s(params); });
 }
 
+double FittedCostModel::grad_norms_s(double params) const {
+  return affine_or(fits_.grad_norms, params, [] { return 0.0; });
+}
+
 std::string FittedCostModel::describe() const {
   std::string out = "fitted cost model\n";
   out += "  environment: " + (environment_.empty() ? std::string("(not given)") : environment_) + "\n";
@@ -305,6 +314,8 @@ std::string FittedCostModel::describe() const {
       f ? row(*f) : fallback_row("cache " + tier_name(tier) + "/" + op_name(op));
     }
   fits_.optimizer ? row(*fits_.optimizer) : fallback_row("optimizer");
+  if (fits_.grad_norms) row(*fits_.grad_norms);
+  else out += "  " + pad("gradient norms", w_term) + "no samples: inside the optimizer step\n";
 
   // Derived quantities a reader checks first against the hardware's sheet.
   const auto bandwidth = [](const LinearFit& f) {

@@ -21,6 +21,8 @@
 //       and are left out.
 //   cache, per (tier, read|write)     t = a + c·bytes
 //   optimizer step                    t = a + c·params
+//   gradients' norms                  t = a + c·params (without samples: 0,
+//                                     a profile that timed them in the step)
 //
 // The profile's transfers carry no link kind (a profiling host has one kind
 // of link), so one p2p fit and one all-reduce fit stand for every LinkKind.
@@ -78,6 +80,7 @@ struct FittedCoefficients {
   std::optional<LinearFit> allreduce;
   std::array<std::array<std::optional<LinearFit>, 2>, 2> cache;  // [CacheTier][CacheOp]
   std::optional<LinearFit> optimizer;
+  std::optional<LinearFit> grad_norms;
 
   [[nodiscard]] const LinearFit& compute_fit(SublayerKind k, ComputeOp op) const {
     return compute[static_cast<int>(k)][static_cast<int>(op)];
@@ -103,6 +106,7 @@ class FittedCostModel final : public CostModel {
   [[nodiscard]] double cache_read_s(double bytes, CacheTier) const override;
   [[nodiscard]] double cache_write_s(double bytes, CacheTier) const override;
   [[nodiscard]] double optimizer_step_s(double params) const override;
+  [[nodiscard]] double grad_norms_s(double params) const override;
   // The measured sample with the nearest rank count (group rebuild), or
   // scaled by bytes from the nearest measured size (state pack + unpack,
   // a cache file's creation).

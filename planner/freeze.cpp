@@ -102,6 +102,10 @@ std::unique_ptr<FreezePolicy> make_gradient_norm_policy(int L, const PlannerConf
   return std::make_unique<GradientNormPolicy>(L, p);
 }
 
+bool reads_grad_norms(const Config& c) {
+  return c.planner.replay_grad_norms_file.empty() && make_freeze_policy(c)->needs_grad_norms();
+}
+
 std::unique_ptr<FreezePolicy> make_freeze_policy(const Config& c) {
   const int L = c.model.num_hidden_layers;
   switch (c.planner.freeze_policy) {
@@ -183,6 +187,9 @@ GradNormTrace load_grad_norm_trace(const std::string& path, int L) {
     seen[step - 1][layer] = true;
     trace.steps[step - 1][layer] = norm;
   }
+  if (trace.steps.empty())
+    throw bad(line, "no step recorded (a run records gradient norms only where its freeze policy reads them: "
+                    "train with planner.freeze_policy = \"gradient_norm\")");
   for (std::size_t t = 0; t < seen.size(); ++t)
     for (int l = 0; l < L; ++l)
       if (!seen[t][l])

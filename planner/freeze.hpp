@@ -46,6 +46,14 @@ struct GradNormTrace {
 // norms; the simulator replays them). Throws ep::Error on I/O failure.
 void write_grad_norm_trace(const GradNormTrace& trace, const std::string& path);
 
+// Whether a run computes its gradients' norms: where its freeze policy
+// reads them as it trains (the gradient-norm policy on measured norms, not
+// on a replayed trace). Elsewhere the optimizer step skips them (on an H200
+// they were 0.52 ms of ViT-B/16's 0.83 ms step) and grad_norms.csv has no
+// rows; the divergence check then reads the loss, and the weights before
+// a checkpoint or weights.bin.
+[[nodiscard]] bool reads_grad_norms(const Config& config);
+
 // The policy the config asks for. Replay of a gradient-norm trace is the
 // gradient-norm policy fed from the trace.
 [[nodiscard]] std::unique_ptr<FreezePolicy> make_freeze_policy(const Config& config);

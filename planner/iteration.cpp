@@ -121,7 +121,7 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
   std::vector<double> ar(stages, 0), ar_bytes(stages, 0), opt(stages);
   for (int st = 0; st < stages; ++st) {
     const double params = spec.params(p.active(st));
-    opt[st] = params > 0 ? cost.optimizer_step_s(params) : 0.0;
+    opt[st] = params > 0 ? cost.optimizer_step_s(params) + (s.grad_norms ? cost.grad_norms_s(params) : 0.0) : 0.0;
     if (!o.buckets_per_stage.empty() && o.buckets_per_stage[st] > 0) {
       ar_bytes[st] = 4.0 * params / o.buckets_per_stage[st];
       ar[st] = cost.allreduce_s(ar_bytes[st], s.replicas, dp_link);

@@ -65,6 +65,9 @@ struct IterationSetup {
   // is copied while the device runs the previous iteration; the device
   // waits for it only where the reads take longer than that.
   bool cache_reads_ahead = false;
+  // The optimizer step computes the gradients' norms: only where the run's
+  // freeze policy reads them (reads_grad_norms(), freeze.hpp).
+  bool grad_norms = false;
   friend bool operator==(const IterationSetup&, const IterationSetup&) = default;
 };
 [[nodiscard]] ScheduleOptions schedule_options(const PlanContext&, const IterationSetup&);

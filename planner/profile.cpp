@@ -160,6 +160,8 @@ nlohmann::json to_json(const Profile& p) {
   json& optimizer = j["optimizer"] = json::array();
   for (const OptimizerSample& s : p.optimizer)
     optimizer.push_back({{"params", s.params}, {"seconds", s.seconds}});
+  json& grad_norms = j["grad_norms"] = json::array();
+  for (const OptimizerSample& s : p.grad_norms) grad_norms.push_back({{"params", s.params}, {"seconds", s.seconds}});
   json& transitions = j["transitions"] = json::array();
   for (const TransitionSample& s : p.transitions)
     transitions.push_back(
@@ -171,7 +173,7 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
   const Node root(j, source, "");
   root.require_object({"schema", "environment", "model", "compute", "p2p", "allreduce", "cache",
                        "optimizer", "transitions"},
-                      {"model_chain"});
+                      {"model_chain", "grad_norms"});
   const Node schema = root["schema"];
   if (!j.at("schema").is_string() || j.at("schema").get_ref<const std::string&>() != kProfileSchema)
     throw schema.error("\"" + std::string(kProfileSchema) + "\"");
@@ -209,6 +211,11 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
     n.require_object({"params", "seconds"});
     p.optimizer.push_back({n["params"].number(false), n["seconds"].number(true)});
   });
+  if (j.contains("grad_norms"))
+    root["grad_norms"].for_each(false, [&](const Node& n) {
+      n.require_object({"params", "seconds"});
+      p.grad_norms.push_back({n["params"].number(false), n["seconds"].number(true)});
+    });
   root["transitions"].for_each(false, [&](const Node& n) {
     n.require_object({"what", "ranks", "bytes", "seconds"});
     // 0 s is a measurement: one-off work that cost nothing measurable.

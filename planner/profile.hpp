@@ -3,7 +3,7 @@
 // its JSON file; no fitting here.
 //
 // File format, schema "elasticpipe.profile/1" (one JSON object; every key
-// below is required except `model_chain`, no other key is allowed; every
+// below is required except `model_chain` and `grad_norms`, no other key is allowed; every
 // sample list may be empty except `compute`):
 //
 //   {
@@ -16,6 +16,7 @@
 //     "allreduce":   [ {"bytes": 1048576, "ranks": 4, "seconds": 0.002}, ... ],
 //     "cache":       [ {"tier": "host", "op": "read", "bytes": 1048576, "seconds": 0.0001}, ... ],
 //     "optimizer":   [ {"params": 1000000, "seconds": 0.003}, ... ],
+//     "grad_norms":  [ {"params": 1000000, "seconds": 0.001}, ... ],
 //     "transitions": [ {"what": "group_rebuild", "ranks": 4, "bytes": 0, "seconds": 0.8}, ... ]
 //   }
 //
@@ -28,6 +29,10 @@
 //                  CostModel's terms; forward_again: a later micro-batch's forward in
 //                  the same iteration, bf16 weight copies reused; measured under bf16
 //                  only, for every kind or none, and without it forward stands in)
+//   optimizer      the update alone (grad_norms: the gradients' norms alone,
+//                  which a step computes only where the freeze policy reads
+//                  them). Profiles written before grad_norms timed the
+//                  norms inside the update.
 //   tier           "host" | "disk";  op (cache) "read" | "write"
 //   samples        micro-batch size, an integer >= 1
 //   ranks          an integer >= 1
@@ -107,6 +112,7 @@ struct Profile {
   std::vector<AllReduceSample> allreduce;
   std::vector<CacheSample> cache;
   std::vector<OptimizerSample> optimizer;
+  std::vector<OptimizerSample> grad_norms;
   std::vector<TransitionSample> transitions;
 };
 

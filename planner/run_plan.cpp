@@ -90,6 +90,7 @@ IterationSetup iteration_setup(const Config& c, const Plan& p, bool fill) {
   if (fill && p.cache_fill_from >= 0) s.cache_valid_layers = p.cache_fill_from;
   s.cache_writes_behind = p.cache.on && cache_writes_behind(c);
   s.cache_reads_ahead = p.cache.on && cache_reads_ahead(c);
+  s.grad_norms = reads_grad_norms(c);
   return s;
 }
 

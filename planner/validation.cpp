@@ -8,6 +8,7 @@
 
 #include "planner/cache_policy.hpp"
 #include "planner/error.hpp"
+#include "planner/freeze.hpp"
 #include "planner/stats.hpp"
 
 namespace ep {
@@ -130,6 +131,7 @@ std::vector<ValidationPlan> validation_plans(const PlanContext& ctx) {
             p.setup.cache_on = cache;
             p.setup.cache_writes_behind = cache && cache_writes_behind(config);
             p.setup.cache_reads_ahead = cache && cache_reads_ahead(config);
+            p.setup.grad_norms = reads_grad_norms(config);
             p.program = lower_iteration(ctx, p.setup);
             if (cache) {
               IterationSetup fill = p.setup;

@@ -163,9 +163,19 @@ expect_text "a cached epoch's host line" "  host: 8 iterations"
 grep -q "chunk search" <<<"$out" && bad "a run whose chunk timings are kept searched again" || ok
 grep -q chunk_search_before_first_epoch_s "$tmp/train_cache/trace.json" && bad "a run that searched nothing says it did" || ok
 grep -q "pinned memory" <<<"$out" && bad "a CPU run's host line names pinned memory" || ok
-# The simulator replays the real run's gradient norms through Eq. 1.
-expect_rc 0 "simulate replays train's grad norms" -- "$bin" simulate "$fm" "${small[@]}" --mode freeze \
+# An alpha run computes no gradient norms (its policy reads none): its
+# grad_norms.csv has the header alone, and replaying it says how to record them.
+[ "$(cat "$tmp/train/grad_norms.csv")" = "step,layer,grad_norm" ] && ok || bad "an alpha run recorded gradient norms"
+expect_rc 2 "replaying a run without gradient norms" -- "$bin" simulate "$fm" "${small[@]}" --mode freeze \
   --set 'planner.freeze_policy="replay"' --set "planner.replay_grad_norms_file=\"$tmp/train/grad_norms.csv\"" \
+  --out "$tmp/replay"
+expect_text "says how to record gradient norms" "no step recorded"
+# A gradient-norm run records them, and the simulator replays them through Eq. 1.
+expect_rc 0 "train on gradient norms" -- "$bin" train "$fm" "${small[@]}" --set 'planner.freeze_policy="gradient_norm"' \
+  --set "exec.chunk_memo=\"$tmp/chunk_memo.json\"" --out "$tmp/train_norms"
+[ "$(wc -l < "$tmp/train_norms/grad_norms.csv")" -gt 1 ] && ok || bad "a gradient-norm run recorded no gradient norms"
+expect_rc 0 "simulate replays train's grad norms" -- "$bin" simulate "$fm" "${small[@]}" --mode freeze \
+  --set 'planner.freeze_policy="replay"' --set "planner.replay_grad_norms_file=\"$tmp/train_norms/grad_norms.csv\"" \
   --out "$tmp/replay"
 # A simulated and a real trace of the same config align.
 expect_rc 0 "trace diff sim vs exec" -- "$bin" trace diff "$tmp/replay/trace.json" "$tmp/train/trace.json"

@@ -132,6 +132,7 @@ inline IterationProgram program_of(Schedule s, Checkpointing ckpt = Checkpointin
   p.setup.v = s.v;
   p.setup.M = s.M;
   p.setup.cache_valid_layers = cache_valid_layers;
+  p.setup.grad_norms = true;  // as under the gradient-norm policy: the tests read them
   p.recomputed_microbatches = recomputed_microbatches(ckpt, s.M);
   p.threads = {1};
   p.schedule = std::move(s);

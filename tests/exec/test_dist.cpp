@@ -138,6 +138,9 @@ TEST_CASE("two data-parallel replicas with bucketed all-reduce equal one replica
     other.join();
     CHECK(parts[0].loss + parts[1].loss == Approx(r.loss).epsilon(1e-5));
     // Both replicas measure the same (all-reduced) gradient norms as the reference.
+    REQUIRE(parts[0].layer_grad_sq.size() == static_cast<std::size_t>(mc.num_hidden_layers));
+    REQUIRE(parts[1].layer_grad_sq.size() == r.layer_grad_sq.size());
+    REQUIRE(r.layer_grad_sq.size() == parts[0].layer_grad_sq.size());
     for (int l = 0; l < mc.num_hidden_layers; ++l) {
       CHECK(parts[0].layer_grad_sq[l] == parts[1].layer_grad_sq[l]);
       CHECK(parts[0].layer_grad_sq[l] == Approx(r.layer_grad_sq[l]).epsilon(1e-4).margin(1e-12));

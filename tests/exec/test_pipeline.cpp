@@ -240,6 +240,33 @@ TEST_CASE("after a transition that freezes layers and repacks, training matches 
   }
 }
 
+TEST_CASE("an optimizer step without the gradients' norms trains the same weights and reports none") {
+  // The norms only read the gradients: a step that skips them (a freeze
+  // policy that reads none) leaves the same loss and weights, bit for bit.
+  const ModelConfig m = tiny(ModelFamily::ViT);
+  std::mt19937 rng(5);
+  Run with(m, 2), without(m, 2);
+  const int n = with.model.num_sublayers();
+  const Partition p = random_partition(n, 1, 2, rng);
+  with.pipeline.configure(p, 2, 1);
+  without.pipeline.configure(p, 2, 1);
+  for (int it = 0; it < 3; ++it) {
+    const at::Tensor x = inputs(m, 8, 40 + it);
+    const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
+    IterationProgram a = testing::program_of(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, p, true));
+    IterationProgram b = a;
+    b.setup.grad_norms = false;
+    const IterationResult ra = with.pipeline.run(a, split(x, y, 4), 8, 0.05);
+    const IterationResult rb = without.pipeline.run(b, split(x, y, 4), 8, 0.05);
+    CHECK(ra.loss == rb.loss);
+    CHECK(ra.layer_grad_sq.size() == static_cast<std::size_t>(m.num_hidden_layers));
+    CHECK(rb.layer_grad_sq.empty());
+  }
+  const auto wa = with.model.named_params(), wb = without.model.named_params();
+  REQUIRE(wa.size() == wb.size());
+  for (std::size_t i = 0; i < wa.size(); ++i) CHECK(at::equal(wa[i].tensor, wb[i].tensor));
+}
+
 TEST_CASE("a stage with nothing to train works: no optimizer state, no gradient received") {
   // Without AutoPipe the frozen prefix stays inside its stages: stage 0
   // holds only frozen sublayers.

@@ -84,6 +84,15 @@ TEST_CASE("training freezes per the gradient-norm policy, and the simulator can 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a run whose freeze policy reads no gradient norms computes none, and freezes as planned") {
+  const Config c = tiny({"planner.freeze_policy=\"alpha\""});
+  const exec::TrainResult r = exec::train(c, {});
+  CHECK(r.grad_norms.empty());
+  const FreezeTimeline planned = freeze_timeline(c, 2);
+  for (int e = 0; e < 3; ++e) CHECK(r.epochs[e].frozen_layers == planned.frozen[e]);
+  CHECK(r.epochs.back().frozen_layers > 0);
+}
+
 TEST_CASE("what one process cannot run is refused up front with the config's file:line") {
   // Data parallelism needs one process per device (train --nproc 4).
   CHECK_THROWS_WITH(exec::train(tiny({"planner.autodp=true"}), {}),

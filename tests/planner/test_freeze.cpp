@@ -396,6 +396,23 @@ TEST_CASE("grad-norm trace: malformed files name file:line", "[freeze]") {
   CHECK_THROWS_AS(load_grad_norm_trace(dir.write("x", "") + ".absent", 3), Error);
 }
 
+TEST_CASE("a run computes gradient norms only where its freeze policy reads them as it trains", "[freeze]") {
+  CHECK(reads_grad_norms(tiny({"planner.freeze_policy=\"gradient_norm\""})));
+  CHECK_FALSE(reads_grad_norms(tiny({"planner.freeze_policy=\"alpha\""})));
+  CHECK_FALSE(reads_grad_norms(tiny({"planner.freeze_policy=\"none\""})));
+  CHECK_FALSE(reads_grad_norms(tiny({"planner.freeze_policy=\"replay\"", "planner.replay_frozen=[1, 2]"})));
+  // A replayed trace is read from its file, not measured.
+  TempDir dir("freeze_reads");
+  const std::string trace = dir.write("t.csv", "step,layer,grad_norm\n1,0,1\n1,1,1\n1,2,1\n");
+  CHECK_FALSE(reads_grad_norms(
+      tiny({"planner.freeze_policy=\"replay\"", "planner.replay_grad_norms_file=\"" + trace + "\""})));
+  // A run that read none wrote a header without rows: refused with the way to record them.
+  const std::string none = dir.write("none.csv", "step,layer,grad_norm\n");
+  const std::string msg = trace_error(none, 3);
+  CHECK(msg.find(none + ":1: no step recorded") == 0);
+  CHECK(msg.find("planner.freeze_policy = \"gradient_norm\"") != std::string::npos);
+}
+
 TEST_CASE("replay of a gradient-norm trace runs the gradient-norm policy on it", "[freeze]") {
   TempDir dir("freeze_replay");
   // L = 4, alpha = 1/2, floor, min_active 1 (cap 3).

@@ -369,6 +369,7 @@ TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
   p.model_chain = {{"forward", 8, 0.031}, {"backward", 8, 0.0625}, {"frozen_forward", 16, 1.0 / 3},
                    {"forward_again", 8, 0.029}};
   p.compute.push_back({"mlp", "forward_again", 4, 0.0011});
+  p.grad_norms = {{1e6, 2e-4}, {4e6, 5e-4}};
   const auto same = [&](const Profile& q) {
     CHECK(q.environment == p.environment);
     CHECK(q.model == p.model);
@@ -397,6 +398,9 @@ TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
     CHECK(q.cache[3].bytes == p.cache[3].bytes);
     REQUIRE(q.optimizer.size() == p.optimizer.size());
     CHECK(q.optimizer[1].params == p.optimizer[1].params);
+    REQUIRE(q.grad_norms.size() == p.grad_norms.size());
+    CHECK(q.grad_norms[1].params == p.grad_norms[1].params);
+    CHECK(q.grad_norms[1].seconds == p.grad_norms[1].seconds);
     REQUIRE(q.transitions.size() == p.transitions.size());
     CHECK(q.transitions[1].what == "state_transfer");
     CHECK(q.transitions[1].ranks == 2);
@@ -424,6 +428,25 @@ TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
   json old = to_json(p);
   old.erase("model_chain");
   CHECK(parse_profile(old, "old").model_chain.empty());
+  // And before the gradients' norms were timed apart from the update.
+  old.erase("grad_norms");
+  CHECK(parse_profile(old, "old").grad_norms.empty());
+}
+
+TEST_CASE("the gradients' norms cost a step only where the freeze policy reads them", "[profile]") {
+  const ModelSpec s = spec();
+  const AnalyticCostModel truth(cluster(), sgd());
+  Profile p = synthetic(truth, s, 0);
+  // The norms: 0.1 ms + 2e-10 s per parameter.
+  p.grad_norms = {{1e6, 1e-4 + 2e-4}, {4e6, 1e-4 + 8e-4}, {1.6e7, 1e-4 + 3.2e-3}};
+  const FittedCostModel fitted(p, truth);
+  CHECK(fitted.grad_norms_s(8e6) == Approx(1e-4 + 1.6e-3));
+  CHECK_THAT(fitted.describe(), Catch::Contains("gradient norms"));
+  // Without samples (a profile from before): 0, the step's fit holding them.
+  p.grad_norms.clear();
+  CHECK(FittedCostModel(p, truth).grad_norms_s(8e6) == 0);
+  CHECK(truth.grad_norms_s(8e6) == 0);
+  CHECK_THAT(FittedCostModel(p, truth).describe(), Catch::Contains("no samples: inside the optimizer step"));
 }
 
 TEST_CASE("malformed profiles are refused naming path, expected and found", "[profile]") {

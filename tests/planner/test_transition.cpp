@@ -218,3 +218,36 @@ TEST_CASE("the cache file is made ahead exactly while a plan without it trains a
   CHECK(taken > 10);  // the instances cover both: files taken by a later plan,
   CHECK(ahead > taken);  // and files made for an auto policy that a measured probe may still turn on
 }
+
+TEST_CASE("an optimizer step charges the gradients' norms where the freeze policy reads them, as a profile timed them") {
+  ep::Profile profile = analytic_vit_profile();
+  profile.grad_norms = {{1e6, 1e-4 + 2e-4}, {1e7, 1e-4 + 2e-3}, {1e8, 1e-4 + 2e-2}};
+  for (const char* policy : {"alpha", "gradient_norm"}) {
+    INFO(policy);
+    const ep::Config c = paper_config("vit_imagenet", {std::string("planner.freeze_policy=\"") + policy + "\""});
+    const ep::AnalyticCostModel analytic(c.cluster, c.training);
+    const ep::FittedCostModel fitted(profile, analytic);
+    const ep::PlanContext ctx(c, fitted);
+    const ep::RunPlan run = ep::plan_run(c, fitted);
+    const bool reads = std::string(policy) == "gradient_norm";
+    for (const ep::Plan& p : run.plans) {
+      CHECK(p.program.setup.grad_norms == reads);  // what the executor computes
+      ep::IterationSetup with = p.program.setup, without = with;
+      with.grad_norms = true;
+      without.grad_norms = false;
+      const auto a = ep::iteration_costs(ctx, with), b = ep::iteration_costs(ctx, without);
+      int steps = 0;
+      for (const auto& device : p.program.schedule.devices)
+        for (const ep::Action& x : device) {
+          if (x.kind != ep::ActionKind::OptimizerStep) {
+            CHECK(a.duration(x) == b.duration(x));
+            continue;
+          }
+          ++steps;
+          const double params = ctx.spec.params(p.partition.active(x.stage));
+          CHECK(a.duration(x) - b.duration(x) == Approx(1e-4 + 2e-10 * params));
+        }
+      CHECK(steps > 0);
+    }
+  }
+}

@@ -121,12 +121,17 @@ void Trainer::make_cache_ahead() {
       made.seconds = seconds(t0, Clock::now());
       return made;
     });
-  } else if (!plan_->cache_file_ahead && cache_ahead_.valid()) {
-    try {
-      cache_ahead_.get().cache->remove();
-    } catch (const Error& e) {  // not needed after all: said, not fatal
-      log(std::string("the cache file made ahead is not needed, and could not be made: ") + e.what());
-    }
+  } else if (!plan_->cache_file_ahead) {
+    drop_cache_ahead();
+  }
+}
+
+void Trainer::drop_cache_ahead() {
+  if (!cache_ahead_.valid()) return;
+  try {
+    cache_ahead_.get().cache->remove();
+  } catch (const Error& e) {  // not needed after all: said, not fatal
+    log(std::string("the cache file made ahead is not needed, and could not be made: ") + e.what());
   }
 }
 

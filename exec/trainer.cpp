@@ -107,7 +107,7 @@ TrainResult Trainer::run() {
     write_run_outputs(opt_.out_dir, c_, timeline_, result, planner_, data_.train.size, model_);
   loader_.settle();  // a read ahead of an epoch that will not come, done before the cache goes
   if (cache_ && leader_) cache_->remove();
-  if (cache_ahead_.valid()) cache_ahead_.get().cache->remove();  // a run that ended before a step took it
+  drop_cache_ahead();  // a run that ended before a step took it
   return result;
 }
 

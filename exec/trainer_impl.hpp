@@ -67,6 +67,7 @@ class Trainer final : RunBackend {
   void onboard();
   void repartition();
   void make_cache_ahead();
+  void drop_cache_ahead();
   void check_replicas();
   void rebuild_cache();
   void transition(const Plan& previous);

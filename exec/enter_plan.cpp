@@ -45,8 +45,8 @@ void Trainer::enter_plan(TransitionCost* cost) {
   t = Clock::now();
   if (now_active) {
     if (plan_->cache.on && !cache_)
-      cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),
-                                                 data_.train.size, entry_shape(), false);
+      cache_ = std::make_unique<ActivationCache>(node_cache_file(plan_->cache.tier), data_.train.size, entry_shape(),
+                                                 false);
     pipeline_->set_cache(cache_.get());
     if (dist_ && plan_->layout.replicas > 1) check_replicas();
     make_cache_ahead();
@@ -91,7 +91,7 @@ void Trainer::repartition() {
     const Clock::time_point t0 = Clock::now();
     if (cache_ahead_.valid()) {  // made while the plan before trained: here its wait, if any
       MadeCache made = cache_ahead_.get();
-      if (cache_ahead_tier_ == plan_->cache.tier) {
+      if (made.tier == plan_->cache.tier) {
         cache_ = std::move(made.cache);
         cache_ahead_s_ = made.seconds;
       } else {
@@ -99,8 +99,8 @@ void Trainer::repartition() {
       }
     }
     if (!cache_)
-      cache_ = std::make_unique<ActivationCache>(cache_file(plan_->cache.tier, "node" + std::to_string(node_)),
-                                                 data_.train.size, entry_shape(), true);
+      cache_ = std::make_unique<ActivationCache>(node_cache_file(plan_->cache.tier), data_.train.size, entry_shape(),
+                                                 true);
     cache_file_s_ = seconds(t0, Clock::now());
     if (resumed_) rebuild_cache();
   }
@@ -113,11 +113,11 @@ void Trainer::repartition() {
 void Trainer::make_cache_ahead() {
   if (!leader_ || cache_) return;
   if (plan_->cache_file_ahead && !cache_ahead_.valid()) {
-    cache_ahead_tier_ = *plan_->cache_file_ahead;
-    cache_ahead_ = std::async(std::launch::async, [path = cache_file(cache_ahead_tier_, "node" + std::to_string(node_)),
-                                                    samples = data_.train.size, shape = entry_shape()] {
+    const CacheTier tier = *plan_->cache_file_ahead;
+    cache_ahead_ = std::async(std::launch::async, [tier, path = node_cache_file(tier), samples = data_.train.size,
+                                                    shape = entry_shape()] {
       const Clock::time_point t0 = Clock::now();
-      MadeCache made{std::make_unique<ActivationCache>(path, samples, shape, true), 0.0};
+      MadeCache made{std::make_unique<ActivationCache>(path, samples, shape, true), tier};
       made.seconds = seconds(t0, Clock::now());
       return made;
     });

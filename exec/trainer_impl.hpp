@@ -56,6 +56,7 @@ class Trainer final : RunBackend {
   std::vector<IterationPrediction> predict(const std::vector<IterationProgram>& programs, PredictionUse use);
   std::vector<double> chunk_times(const std::vector<IterationProgram>& programs);
   [[nodiscard]] std::string cache_file(CacheTier tier, const std::string& name) const;
+  [[nodiscard]] std::string node_cache_file(CacheTier tier) const { return cache_file(tier, "node" + std::to_string(node_)); }
   std::vector<std::int64_t> entry_shape();
   // Model work outside an iteration, on stage 0's worker (Pipeline::on_worker)
   // with the plan's threads.
@@ -156,10 +157,10 @@ class Trainer final : RunBackend {
   // plan that turns the cache on takes it. Last: destroyed (joined) first.
   struct MadeCache {
     std::unique_ptr<ActivationCache> cache;
+    CacheTier tier = CacheTier::HostMemory;
     double seconds = 0;
   };
   std::future<MadeCache> cache_ahead_;
-  CacheTier cache_ahead_tier_ = CacheTier::HostMemory;
   double cache_ahead_s_ = 0;  // of the transition: how long the file it took had taken, made ahead
 };
 

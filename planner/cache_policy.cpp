@@ -54,8 +54,7 @@ std::optional<CacheTier> cache_file_ahead(const Config& c, const ModelSpec& spec
   const int deepest = c.model.num_hidden_layers - c.planner.min_active_layers;
   if (!steps_remain || c.planner.freeze_policy == FreezePolicyKind::None || deepest < 1) return std::nullopt;
   const CacheDecision d = decide_cache(c, spec, cost, deepest, c.training.batch_size);
-  const bool may_turn_on = c.planner.cache == CachePolicyKind::Auto ? d.read_s < d.frozen_forward_s : d.on;
-  if (!may_turn_on) return std::nullopt;
+  if (!d.on) return std::nullopt;
   return d.tier;
 }
 

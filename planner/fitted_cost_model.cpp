@@ -214,16 +214,15 @@ FittedCostModel::FittedCostModel(const Profile& profile, const CostModel& fallba
     }
   }
 
-  if (!profile.optimizer.empty()) {
+  const auto per_params = [&](const std::vector<OptimizerSample>& samples, const std::string& name) {
+    std::optional<LinearFit> f;
     std::vector<Row> rows;
-    for (const OptimizerSample& s : profile.optimizer) rows.push_back({1, s.params, s.seconds});
-    fits_.optimizer = fit("optimizer", "a + c*params", rows, "at least two distinct parameter counts");
-  }
-  if (!profile.grad_norms.empty()) {
-    std::vector<Row> rows;
-    for (const OptimizerSample& s : profile.grad_norms) rows.push_back({1, s.params, s.seconds});
-    fits_.grad_norms = fit("gradient norms", "a + c*params", rows, "at least two distinct parameter counts");
-  }
+    for (const OptimizerSample& s : samples) rows.push_back({1, s.params, s.seconds});
+    if (!rows.empty()) f = fit(name, "a + c*params", rows, "at least two distinct parameter counts");
+    return f;
+  };
+  fits_.optimizer = per_params(profile.optimizer, "optimizer");
+  fits_.grad_norms = per_params(profile.grad_norms, "gradient norms");
 }
 
 double FittedCostModel::compute_s(const Sublayer& s, ComputeOp op, int samples) const {

@@ -157,11 +157,10 @@ nlohmann::json to_json(const Profile& p) {
   json& cache = j["cache"] = json::array();
   for (const CacheSample& s : p.cache)
     cache.push_back({{"tier", s.tier}, {"op", s.op}, {"bytes", s.bytes}, {"seconds", s.seconds}});
-  json& optimizer = j["optimizer"] = json::array();
-  for (const OptimizerSample& s : p.optimizer)
-    optimizer.push_back({{"params", s.params}, {"seconds", s.seconds}});
-  json& grad_norms = j["grad_norms"] = json::array();
-  for (const OptimizerSample& s : p.grad_norms) grad_norms.push_back({{"params", s.params}, {"seconds", s.seconds}});
+  for (const auto& [key, samples] : {std::pair{"optimizer", &p.optimizer}, std::pair{"grad_norms", &p.grad_norms}}) {
+    json& list = j[key] = json::array();
+    for (const OptimizerSample& s : *samples) list.push_back({{"params", s.params}, {"seconds", s.seconds}});
+  }
   json& transitions = j["transitions"] = json::array();
   for (const TransitionSample& s : p.transitions)
     transitions.push_back(
@@ -207,15 +206,14 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
     p.cache.push_back({n["tier"].one_of({"host", "disk"}), n["op"].one_of({"read", "write"}),
                        n["bytes"].number(false), n["seconds"].number(true)});
   });
-  root["optimizer"].for_each(false, [&](const Node& n) {
-    n.require_object({"params", "seconds"});
-    p.optimizer.push_back({n["params"].number(false), n["seconds"].number(true)});
-  });
-  if (j.contains("grad_norms"))
-    root["grad_norms"].for_each(false, [&](const Node& n) {
+  const auto per_params = [&](const char* key, std::vector<OptimizerSample>& out) {
+    root[key].for_each(false, [&](const Node& n) {
       n.require_object({"params", "seconds"});
-      p.grad_norms.push_back({n["params"].number(false), n["seconds"].number(true)});
+      out.push_back({n["params"].number(false), n["seconds"].number(true)});
     });
+  };
+  per_params("optimizer", p.optimizer);
+  if (j.contains("grad_norms")) per_params("grad_norms", p.grad_norms);
   root["transitions"].for_each(false, [&](const Node& n) {
     n.require_object({"what", "ranks", "bytes", "seconds"});
     // 0 s is a measurement: one-off work that cost nothing measurable.

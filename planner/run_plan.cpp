@@ -11,12 +11,14 @@
 
 namespace ep {
 
+double Plan::predicted_epochs_s() const {
+  const int fill = cache_fill_from >= 0 ? 1 : 0;
+  return static_cast<double>(iterations_per_epoch) * ((epochs() - fill) * iteration_s + fill * fill_iteration_s);
+}
+
 double RunPlan::predicted_total_s() const {
   double total = 0;
-  for (const Plan& p : plans) {
-    const int fill = p.cache_fill_from >= 0 ? 1 : 0;
-    total += p.iterations_per_epoch * ((p.epochs() - fill) * p.iteration_s + fill * p.fill_iteration_s);
-  }
+  for (const Plan& p : plans) total += p.predicted_epochs_s();
   return total;
 }
 

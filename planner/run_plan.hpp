@@ -100,6 +100,9 @@ struct Plan {
   [[nodiscard]] int epochs() const { return end_epoch - first_epoch; }
   // Fill in the plan's first epoch when it (re)fills the cache, read after.
   [[nodiscard]] CacheRole cache_role(int epoch) const;
+  // Its epochs' predicted seconds (the filling one at fill_iteration_s),
+  // transition excluded.
+  [[nodiscard]] double predicted_epochs_s() const;
   // The program epoch `epoch` runs (fill_program when it fills or advances).
   [[nodiscard]] const IterationProgram& program_for(int epoch) const;
 };

@@ -115,11 +115,8 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
   if (plan.cache.on && !prev->cache.on) {
     t.cache_create_s = cost.cache_create_s(plan.cache.bytes_per_node, plan.cache.tier).value_or(0.0);
     // Made while the previous plan trained: what its epochs do not cover.
-    if (prev->cache_file_ahead == plan.cache.tier) {
-      const double trained_s = static_cast<double>(prev->epochs()) *
-                               static_cast<double>(prev->iterations_per_epoch) * prev->iteration_s;
-      t.cache_create_s = std::max(0.0, t.cache_create_s - trained_s);
-    }
+    if (prev->cache_file_ahead == plan.cache.tier)
+      t.cache_create_s = std::max(0.0, t.cache_create_s - prev->predicted_epochs_s());
   }
   // Frozen layers only grow: the first step that freezes any probes first.
   if (refrozen && probes_cache(ctx.config, plan.frozen_layers))

@@ -53,8 +53,9 @@ std::vector<double> Trainer::chunk_times(const std::vector<IterationProgram>& pr
   for (const IterationProgram& p : programs)
     times.push_back(time_chunk_candidate(*pipeline_, data_.train, timing_program(ctx_, p), c_.exec.chunk_search_iterations));
   memo.add(programs, times);
-  // Said, because no epoch holds it: it runs before the plan it chooses, once
-  // per machine, and pays the process's one-off work in the first epoch's stead.
+  // Said, because no epoch holds it: it runs in the run's start, before the
+  // plan it chooses, once per machine, and does the process's one-off work
+  // there in the start iterations' stead.
   std::string line = "chunk search for K = " + std::to_string(programs.front().setup.K) + ": M =";
   char buf[48];
   for (std::size_t i = 0; i < programs.size(); ++i) {

@@ -82,6 +82,7 @@ void write_run_outputs(const std::string& out_dir, const Config& c, const TraceR
   summary.metadata = timeline.trace().metadata;
   trace::ModeSummary mode;
   mode.mode = "train";
+  mode.start_s = result.start_s;
   mode.total_s = result.total_s;
   mode.samples_per_s = static_cast<double>(train_samples) * c.training.epochs / std::max(1e-9, result.total_s);
   mode.final_accuracy = result.final_accuracy;

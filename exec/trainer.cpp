@@ -15,6 +15,7 @@
 
 #include "exec/torch_compat.hpp"
 #include "exec/trainer_impl.hpp"
+#include "planner/transition.hpp"
 #include "traces/output_dir.hpp"
 
 namespace ep::exec {
@@ -88,6 +89,7 @@ void Trainer::load_initial_weights() {
 }
 
 TrainResult Trainer::run() {
+  run_start_ = Clock::now();
   if (!opt_.resume.empty()) resume();  // the checkpoint's weights and plans, not the initial ones
   else load_initial_weights();
   run_training(planner_, *this, p_.epoch);  // the planner's run loop calls back here
@@ -97,7 +99,8 @@ TrainResult Trainer::run() {
   result.iteration_losses = p_.iteration_losses;
   result.grad_norms = p_.grad_norms;
   result.transitions = p_.transitions;
-  result.total_s = p_.train_s;
+  result.start_s = start_s_;
+  result.total_s = start_s_ + p_.train_s;
   result.final_accuracy = p_.epochs.empty() ? -1 : p_.epochs.back().accuracy;
   result.ran = ever_active_;
   // The last step's gradients were checked by no later loss (nor by their
@@ -217,6 +220,50 @@ class SampleAudit {
 };
 
 }  // namespace
+
+// The run's start (planner/transition.hpp): the plan's start_program run
+// kStartIterations times on the epoch's first batch, as the epoch runs
+// iterations (each queued before the one before is read, the next batch
+// assembled meanwhile), updating nothing; the last one's next batch is the
+// epoch's first. It does the process's one-off work the first epoch would
+// otherwise pay; the start, from run() on (planning, any chunk search, the
+// first plan entered, these iterations), is said and recorded apart from
+// the epochs.
+void Trainer::start(const Plan&, int epoch) {
+  if (!active()) return;
+  const Clock::time_point t0 = Clock::now();
+  const std::optional<PinnedAllocs> pinned_before =
+      c_.exec.device == ExecDevice::CUDA ? pinned_allocs_now() : std::nullopt;
+  const IterationProgram program = start_program(ctx_, *plan_, epoch);
+  const int ppn = plan_->layout.pipelines_per_node, local = replica().local_rank, batch = plan_->batch;
+  next_order_ = node_order(sampler_, node_, epoch);  // train_epoch takes it (epoch_order)
+  next_order_epoch_ = epoch;
+  const std::vector<std::int64_t> idx = replica_batch(next_order_, p_.consumed, ppn, local, batch);
+  const BatchLoader::Request request = batch_request(idx, program);
+  std::vector<IterationFuture> queued;
+  for (int i = 0; i < kStartIterations; ++i) {
+    const std::vector<MicroBatch> batches = loader_.take(request);
+    loader_.request(i + 1 < kStartIterations ? request : batch_request(idx, plan_->program_for(epoch)));
+    queued.push_back(pipeline_->launch(program, batches, static_cast<double>(batch), 0.0, std::nullopt));
+    if (queued.size() == 2) {  // one read while the next is queued, as train_epoch does
+      (void)queued.front().get();
+      queued.erase(queued.begin());
+    }
+  }
+  for (IterationFuture& f : queued) (void)f.get();
+  const Clock::time_point t1 = Clock::now();
+  if (!rank0()) return;
+  start_s_ = seconds(run_start_, t1);
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.6f", start_s_);
+  timeline_.note(trace::kStartKey, buf);
+  timeline_.transition(seconds(origin_, run_start_), seconds(origin_, t1), epoch, trace::kStartEventName);
+  const std::optional<PinnedAllocs> pinned = pinned_allocs_since(pinned_before);
+  char line[256];
+  std::snprintf(line, sizeof line, "start: %.3f s before epoch %d (%d start iterations %.3f s%s%s)", start_s_, epoch + 1,
+                kStartIterations, seconds(t0, t1), pinned ? "; " : "", pinned ? format_pinned(*pinned).c_str() : "");
+  log(line);
+}
 
 // The run loop's epoch: trained by the processes the plan makes active.
 void Trainer::run_epoch(const Plan&, int epoch) {

@@ -45,6 +45,7 @@ class Trainer final : RunBackend {
   StepInputs follow(int step) override;
   void begin_step(int step) override;
   void enter(const Plan& plan, const Plan* previous) override;
+  void start(const Plan& plan, int epoch) override;
   void run_epoch(const Plan& plan, int epoch) override;
 
   [[nodiscard]] bool rank0() const { return env_.rank == 0; }
@@ -152,6 +153,8 @@ class Trainer final : RunBackend {
   bool first_batch_pending_ = false;  // the new plan's first batch goes into its transition
   TraceRecorder timeline_;
   Clock::time_point origin_ = Clock::now();
+  Clock::time_point run_start_ = origin_;  // run() began: the run's start counts from here
+  double start_s_ = 0;                     // the run's start, once over (rank 0's)
   // The node's cache file made on a host thread while a plan without the
   // cache trains (Plan::cache_file_ahead), with the seconds it took; the
   // plan that turns the cache on takes it. Last: destroyed (joined) first.

@@ -39,14 +39,24 @@ void run_training(RunPlanner& planner, RunBackend& b, int first_epoch) {
   Plan current, previous;
   bool entered = false;
   int T = static_cast<int>(planner.run().plans.size());
+  // The start, before the first epoch this process runs.
+  bool started = false;
+  const auto start = [&](int epoch) {
+    if (started || epoch >= current.end_epoch) return;
+    b.start(current, epoch);
+    started = true;
+  };
   if (T > 0) {  // resumed: the last plan continues, entered afresh
     current = planner.run().plans.back();
     b.enter(current, nullptr);
     entered = true;
   }
   while (true) {
-    if (entered)
-      for (int e = std::max(first_epoch, current.first_epoch); e < current.end_epoch; ++e) b.run_epoch(current, e);
+    if (entered) {
+      const int from = std::max(first_epoch, current.first_epoch);
+      start(from);
+      for (int e = from; e < current.end_epoch; ++e) b.run_epoch(current, e);
+    }
     if (T > planner.freeze_steps()) break;
     const bool first = !entered;
     if (entered) previous = std::move(current);

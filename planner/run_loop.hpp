@@ -41,6 +41,11 @@ class RunBackend {
   // Enter `plan` from `previous` (null: the first plan, or the plan a
   // resumed run continues): state moves, repartition, group rebuild.
   virtual void enter(const Plan& plan, const Plan* previous) = 0;
+  // The run's start, once the first plan (or the plan a resumed run
+  // continues) is entered and before its first epoch, `epoch`: the
+  // executor runs start_program (planner/transition.hpp), the simulator
+  // prices it (predict_start).
+  virtual void start(const Plan& /*plan*/, int /*epoch*/) {}
   // Run epoch `epoch` of `plan`: plan.program_for(epoch), in cache role
   // plan.cache_role(epoch).
   virtual void run_epoch(const Plan& plan, int epoch) = 0;

@@ -125,4 +125,14 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
   return t;
 }
 
+IterationProgram start_program(const PlanContext& ctx, const Plan& plan, int epoch) {
+  return timing_program(ctx, plan.program_for(epoch));
+}
+
+TransitionCost predict_start(const PlanContext& ctx, const Plan& plan) {
+  TransitionCost t = predict_transition(ctx, nullptr, plan);
+  t.warmup_s += kStartIterations * plan.iteration_s;
+  return t;
+}
+
 }  // namespace ep

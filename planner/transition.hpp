@@ -51,6 +51,20 @@ struct TransitionCost {
 // the same moves run concurrently on its network.
 [[nodiscard]] TransitionCost predict_transition(const PlanContext&, const Plan* previous, const Plan& next);
 
+// The run's start (RunBackend::start): once its first plan is entered (or
+// the plan a resumed run continues), kStartIterations iterations of the
+// plan's timing program, before its first epoch. They update nothing; they
+// make the process's one-off work (kernels loaded, library handles made,
+// device and pinned host memory grown to an epoch's needs: a batch running,
+// the next queued, a third assembled) happen in the start rather than in
+// the first epoch, which then runs as the epochs after it do, whether or
+// not a chunk search ran before it.
+inline constexpr int kStartIterations = 2;
+[[nodiscard]] IterationProgram start_program(const PlanContext&, const Plan&, int epoch);
+// Its cost: entering the plan from nothing (predict_transition) and the
+// start's iterations, at the plan's iteration time.
+[[nodiscard]] TransitionCost predict_start(const PlanContext&, const Plan&);
+
 // Whether entering `next` from `previous` changes anything a back end must redo.
 [[nodiscard]] bool repartitioned(const Plan& previous, const Plan& next);
 

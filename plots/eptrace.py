@@ -196,7 +196,7 @@ def _check_header(obj, where):
             raise TraceError(f"{where}: metadata '{k}': expected a string, found {json.dumps(v)[:60]}")
 
 
-MODE_FIELDS = ("mode", "total_s", "samples_per_s", "speedup", "final_accuracy", "epoch_s")
+MODE_FIELDS = ("mode", "start_s", "total_s", "samples_per_s", "speedup", "final_accuracy", "epoch_s")
 
 
 def read_summary(path):
@@ -214,7 +214,7 @@ def read_summary(path):
         if name in seen:
             raise TraceError(f"{where}: mode '{name}' appears twice")
         seen.add(name)
-        for k in ("total_s", "samples_per_s", "speedup", "final_accuracy"):
+        for k in ("start_s", "total_s", "samples_per_s", "speedup", "final_accuracy"):
             _get(m, k, where, "number")
         for j, v in enumerate(_get(m, "epoch_s", where, "array")):
             if not _is("number", v):

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Transition overhead (SPEC §7): seconds per pipeline transformation
-(initialisation, K 8->4, ...) from trace.json, split into the parts nested
+(the run's start, K 8->4, ...) from trace.json, split into the parts nested
 in it on the same GPU track: AutoCache's probe, creating the node's cache
 file, moving weights, creating
 device contexts, DDP (re)construction, pipeline warm-up, and whatever else
@@ -14,7 +14,9 @@ PARTS = ("cache probe", "cache file", "weights", "contexts", "ddp", "warmup")
 
 
 def is_transition(span):
-    return span.category == "transition" and span.name.startswith(("initialisation", "transition"))
+    # "initialisation": the run's start in traces written before it was named "start"
+    return span.category == "transition" and (span.name == "start"
+                                              or span.name.startswith(("initialisation", "transition")))
 
 
 def build(args):

@@ -29,7 +29,7 @@
 namespace ep::sim {
 
 double ModeRun::total_s() const {
-  double t = 0;
+  double t = start.total_s();
   for (const auto& e : epochs) t += e.epoch_s;
   return t;
 }
@@ -74,8 +74,9 @@ double period_without_comm(const PlanContext& ctx, const IterationProgram& p) {
 // transition table dissects, as the planner predicts them, but for the
 // moves of weights and state: those run on the simulated network.
 TransitionCost transition(const PlanContext& ctx, const Plan* prev, const Plan& plan, Simulator& sim) {
+  if (!prev) return {};  // the run's start is charged apart (predict_start)
   TransitionCost t = predict_transition(ctx, prev, plan);
-  if (!prev || t.total_s() == 0) return t;
+  if (t.total_s() == 0) return t;
   std::vector<Simulator::Transfer> transfers;
   for (const StateMove& m : state_moves(ctx, *prev, plan)) transfers.push_back({m.src_gpu, m.dst_gpu, m.bytes});
   t.state_s = transfers.empty() ? 0.0 : sim.run_transfers(transfers);
@@ -115,7 +116,7 @@ std::vector<std::pair<double, Measured>> steady_periods(Runner& runner, const Pl
 void add_transition_events(trace::Trace& t, const Config& c, const Plan& p, const Plan* prev, const TransitionCost& tr,
                            double start) {
   const std::string name = prev ? "transition K " + std::to_string(prev->K) + "->" + std::to_string(p.K)
-                                : "initialisation K=" + std::to_string(p.K);
+                                : std::string(trace::kStartEventName);
   const std::pair<const char*, double> parts[] = {
       {"cache probe", tr.cache_probe_s}, {"cache file", tr.cache_create_s}, {"weights", tr.state_s},
       {"contexts", tr.contexts_s},       {"ddp", tr.rebuild_s},              {"warmup", tr.warmup_s}};
@@ -311,7 +312,13 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
       steady.push_back(plans[pi].fill_program);
     }
   const auto steady_states = steady_periods(runner, ctx, steady);
-  double clock = 0;  // start of the plan on the run's timeline
+  run.start = predict_start(ctx, plans.front());
+  double clock = run.start.total_s();  // start of the plan on the run's timeline
+  if (traced) {
+    const bool fits = clock <= trace::kMaxTraceTimeS && clock <= trace::kMaxTraceSpanS;
+    if (clock > 0 && fits) add_transition_events(out.trace, mc, plans.front(), nullptr, run.start, 0.0);
+    out.untraced += !fits;
+  }
   std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
   for (std::size_t pi = 0; pi < plans.size(); ++pi) {
     const Plan& p = plans[pi];
@@ -373,6 +380,9 @@ RunResult assemble(const Config& config, const std::vector<Mode>& modes, const C
   out.trace.metadata = describe(config);
   out.trace.metadata["network_model"] = "SimGrid CM02, crosstraffic off";
   out.trace.metadata["cost_model"] = cost.name();
+  char start[32];
+  std::snprintf(start, sizeof start, "%.6f", last.start.total_s());
+  out.trace.metadata[trace::kStartKey] = start;
   if (const int n = outputs.back().untraced; n > 0)
     out.trace.metadata["untraced"] = std::to_string(n) + " traced iterations or transitions later than 1e9 s or longer "
                                      "than 8e6 s, beyond a trace's times, are left out";
@@ -384,6 +394,7 @@ RunResult assemble(const Config& config, const std::vector<Mode>& modes, const C
   for (const ModeRun& r : out.modes) {
     trace::ModeSummary s;
     s.mode = to_string(r.mode);
+    s.start_s = r.start.total_s();
     s.total_s = r.total_s();
     for (const auto& e : r.epochs) s.epoch_s.push_back(e.epoch_s);
     s.samples_per_s = s.epoch_s.size() * static_cast<double>(config.data.num_train_samples) / s.total_s;
@@ -459,7 +470,7 @@ std::string format_result(const RunResult& r) {
   os << "simulated training of " << r.config << "\n"
      << "  SimGrid, CM02 network model; "
      << (r.trace.metadata.count("cost_model") ? r.trace.metadata.at("cost_model") : std::string("analytic"))
-     << " cost model; transitions included\n\n";
+     << " cost model; the run's start and transitions included\n\n";
   std::snprintf(line, sizeof line, "  %-10s %12s %10s %12s %9s\n", "mode", "time (s)", "time (h)", "samples/s", "speedup");
   os << line;
   for (const auto& s : r.summary.modes) {
@@ -469,7 +480,10 @@ std::string format_result(const RunResult& r) {
   }
   if (r.modes.empty()) return os.str();
   const ModeRun& last = r.modes.back();
-  os << "\n" << to_string(last.mode) << ", per epoch:\n";
+  std::snprintf(line, sizeof line, "\n%s, the run's start (before epoch 1): %.3f s\n", to_string(last.mode).c_str(),
+                last.start.total_s());
+  os << line;
+  os << to_string(last.mode) << ", per epoch:\n";
   std::snprintf(line, sizeof line, "  %5s %7s %3s %8s %4s %-5s %11s %9s %7s %10s %11s\n", "epoch", "frozen", "K",
                 "replicas", "M", "cache", "samples/s", "iter (s)", "bubble", "epoch (s)", "transit (s)");
   os << line;

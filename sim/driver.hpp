@@ -11,6 +11,7 @@
 
 #include "planner/modes.hpp"
 #include "planner/run_plan.hpp"
+#include "planner/transition.hpp"
 #include "sim/simulator.hpp"
 #include "traces/chunks_csv.hpp"
 #include "traces/trace.hpp"
@@ -28,7 +29,7 @@ using ep::to_string;
 // fill_iteration_s and bubble_fraction are already SimGrid's (its predictor).
 struct PlanSim {
   int plan_id = 0;
-  double transition_s = 0;    // charged before the plan's first epoch
+  double transition_s = 0;    // charged before the plan's first epoch (the first plan: none, the start is)
   double exposed_comm_s = 0;  // period minus the period with free communication
   SimResult steady;           // per-iteration breakdown of the steady state
 };
@@ -37,8 +38,9 @@ struct ModeRun {
   Mode mode = Mode::Baseline;
   RunPlan plan;
   std::vector<PlanSim> plans;
+  TransitionCost start;  // the run's start, before its first epoch (predict_start)
   std::vector<trace::EpochMetrics> epochs;
-  [[nodiscard]] double total_s() const;
+  [[nodiscard]] double total_s() const;  // the start and every epoch
 };
 
 // Iterations traced per distinct plan: an epoch's first, which starts from

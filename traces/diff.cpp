@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -241,12 +242,28 @@ std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
 
 std::string format_start_notes(const Trace& first, const Trace& second) {
   std::ostringstream os;
+  const auto start_of = [](const Trace& t) -> std::optional<double> {
+    const auto it = t.metadata.find(kStartKey);
+    if (it == t.metadata.end()) return std::nullopt;
+    try {
+      return std::stod(it->second);
+    } catch (const std::exception&) {
+      throw Error("trace metadata '" + std::string(kStartKey) + "': expected seconds, found '" + it->second + "'");
+    }
+  };
+  const std::optional<double> a = start_of(first), b = start_of(second);
+  char line[200];
+  if (a && b) {
+    std::snprintf(line, sizeof line, "start (before epoch 1, in no epoch): first %.3f s, second %.3f s, error %+.1f%%\n",
+                  *a, *b, *b > 0 ? (*a - *b) / *b * 100 : 0.0);
+    os << line;
+  }
   for (const auto& [which, t] : {std::pair<const char*, const Trace*>{"first", &first}, {"second", &second}}) {
     const auto it = t->metadata.find(kChunkSearchBeforeFirstEpochKey);
     if (it == t->metadata.end()) continue;
-    os << which << ": its chunk search ran before epoch 1 (" << it->second
-       << " s, in no epoch) and did the process's one-off work there, which a run that finds its chunk memo "
-          "pays in epoch 1 (a simulation charges it there: the profile's first_iteration)\n";
+    os << which << ": its chunk search ran in its start (" << it->second
+       << " s) and did the process's one-off work there, which the start's iterations do in a run that finds "
+          "its chunk memo (a simulation charges the profile's first_iteration)\n";
   }
   return os.str();
 }

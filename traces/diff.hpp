@@ -71,9 +71,10 @@ struct EpochDiff {
 // A table for the terminal: each epoch's error relative to the second run,
 // the whole run's, and the largest.
 [[nodiscard]] std::string format_epoch_diff(const std::vector<EpochDiff>&);
-// Lines under that table for what moves the first epoch's time between
-// runs of one config: a chunk search before it (the trace's metadata,
-// kChunkSearchBeforeFirstEpochKey). Empty where neither run had one.
+// Lines under that table for the runs' starts, in no epoch (kStartKey):
+// both, with the error, where both traces have one; and where a run's
+// chunk search ran in its start (kChunkSearchBeforeFirstEpochKey), which
+// then did the process's one-off work. Empty where neither has either.
 [[nodiscard]] std::string format_start_notes(const Trace& first, const Trace& second);
 
 }  // namespace ep::trace

@@ -14,6 +14,7 @@ using namespace detail;
 template <class S, class F>
 void visit_mode(S& m, F&& f) {
   f("mode", m.mode);
+  f("start_s", m.start_s);
   f("total_s", m.total_s);
   f("samples_per_s", m.samples_per_s);
   f("speedup", m.speedup);

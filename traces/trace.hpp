@@ -69,6 +69,12 @@ struct Event {
 // holds that search, and it does the process's one-off work that a run
 // with its memo pays in its first epoch.
 inline constexpr const char* kChunkSearchBeforeFirstEpochKey = "chunk_search_before_first_epoch_s";
+// Both back ends' metadata key: the seconds of the run's start, before its
+// first epoch (RunBackend::start; a real run's also holds its planning and
+// any chunk search), as ModeSummary::start_s has it. Its spans are named
+// kStartEventName.
+inline constexpr const char* kStartKey = "start_s";
+inline constexpr const char* kStartEventName = "start";
 
 struct Trace {
   std::string source;   // "sim" or "exec"
@@ -133,7 +139,8 @@ struct EpochMetrics {
 // (executor). The baseline is the mode named "baseline".
 struct ModeSummary {
   std::string mode;
-  double total_s = 0;             // time to finish all epochs
+  double start_s = 0;             // the run's start, before its first epoch (kStartKey)
+  double total_s = 0;             // time to finish all epochs, from the start
   double samples_per_s = 0;       // training samples / total_s
   double speedup = 0;             // baseline total_s / total_s; 0 without a baseline
   double final_accuracy = -1;     // -1 = not measured

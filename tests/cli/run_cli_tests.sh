@@ -180,8 +180,10 @@ expect_rc 0 "simulate replays train's grad norms" -- "$bin" simulate "$fm" "${sm
 # A simulated and a real trace of the same config align.
 expect_rc 0 "trace diff sim vs exec" -- "$bin" trace diff "$tmp/replay/trace.json" "$tmp/train/trace.json"
 expect_text "trace diff sim vs exec per epoch" "per epoch (the epochs.csv beside each trace"
-# That run searched its chunks before epoch 1 (above): its trace says so, and the diff with it.
-expect_text "trace diff names the real run's chunk search" "second: its chunk search ran before epoch 1 ("
+# That run searched its chunks in its start (above): its trace says so, and the diff with it;
+# both runs' starts, in no epoch, side by side.
+expect_text "trace diff names the real run's chunk search" "second: its chunk search ran in its start ("
+expect_text "trace diff compares the starts" "start (before epoch 1, in no epoch): first "
 # Fine-tuning from the weights a training wrote: a new classifier (head.)
 # keeps its seeded values; another model's file is a config error naming the key.
 # The new task: five held-apart classes, relabelled 0..4 (a 5-way head).

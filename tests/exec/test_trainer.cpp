@@ -61,6 +61,48 @@ TEST_CASE("queuing each iteration before reading the last one's results changes 
   for (std::size_t e = 0; e < ahead.epochs.size(); ++e) CHECK(ahead.epochs[e].frozen_layers == in_step.epochs[e].frozen_layers);
 }
 
+// The run's start runs the first plan's iterations on the epoch's first
+// batch and updates nothing: a run resumed mid-epoch starts again there and
+// must record exactly the uninterrupted run's losses. The start is in no
+// epoch, and the run's time holds it.
+TEST_CASE("the run's start is apart from the epochs and updates nothing: a resumed run starts again, same losses") {
+  const auto dir = std::filesystem::temp_directory_path() / ("ep_start_" + std::to_string(::getpid()));
+  std::vector<std::string> lines;
+  exec::TrainOptions o;
+  o.out_dir = dir.string();
+  o.log = [&](const std::string& l) { lines.push_back(l); };
+  const Config c = tiny({"exec.checkpoint_every=4", "exec.checkpoint_keep=100"});
+  const exec::TrainResult whole = exec::train(c, o);
+  REQUIRE(whole.iteration_losses.size() == 45);
+  const auto starts = [&] {
+    return std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("start: ", 0) == 0; });
+  };
+  CHECK(starts() == 1);
+  CHECK_THAT(lines.front(), Catch::StartsWith("start: "));  // before epoch 1's line
+  CHECK(whole.start_s > 0);
+  double epochs = 0;
+  for (const auto& e : whole.epochs) epochs += e.epoch_s;
+  CHECK(whole.total_s == Approx(whole.start_s + epochs));
+  const trace::RunSummary summary = trace::read_summary_json((dir / "summary.json").string());
+  CHECK(summary.modes.front().start_s == whole.start_s);
+  const trace::Trace t = trace::read_chrome_trace((dir / "trace.json").string());
+  CHECK(std::stod(t.metadata.at(trace::kStartKey)) == Approx(whole.start_s).epsilon(1e-3));
+  CHECK(std::count_if(t.events.begin(), t.events.end(), [](const trace::Event& e) {
+          return e.category == "transition" && e.name == trace::kStartEventName;
+        }) == 1);
+  // Step 23 is mid-epoch 2 (15 iterations per epoch, checkpoints every 4
+  // of an epoch and at its end): the resumed run starts there.
+  lines.clear();
+  exec::TrainOptions r = o;
+  r.out_dir = (dir / "resumed").string();
+  r.resume = (dir / "checkpoints" / "step-0000000023").string();
+  REQUIRE(std::filesystem::exists(r.resume));
+  const exec::TrainResult resumed = exec::train(c, r);
+  CHECK(starts() == 1);
+  CHECK(resumed.iteration_losses == whole.iteration_losses);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("training freezes per the gradient-norm policy, and the simulator can replay the recorded norms") {
   const auto dir = std::filesystem::temp_directory_path() / ("ep_train_" + std::to_string(::getpid()));
   const Config c = tiny();

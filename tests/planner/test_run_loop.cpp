@@ -1,8 +1,9 @@
 // The one run loop against fake back ends: every epoch runs once, in order,
 // under the plan that covers it, after that plan was entered from the one
-// before; the plans are plan_run's; the cache is probed where AutoCache
-// needs it and nowhere else; a follower holds the decider's plans; a
-// resumed loop continues exactly where the uninterrupted one was.
+// before; the start runs once, before the first epoch; the plans are
+// plan_run's; the cache is probed where AutoCache needs it and nowhere
+// else; a follower holds the decider's plans; a resumed loop continues
+// exactly where the uninterrupted one was.
 #include <catch2/catch.hpp>
 
 #include <deque>
@@ -55,6 +56,11 @@ struct FakeBackend : RunBackend {
   void enter(const Plan& plan, const Plan* previous) override {
     calls.push_back("enter " + std::to_string(plan.id) + "<-" + (previous ? std::to_string(previous->id) : "none"));
   }
+  void start(const Plan& plan, int epoch) override {
+    CHECK(plan.first_epoch <= epoch);
+    CHECK(epoch < plan.end_epoch);
+    calls.push_back("start " + std::to_string(plan.id) + " at " + std::to_string(epoch));
+  }
   void run_epoch(const Plan& plan, int epoch) override {
     CHECK(plan.first_epoch <= epoch);
     CHECK(epoch < plan.end_epoch);
@@ -72,6 +78,7 @@ std::vector<std::string> expected_epochs(const std::vector<Plan>& plans) {
   std::vector<std::string> out;
   for (const Plan& p : plans) {
     out.push_back("enter " + std::to_string(p.id) + "<-" + (p.id ? std::to_string(p.id - 1) : "none"));
+    if (p.id == 0) out.push_back("start 0 at 0");  // once, before the first epoch
     for (int e = p.first_epoch; e < p.end_epoch; ++e)
       out.push_back("epoch " + std::to_string(e) + " plan " + std::to_string(p.id));
   }
@@ -81,7 +88,7 @@ std::vector<std::string> expected_epochs(const std::vector<Plan>& plans) {
 std::vector<std::string> only_walk(const std::vector<std::string>& calls) {
   std::vector<std::string> out;
   for (const auto& c : calls)
-    if (c.rfind("enter", 0) == 0 || c.rfind("epoch", 0) == 0) out.push_back(c);
+    if (c.rfind("enter", 0) == 0 || c.rfind("start", 0) == 0 || c.rfind("epoch", 0) == 0) out.push_back(c);
   return out;
 }
 
@@ -183,6 +190,7 @@ TEST_CASE("a resumed run loop continues the uninterrupted walk from the checkpoi
       if (p.end_epoch <= epoch) continue;
       want.push_back("enter " + std::to_string(p.id) + "<-" +
                      (p.first_epoch <= epoch ? std::string("none") : std::to_string(p.id - 1)));
+      if (p.first_epoch <= epoch) want.push_back("start " + std::to_string(p.id) + " at " + std::to_string(epoch));
       for (int e = std::max(epoch, p.first_epoch); e < p.end_epoch; ++e)
         want.push_back("epoch " + std::to_string(e) + " plan " + std::to_string(p.id));
     }

@@ -142,7 +142,7 @@ def trace_events(run):
 def check_transition_table(fig, runs, _):
     events, threads = trace_events(runs[0])
     keys = {(e["name"], e["args"].get("plan_id"), e["args"].get("epoch")) for e in events
-            if e["cat"] == "transition" and e["name"].startswith(("initialisation", "transition"))
+            if e["cat"] == "transition" and (e["name"] == "start" or e["name"].startswith("transition"))
             and threads[e["tid"]]["kind"] == "gpu"}
     rows = fig["table"]["rows"]
     check(len(rows) == len(keys), f"{len(rows)} table rows for {len(keys)} transitions")

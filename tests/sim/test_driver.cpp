@@ -151,7 +151,7 @@ TEST_CASE("the ablation modes add one piece each", "[driver]") {
   }
 }
 
-TEST_CASE("an epoch's time is its iterations times the period plus its transition", "[driver]") {
+TEST_CASE("an epoch's time is its iterations times the period plus its transition; the start is apart", "[driver]") {
   const Config c = small();
   Simulator sim(c.cluster);
   RunOptions opt;
@@ -163,8 +163,17 @@ TEST_CASE("an epoch's time is its iterations times the period plus its transitio
     CHECK(e.epoch_s == Approx(p.iterations_per_epoch * e.iteration_s + e.transition_s));
     CHECK(e.samples_per_s == Approx(c.data.num_train_samples / (e.epoch_s - e.transition_s)));
   }
-  CHECK(m.epochs.front().transition_s ==
-        Approx(c.cluster.transition.context_creation_s + c.cluster.transition.pipeline_warmup_s));  // one replica: no DDP to build
+  // The run's start is in no epoch: the one-off work (one replica: no DDP
+  // to build) and the start's iterations at the first plan's iteration time.
+  CHECK(m.epochs.front().transition_s == 0);
+  const Plan& first = m.plan.plans.front();
+  CHECK(m.start.total_s() == Approx(c.cluster.transition.context_creation_s + c.cluster.transition.pipeline_warmup_s +
+                                    kStartIterations * first.iteration_s));
+  double epochs = 0;
+  for (const auto& e : m.epochs) epochs += e.epoch_s;
+  CHECK(m.total_s() == Approx(m.start.total_s() + epochs));
+  CHECK(r.summary.modes.front().start_s == Approx(m.start.total_s()));
+  CHECK(std::stod(r.trace.metadata.at(trace::kStartKey)) == Approx(m.start.total_s()).epsilon(1e-4));
 }
 
 // compute_s and the bubble describe the same iteration as iteration_s: in

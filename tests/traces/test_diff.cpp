@@ -191,17 +191,25 @@ TEST_CASE("epochs diff: the transition in a written row counts once", "[traces][
   CHECK_THAT(format_epoch_diff(d), Catch::Contains("+2.4%"));
 }
 
-// Where a run's chunk search ran before its first epoch, that epoch lacks
-// the one-off work a run with its chunk memo pays there: said under the
+// The runs' starts are compared apart from the epochs; where a run's chunk
+// search ran in its start, it did the one-off work there: said under the
 // table, for whichever run it was.
-TEST_CASE("epochs diff: a chunk search before the first epoch is named for the run that had it", "[traces][diff]") {
+TEST_CASE("epochs diff: the starts side by side, a chunk search named for the run that had it", "[traces][diff]") {
   Trace sim, real;
   sim.source = "sim";
   real.source = "exec";
   CHECK(format_start_notes(sim, real).empty());
   real.metadata[kChunkSearchBeforeFirstEpochKey] = "2.780";
-  const std::string notes = format_start_notes(sim, real);
-  CHECK_THAT(notes, Catch::StartsWith("second: its chunk search ran before epoch 1 (2.780 s, in no epoch)"));
+  std::string notes = format_start_notes(sim, real);
+  CHECK_THAT(notes, Catch::StartsWith("second: its chunk search ran in its start (2.780 s)"));
   CHECK_THAT(notes, !Catch::Contains("first:"));
-  CHECK_THAT(format_start_notes(real, sim), Catch::StartsWith("first: its chunk search ran before epoch 1"));
+  CHECK_THAT(format_start_notes(real, sim), Catch::StartsWith("first: its chunk search ran in its start"));
+  sim.metadata[kStartKey] = "0.6000";
+  CHECK_THAT(format_start_notes(sim, real), !Catch::Contains("start (before epoch 1"));  // one start: no comparison
+  real.metadata[kStartKey] = "3.000";
+  notes = format_start_notes(sim, real);
+  CHECK_THAT(notes, Catch::StartsWith("start (before epoch 1, in no epoch): first 0.600 s, second 3.000 s, error -80.0%"));
+  CHECK_THAT(notes, Catch::Contains("second: its chunk search ran in its start"));
+  real.metadata[kStartKey] = "soon";
+  CHECK_THROWS_WITH(format_start_notes(sim, real), Catch::Contains("expected seconds, found 'soon'"));
 }

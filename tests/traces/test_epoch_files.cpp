@@ -53,9 +53,9 @@ RunSummary sample_summary() {
   s.config = "configs/paper/vit_imagenet.toml";
   s.metadata = {{"network", "simgrid cm02"}, {"note", "say \"hi\""}};
   s.modes = {
-      {"baseline", 30742.125, 416.9, 1.0, -1, {3074.1, 3074.2, 0.1 + 0.2}},
-      {"autocache", 8337.0000000000018, 1537.2, 30742.125 / 8337.0000000000018, 0.8115, {1e-7, 2.5e300}},
-      {"freeze", 0, 0, 0, -1, {}}};
+      {"baseline", 3.5, 30742.125, 416.9, 1.0, -1, {3074.1, 3074.2, 0.1 + 0.2}},
+      {"autocache", 0.1 + 0.7, 8337.0000000000018, 1537.2, 30742.125 / 8337.0000000000018, 0.8115, {1e-7, 2.5e300}},
+      {"freeze", 0, 0, 0, 0, -1, {}}};
   return s;
 }
 
@@ -179,6 +179,11 @@ TEST_CASE("run summary: malformed files and summaries give an ep::Error", "[trac
     doc["modes"][1].erase("speedup");
     spit(bad, doc.dump());
     require_error([&] { read_summary_json(bad); }, {bad, "modes[1]", "missing field 'speedup'"});
+  }
+  SECTION("a summary from before the run's start was kept apart") {
+    doc["modes"][0].erase("start_s");
+    spit(bad, doc.dump());
+    require_error([&] { read_summary_json(bad); }, {bad, "modes[0]", "missing field 'start_s'"});
   }
   SECTION("a field of the wrong type") {
     doc["modes"][0]["epoch_s"][1] = "3074.2";

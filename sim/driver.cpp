@@ -133,10 +133,11 @@ void add_transition_events(trace::Trace& t, const Config& c, const Plan& p, cons
       e.start_s = start;
       e.end_s = start + tr.total_s();
       t.events.push_back(e);
+      const double end = e.end_s;
       for (const auto& [part, seconds] : parts) {
         if (seconds <= 0) continue;
         e.name = part;
-        e.end_s = e.start_s + seconds;
+        e.end_s = std::min(end, e.start_s + seconds);  // inside the span, rounding apart
         t.events.push_back(e);
         e.start_s = e.end_s;
       }

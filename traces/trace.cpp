@@ -45,20 +45,30 @@ void separate_overlaps(Trace& t, std::size_t first) {
   std::map<int, std::vector<std::size_t>> by_track;
   for (std::size_t i = first; i < t.events.size(); ++i) by_track[t.events[i].track].push_back(i);
   for (auto& [track, events] : by_track) {
-    std::stable_sort(events.begin(), events.end(),
-                     [&](std::size_t a, std::size_t b) { return t.events[a].start_s < t.events[b].start_s; });
+    // In start order, an enclosing span before the spans it holds.
+    std::stable_sort(events.begin(), events.end(), [&](std::size_t a, std::size_t b) {
+      const Event &x = t.events[a], &y = t.events[b];
+      return x.start_s != y.start_s ? x.start_s < y.start_s : x.end_s > y.end_s;
+    });
     const Track base = t.tracks[track];
     // On a GPU the device's own spans keep lane 0 (it runs them one at a
     // time); the rest start at lane 1. On a link every span may take lane 0.
     const bool gpu = base.kind == TrackKind::Gpu;
-    std::vector<double> lane_end;  // per lane, the end of its last span; spans come in start order
+    // Per lane, the ends of its spans still open, outermost first: a span
+    // fits a lane where it nests in the innermost (a transition's parts stay
+    // on the transition's lane) or where none is open.
+    std::vector<std::vector<double>> open;
     for (std::size_t i : events) {
       Event& e = t.events[i];
       if (gpu && runs_on_device(e.category)) continue;
       std::size_t lane = gpu ? 1 : 0;
-      while (lane < lane_end.size() && lane_end[lane] > e.start_s) ++lane;
-      if (lane_end.size() <= lane) lane_end.resize(lane + 1, -1e300);
-      lane_end[lane] = e.end_s;
+      for (;; ++lane) {
+        if (open.size() <= lane) open.resize(lane + 1);
+        std::vector<double>& ends = open[lane];
+        while (!ends.empty() && ends.back() <= e.start_s) ends.pop_back();  // closed: later spans start later
+        if (ends.empty() || e.end_s <= ends.back()) break;
+      }
+      open[lane].push_back(e.end_s);
       if (lane == 0) continue;
       Track moved = base;
       moved.lane = static_cast<int>(lane);

@@ -92,8 +92,9 @@ struct Trace {
 // track to lane tracks, so every track holds only disjoint or nested spans
 // (what the writer requires). Spans the device itself runs in order
 // (forward, backward, frozen_forward, optimizer, recv, cache_read,
-// cache_write) keep the main lane; the others take the first lane free at
-// their start, in order of start time. Deterministic.
+// cache_write) keep the main lane; the others take the first lane where
+// they nest in the span open there (a transition's parts stay with it) or
+// none is open, in order of start time. Deterministic.
 void separate_overlaps(Trace& trace, std::size_t first = 0);
 
 // What a Chrome trace can hold (write_chrome_trace refuses the rest): times

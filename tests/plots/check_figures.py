@@ -148,6 +148,10 @@ def check_transition_table(fig, runs, _):
     check(len(rows) == len(keys), f"{len(rows)} table rows for {len(keys)} transitions")
     for row in rows:
         check(math.isclose(sum(row[1:-1]), row[-1], abs_tol=1e-6), f"{row[0]}: parts do not add up to the total")
+        # The simulator writes every part of its transitions: none is "other"
+        # (the parts stay on their transition's track in trace.json).
+        if summary(runs[0])["source"] == "sim":
+            check(abs(row[-2]) < 1e-6 * max(1.0, row[-1]), f"{row[0]}: {row[-2]} s of 'other' in a simulated transition")
     check(len(series_of(fig)) == 7, "expected the parts cache probe, cache file, weights, contexts, ddp, warmup, other")
 
 

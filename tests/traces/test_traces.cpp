@@ -477,6 +477,8 @@ TEST_CASE("chrome trace: partly overlapping spans on a track are refused; separa
   span(link, "c", "send", 2, 4);
   span(gpu, "transition", "transition", 10, 12);
   span(gpu, "ddp", "transition", 10, 11);  // nested: fine
+  span(gpu, "warmup", "transition", 11, 12);  // nested too, after the part before it
+  span(gpu, "0AR9", "allreduce", 11.5, 13);  // inside a part when it starts, outliving it: not nested
   CHECK_THROWS_WITH(write_chrome_trace(t, dir.file("bad.json")), Catch::Contains("partly overlaps"));
   separate_overlaps(t);
   write_chrome_trace(t, dir.file("good.json"));
@@ -496,6 +498,9 @@ TEST_CASE("chrome trace: partly overlapping spans on a track are refused; separa
   CHECK(lane_of("b") == 1);
   CHECK(lane_of("c") == 0);
   CHECK(lane_of("transition") == 1);
+  CHECK(lane_of("ddp") == 1);  // a transition's parts stay on its track (plots/transition_table.py reads them there)
+  CHECK(lane_of("warmup") == 1);
+  CHECK(lane_of("0AR9") == 2);
 }
 
 TEST_CASE("append puts separately traced runs on one timeline with unique flows", "[traces]") {

@@ -226,14 +226,35 @@ class SampleAudit {
 // iterations (each queued before the one before is read, the next batch
 // assembled meanwhile), updating nothing; the last one's next batch is the
 // epoch's first. It does the process's one-off work the first epoch would
-// otherwise pay; the start, from run() on (planning, any chunk search, the
-// first plan entered, these iterations), is said and recorded apart from
-// the epochs.
+// otherwise pay. Every process then waits for the others, so the first
+// epoch's first all-reduce waits for no late start. The start, from run()
+// on (planning, any chunk search, the first plan entered, these
+// iterations, that wait), is said and recorded apart from the epochs.
 void Trainer::start(const Plan&, int epoch) {
-  if (!active()) return;
   const Clock::time_point t0 = Clock::now();
   const std::optional<PinnedAllocs> pinned_before =
       c_.exec.device == ExecDevice::CUDA ? pinned_allocs_now() : std::nullopt;
+  if (active()) run_start_iterations(epoch);
+  const Clock::time_point t1 = Clock::now();
+  if (dist_) dist_->barrier("the run's start");
+  const Clock::time_point t2 = Clock::now();
+  if (!rank0()) return;
+  start_s_ = seconds(run_start_, t2);
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.6f", start_s_);
+  timeline_.note(trace::kStartKey, buf);
+  timeline_.transition(seconds(origin_, run_start_), seconds(origin_, t2), epoch, trace::kStartEventName);
+  const std::optional<PinnedAllocs> pinned = pinned_allocs_since(pinned_before);
+  char waited[64] = "";
+  if (dist_) std::snprintf(waited, sizeof waited, ", the other ranks' %.3f s", seconds(t1, t2));
+  char line[256];
+  std::snprintf(line, sizeof line, "start: %.3f s before epoch %d (%d start iterations %.3f s%s%s%s)", start_s_,
+                epoch + 1, kStartIterations, seconds(t0, t1), waited, pinned ? "; " : "",
+                pinned ? format_pinned(*pinned).c_str() : "");
+  log(line);
+}
+
+void Trainer::run_start_iterations(int epoch) {
   const IterationProgram program = start_program(ctx_, *plan_, epoch);
   const int ppn = plan_->layout.pipelines_per_node, local = replica().local_rank, batch = plan_->batch;
   next_order_ = node_order(sampler_, node_, epoch);  // train_epoch takes it (epoch_order)
@@ -251,18 +272,6 @@ void Trainer::start(const Plan&, int epoch) {
     }
   }
   for (IterationFuture& f : queued) (void)f.get();
-  const Clock::time_point t1 = Clock::now();
-  if (!rank0()) return;
-  start_s_ = seconds(run_start_, t1);
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.6f", start_s_);
-  timeline_.note(trace::kStartKey, buf);
-  timeline_.transition(seconds(origin_, run_start_), seconds(origin_, t1), epoch, trace::kStartEventName);
-  const std::optional<PinnedAllocs> pinned = pinned_allocs_since(pinned_before);
-  char line[256];
-  std::snprintf(line, sizeof line, "start: %.3f s before epoch %d (%d start iterations %.3f s%s%s)", start_s_, epoch + 1,
-                kStartIterations, seconds(t0, t1), pinned ? "; " : "", pinned ? format_pinned(*pinned).c_str() : "");
-  log(line);
 }
 
 // The run loop's epoch: trained by the processes the plan makes active.

@@ -100,7 +100,7 @@ TrainResult Trainer::run() {
   result.grad_norms = p_.grad_norms;
   result.transitions = p_.transitions;
   result.start_s = start_s_;
-  result.total_s = start_s_ + p_.train_s;
+  result.total_s = p_.train_s;  // a resumed run's holds each process's start
   result.final_accuracy = p_.epochs.empty() ? -1 : p_.epochs.back().accuracy;
   result.ran = ever_active_;
   // The last step's gradients were checked by no later loss (nor by their
@@ -238,8 +238,9 @@ void Trainer::start(const Plan&, int epoch) {
   const Clock::time_point t1 = Clock::now();
   if (dist_) dist_->barrier("the run's start");
   const Clock::time_point t2 = Clock::now();
-  if (!rank0()) return;
   start_s_ = seconds(run_start_, t2);
+  p_.train_s += start_s_;  // checkpointed with it: a resumed run's time holds the start before the kill too
+  if (!rank0()) return;
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.6f", start_s_);
   timeline_.note(trace::kStartKey, buf);

@@ -46,8 +46,10 @@ struct TrainResult {
   std::vector<double> iteration_losses;  // every iteration, in order (the global batch's loss)
   std::vector<std::vector<double>> grad_norms;  // per freeze step T = 1.., per layer
   std::vector<TransitionCost> transitions;
-  double start_s = 0;                     // the run's start, before its first epoch (RunBackend::start)
-  double total_s = 0;                     // training wall time from the start, evaluation excluded
+  double start_s = 0;                     // this process's start, before its first epoch (RunBackend::start)
+  // Training wall time, evaluation excluded: the start and the epochs (a
+  // resumed run's: each process's start and every epoch, before it too).
+  double total_s = 0;
   double final_accuracy = -1;
   bool ran = false;  // false on a process that was never active (it has nothing to report)
 };

@@ -51,7 +51,7 @@ struct RunState {
   std::vector<int> frozen_history;                  // per freeze step T
   std::map<int, std::vector<double>> chunk_times;   // K -> measured iteration time per candidate M
   std::map<int, MeasuredCache> cache_measurements;  // frozen layers -> measured read / frozen forward
-  double train_s = 0;
+  double train_s = 0;  // the run's time so far: each process's start and every epoch with its transition
   // The running epoch's totals (global: loss and counts are all-reduced per iteration).
   double epoch_loss_sum = 0;
   std::int64_t epoch_real = 0, epoch_correct = 0;

@@ -100,6 +100,10 @@ TEST_CASE("the run's start is apart from the epochs and updates nothing: a resum
   const exec::TrainResult resumed = exec::train(c, r);
   CHECK(starts() == 1);
   CHECK(resumed.iteration_losses == whole.iteration_losses);
+  // Its time holds both processes' starts and every epoch (epoch 2 in two parts).
+  double resumed_epochs = 0;
+  for (const auto& e : resumed.epochs) resumed_epochs += e.epoch_s;
+  CHECK(resumed.total_s == Approx(whole.start_s + resumed.start_s + resumed_epochs));
   std::filesystem::remove_all(dir);
 }
 

@@ -9,6 +9,7 @@
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/run_plan.hpp"
+#include "planner/transition.hpp"
 #include "traces/chunk_memo.hpp"
 #include "traces/output_dir.hpp"
 
@@ -23,6 +24,21 @@ double time_chunk_candidate(Pipeline& pipeline, const Dataset& train, const Iter
   BatchLoader loader(train);
   const std::vector<MicroBatch> mbs = loader.take(batch_request(pipeline, first_samples(train, s.batch), program));
   return median_seconds(runs, [&] { (void)pipeline.run(program, mbs, s.batch, 0); });
+}
+
+void run_start_iterations(Pipeline& pipeline, BatchLoader& loader, const IterationProgram& start,
+                          const BatchLoader::Request& request, const BatchLoader::Request& then, double real_samples) {
+  std::vector<IterationFuture> queued;
+  for (int i = 0; i < kStartIterations; ++i) {
+    const std::vector<MicroBatch> batches = loader.take(request);
+    loader.request(i + 1 < kStartIterations ? request : then);
+    queued.push_back(pipeline.launch(start, batches, real_samples, 0.0, std::nullopt));
+    if (queued.size() == 2) {  // one read while the next is queued, as train_epoch does
+      (void)queued.front().get();
+      queued.erase(queued.begin());
+    }
+  }
+  for (IterationFuture& f : queued) (void)f.get();
 }
 
 namespace {

@@ -24,6 +24,15 @@ namespace ep::exec {
 // the planner's) on `pipeline`, reconfigured for it.
 double time_chunk_candidate(Pipeline& pipeline, const Dataset& train, const IterationProgram& program, int runs);
 
+// The run's start (planner/transition.hpp): `start` (a start_program)
+// kStartIterations times on the batch `request` asks for, as an epoch queues
+// iterations (each before the one before is read, the next batch assembled
+// meanwhile); the last one's next batch is `then`. Trainer::start runs it,
+// and profile times it: one procedure, so what the profile measures is
+// what a run's start does.
+void run_start_iterations(Pipeline& pipeline, BatchLoader& loader, const IterationProgram& start,
+                          const BatchLoader::Request& request, const BatchLoader::Request& then, double real_samples);
+
 // Measured chunk timings kept across runs (exec.chunk_memo, or
 // ~/.cache/elasticpipe/chunk_memo.json), keyed by this machine's
 // environment, K, the batch and the candidates' M.

@@ -31,6 +31,7 @@
 #include "planner/cache_policy.hpp"
 #include "planner/cost_model.hpp"
 #include "planner/error.hpp"
+#include "planner/transition.hpp"
 #include "planner/freeze.hpp"
 
 namespace ep::exec {
@@ -387,15 +388,14 @@ Dataset input_shaped(const Config& c, int n) {
 }
 
 // What a run pays once, measured first, in the order and the process state
-// in which a run meets it: its first iteration (K = 1, one micro-batch,
-// nothing frozen), its batch assembled by the batch loader then as a run's
-// first is (none is ahead of it: in pinned memory on a GPU, its first
-// blocks made) and the next batch assembled during it (the blocks that
-// needs made then, beside the first iteration's launches), over the median
-// of the next ones, whose batches are on the device already as a run's are
-// loaded ahead: the work of a run's first epoch that later epochs do not
-// repeat (the first batch, kernels loaded, library handles made, allocators
-// grown); then, with only training iterations run so far, as at a run's
+// in which a run meets it: the run's start (run_start_iterations, the
+// procedure a run's start runs; K = 1, one micro-batch, nothing frozen),
+// its first batch assembled by the batch loader as a run's is (none is
+// ahead of it: in pinned memory on a GPU, its first blocks made) and the
+// next ones assembled during it, over the median of the same iterations
+// later, whose batches are on the device already: the work a run does once,
+// in its start (the first batches, kernels loaded, library handles made,
+// allocators grown); then, with only training iterations run so far, as at a run's
 // first freeze step, AutoCache's probe set-up (profile_probe_setup).
 // Nothing measured before them has warmed what they measure. Returns a
 // cache row's shape.
@@ -409,26 +409,25 @@ std::vector<std::int64_t> profile_run_start(const Config& c, const ProfileOption
   s.M = 1;
   s.batch = c.training.batch_size;
   s.grad_norms = reads_grad_norms(c);  // the step as the run takes it
-  const IterationProgram program = lower_iteration(ctx, s);
-  ReplicaRun r(c, s, program.micro_batches, nullptr, 0);
+  const IterationProgram start = timing_program(ctx, lower_iteration(ctx, s));  // a start_program's kind
+  ReplicaRun r(c, s, start.micro_batches, nullptr, 0);
   const Dataset data = input_shaped(c, s.batch);
   BatchLoader loader(data);
   const std::optional<PinnedAllocs> pinned_before = dev.is_cuda() ? pinned_allocs_now() : std::nullopt;
-  const BatchLoader::Request request = batch_request(r.pipe, first_samples(data, s.batch), program);
+  const BatchLoader::Request request = batch_request(r.pipe, first_samples(data, s.batch), start);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<MicroBatch> batches = loader.take(request);
-  loader.request(request);  // the next batch assembled meanwhile, as a run's loader does (Trainer::train_epoch)
-  (void)r.pipe.run(program, batches, s.batch, 1e-6);
-  const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run_start_iterations(r.pipe, loader, start, request, request, s.batch);
+  const double whole = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   loader.settle();
   const std::optional<PinnedAllocs> pinned = pinned_allocs_since(pinned_before);
-  const double later = median_seconds(o.repeats, [&] { (void)r.run(program); });
-  p.transitions.push_back({kFirstIterationWhat, 1, 0.0, std::max(0.0, first - later)});
-  // Beside a run's first epoch host line (its first result, its blocks made).
+  const double later = median_seconds(o.repeats, [&] { (void)r.run(start); });
+  p.transitions.push_back({kFirstIterationWhat, 1, 0.0, std::max(0.0, whole - kStartIterations * later)});
+  // Beside a run's start line (its iterations, its blocks made).
   if (o.log) {
-    char line[160];
-    std::snprintf(line, sizeof line, "  the first iteration %.2f ms, the next ones %.2f ms (median)%s%s", first * 1e3,
-                  later * 1e3, pinned ? "; " : "", pinned ? format_pinned(*pinned).c_str() : "");
+    char line[192];
+    std::snprintf(line, sizeof line, "  the run's start: %d iterations in %.2f ms, later ones %.2f ms each (median)%s%s",
+                  kStartIterations, whole * 1e3, later * 1e3, pinned ? "; " : "",
+                  pinned ? format_pinned(*pinned).c_str() : "");
     o.log(line);
   }
   at::Tensor row;
@@ -548,7 +547,7 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
                   ", " + to_string(c.training.precision) + ", libtorch " + TORCH_VERSION + ", " +
                   std::to_string(threads) + " intra-op threads, BLAS " + blas_library().name;
   p.model = profile_model(c.model);
-  log("a run's first iteration and AutoCache's probe set-up on " + dev.str() + "...");
+  log("a run's start and AutoCache's probe set-up on " + dev.str() + "...");
   const std::vector<std::int64_t> row_shape = profile_run_start(c, o, dev, p);
   log("compute on " + dev.str() + " (forward, backward, frozen forward per sublayer kind)...");
   profile_compute(c, o, dev, p);

@@ -234,7 +234,7 @@ void Trainer::start(const Plan&, int epoch) {
   const Clock::time_point t0 = Clock::now();
   const std::optional<PinnedAllocs> pinned_before =
       c_.exec.device == ExecDevice::CUDA ? pinned_allocs_now() : std::nullopt;
-  if (active()) run_start_iterations(epoch);
+  if (active()) start_iterations(epoch);
   const Clock::time_point t1 = Clock::now();
   if (dist_) dist_->barrier("the run's start");
   const Clock::time_point t2 = Clock::now();
@@ -255,24 +255,14 @@ void Trainer::start(const Plan&, int epoch) {
   log(line);
 }
 
-void Trainer::run_start_iterations(int epoch) {
+void Trainer::start_iterations(int epoch) {
   const IterationProgram program = start_program(ctx_, *plan_, epoch);
   const int ppn = plan_->layout.pipelines_per_node, local = replica().local_rank, batch = plan_->batch;
   next_order_ = node_order(sampler_, node_, epoch);  // train_epoch takes it (epoch_order)
   next_order_epoch_ = epoch;
   const std::vector<std::int64_t> idx = replica_batch(next_order_, p_.consumed, ppn, local, batch);
-  const BatchLoader::Request request = batch_request(idx, program);
-  std::vector<IterationFuture> queued;
-  for (int i = 0; i < kStartIterations; ++i) {
-    const std::vector<MicroBatch> batches = loader_.take(request);
-    loader_.request(i + 1 < kStartIterations ? request : batch_request(idx, plan_->program_for(epoch)));
-    queued.push_back(pipeline_->launch(program, batches, static_cast<double>(batch), 0.0, std::nullopt));
-    if (queued.size() == 2) {  // one read while the next is queued, as train_epoch does
-      (void)queued.front().get();
-      queued.erase(queued.begin());
-    }
-  }
-  for (IterationFuture& f : queued) (void)f.get();
+  run_start_iterations(*pipeline_, loader_, program, batch_request(idx, program),
+                       batch_request(idx, plan_->program_for(epoch)), static_cast<double>(batch));
 }
 
 // The run loop's epoch: trained by the processes the plan makes active.

@@ -79,7 +79,7 @@ class Trainer final : RunBackend {
   // At `consumed` slots into this epoch.
   [[nodiscard]] std::int64_t lr_position(std::int64_t consumed) const;
   [[nodiscard]] bool filling() const;
-  void run_start_iterations(int epoch);  // the start's (Trainer::start)
+  void start_iterations(int epoch);  // the start's (Trainer::start)
   void train_epoch();
   // Logs the epoch's line, then, on a GPU or with the cache, its host line.
   void finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, const HostPace& pace);

@@ -120,8 +120,8 @@ struct Profile {
 [[nodiscard]] inline std::string cache_create_what(std::string_view tier) { return "cache_create_" + std::string(tier); }
 // TransitionSample::what of setting AutoCache's probe up (bytes: a batch's rows).
 inline constexpr const char* kCacheProbeSetupWhat = "cache_probe_setup";
-// TransitionSample::what of a process's first iteration over its later ones
-// (bytes 0): what a run's first epoch pays once.
+// TransitionSample::what of the run's start over its iterations' later
+// time (bytes 0): what a process pays once, in its start (predict_start).
 inline constexpr const char* kFirstIterationWhat = "first_iteration";
 
 struct ModelConfig;  // planner/config.hpp

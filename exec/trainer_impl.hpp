@@ -155,7 +155,7 @@ class Trainer final : RunBackend {
   TraceRecorder timeline_;
   Clock::time_point origin_ = Clock::now();
   Clock::time_point run_start_ = origin_;  // run() began: the run's start counts from here
-  double start_s_ = 0;                     // the run's start, once over (rank 0's)
+  double start_s_ = 0;                     // this process's start, once over
   // The node's cache file made on a host thread while a plan without the
   // cache trains (Plan::cache_file_ahead), with the seconds it took; the
   // plan that turns the cache on takes it. Last: destroyed (joined) first.

@@ -313,13 +313,15 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
       steady.push_back(plans[pi].fill_program);
     }
   const auto steady_states = steady_periods(runner, ctx, steady);
-  run.start = predict_start(ctx, plans.front());
-  double clock = run.start.total_s();  // start of the plan on the run's timeline
-  if (traced) {
-    const bool fits = clock <= trace::kMaxTraceTimeS && clock <= trace::kMaxTraceSpanS;
-    if (clock > 0 && fits) add_transition_events(out.trace, mc, plans.front(), nullptr, run.start, 0.0);
+  // A transition's spans from `at`, where a trace can hold them (else counted as left out).
+  const auto trace_transition = [&](const Plan& p, const Plan* prev, const TransitionCost& tr, double at) {
+    const bool fits = at + tr.total_s() <= trace::kMaxTraceTimeS && tr.total_s() <= trace::kMaxTraceSpanS;
+    if (tr.total_s() > 0 && fits) add_transition_events(out.trace, mc, p, prev, tr, at);
     out.untraced += !fits;
-  }
+  };
+  run.start = predict_start(ctx, plans.front());
+  if (traced) trace_transition(plans.front(), nullptr, run.start, 0.0);
+  double clock = run.start.total_s();  // start of the plan on the run's timeline
   std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
   for (std::size_t pi = 0; pi < plans.size(); ++pi) {
     const Plan& p = plans[pi];
@@ -332,9 +334,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     if (to_trace.is_traced[pi]) {
       // After the transition's parts.
       traced_at.push_back({clock + ps.transition_s, p.first_epoch});
-      const bool fits = clock + tr.total_s() <= trace::kMaxTraceTimeS && tr.total_s() <= trace::kMaxTraceSpanS;
-      if (tr.total_s() > 0 && fits) add_transition_events(out.trace, mc, p, pi ? &plans[pi - 1] : nullptr, tr, clock);
-      out.untraced += !fits;
+      trace_transition(p, pi ? &plans[pi - 1] : nullptr, tr, clock);
     }
     for (const int e : walk.epochs.at(p.id)) {
       const CacheRole role = p.cache_role(e);

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "planner/error.hpp"
+#include "traces/csv.hpp"
 
 namespace ep::trace {
 
@@ -245,11 +246,7 @@ std::string format_start_notes(const Trace& first, const Trace& second) {
   const auto start_of = [](const Trace& t) -> std::optional<double> {
     const auto it = t.metadata.find(kStartKey);
     if (it == t.metadata.end()) return std::nullopt;
-    try {
-      return std::stod(it->second);
-    } catch (const std::exception&) {
-      throw Error("trace metadata '" + std::string(kStartKey) + "': expected seconds, found '" + it->second + "'");
-    }
+    return csv::number(it->second, "trace metadata '" + std::string(kStartKey) + "'");
   };
   const std::optional<double> a = start_of(first), b = start_of(second);
   char line[200];

@@ -211,5 +211,7 @@ TEST_CASE("epochs diff: the starts side by side, a chunk search named for the ru
   CHECK_THAT(notes, Catch::StartsWith("start (before epoch 1, in no epoch): first 0.600 s, second 3.000 s, error -80.0%"));
   CHECK_THAT(notes, Catch::Contains("second: its chunk search ran in its start"));
   real.metadata[kStartKey] = "soon";
-  CHECK_THROWS_WITH(format_start_notes(sim, real), Catch::Contains("expected seconds, found 'soon'"));
+  CHECK_THROWS_WITH(format_start_notes(sim, real), Catch::Contains("expected a finite number, found 'soon'"));
+  real.metadata[kStartKey] = "3.0s";  // all of it a number, not a prefix
+  CHECK_THROWS_WITH(format_start_notes(sim, real), Catch::Contains("found '3.0s'"));
 }

@@ -179,12 +179,14 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
   return c;
 }
 
-Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
+namespace {
+
+// `schedule` (lowered from `s`, or a timing program's) under the cost model.
+Timeline predict_schedule(const PlanContext& ctx, const IterationSetup& s, const Schedule& schedule) {
   const IterationCosts costs = iteration_costs(ctx, s);
   const ClusterSpec& cl = ctx.config.cluster;
   const int per_node = std::max(1, (s.replicas + cl.nodes - 1) / cl.nodes);
   const double share = cl.shared_cores > 0 ? std::max(1.0, static_cast<double>(s.K * per_node) / cl.shared_cores) : 1.0;
-  const Schedule schedule = build_schedule(schedule_options(ctx, s));
   const DurationFn stretched = [&](const Action& a) {
     return is_compute(a.kind) || a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite
                ? share * costs.duration(a)
@@ -201,11 +203,18 @@ Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
   return t;
 }
 
+}  // namespace
+
+Timeline predict_iteration(const PlanContext& ctx, const IterationSetup& s) {
+  return predict_schedule(ctx, s, build_schedule(schedule_options(ctx, s)));
+}
+
 IterationPredictor analytic_predictor(const PlanContext& ctx) {
   return [&ctx](const std::vector<IterationProgram>& programs, PredictionUse) {
     std::vector<IterationPrediction> out;
     for (const IterationProgram& p : programs) {
-      const Timeline t = predict_iteration(ctx, p.setup);
+      // The program's own schedule: a timing program's has no optimizer step.
+      const Timeline t = p.empty() ? predict_iteration(ctx, p.setup) : predict_schedule(ctx, p.setup, p.schedule);
       out.push_back({t.makespan, t.bubble_fraction()});
     }
     return out;

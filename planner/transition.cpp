@@ -126,12 +126,20 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
 }
 
 IterationProgram start_program(const PlanContext& ctx, const Plan& plan, int epoch) {
-  return timing_program(ctx, plan.program_for(epoch));
+  const IterationProgram& program = plan.program_for(epoch);
+  IterationProgram start = timing_program(ctx, program);
+  // Every replica runs its own start at the same time, none waiting for
+  // another (no all-reduce): the plan's replicas, sharing what they share.
+  start.setup.replicas = program.setup.replicas;
+  start.layout = program.layout;
+  return start;
 }
 
-TransitionCost predict_start(const PlanContext& ctx, const Plan& plan) {
+TransitionCost predict_start(const PlanContext& ctx, const Plan& plan, const IterationPredictor& predict) {
   TransitionCost t = predict_transition(ctx, nullptr, plan);
-  t.warmup_s += kStartIterations * plan.iteration_s;
+  const std::vector<IterationPrediction> start =
+      predict({start_program(ctx, plan, plan.first_epoch)}, PredictionUse::ChunkCandidate);
+  t.warmup_s += kStartIterations * start.at(0).iteration_s;
   return t;
 }
 

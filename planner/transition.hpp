@@ -53,17 +53,20 @@ struct TransitionCost {
 
 // The run's start (RunBackend::start): once its first plan is entered (or
 // the plan a resumed run continues), kStartIterations iterations of the
-// plan's timing program, before its first epoch. They update nothing; they
-// make the process's one-off work (kernels loaded, library handles made,
-// device and pinned host memory grown to an epoch's needs: a batch running,
-// the next queued, a third assembled) happen in the start rather than in
-// the first epoch, which then runs as the epochs after it do, whether or
-// not a chunk search ran before it.
+// plan's timing program on each of its replicas at once, before its first
+// epoch, and the optimizer's state made. They update nothing; they make the
+// process's one-off work (kernels loaded, the step's too, library handles
+// made, device and pinned host memory grown to an epoch's needs: a batch
+// running, the next queued, a third assembled, the optimizer's moments)
+// happen in the start rather than in the first epoch, which then runs as
+// the epochs after it do, whether or not a chunk search ran before it.
 inline constexpr int kStartIterations = 2;
 [[nodiscard]] IterationProgram start_program(const PlanContext&, const Plan&, int epoch);
 // Its cost: entering the plan from nothing (predict_transition) and the
-// start's iterations, at the plan's iteration time.
-[[nodiscard]] TransitionCost predict_start(const PlanContext&, const Plan&);
+// start's iterations, each priced by `predict` as a timing run from idle
+// devices (PredictionUse::ChunkCandidate): the start program's own
+// schedule, so no optimizer step and no all-reduce are charged.
+[[nodiscard]] TransitionCost predict_start(const PlanContext&, const Plan&, const IterationPredictor& predict);
 
 // Whether entering `next` from `previous` changes anything a back end must redo.
 [[nodiscard]] bool repartitioned(const Plan& previous, const Plan& next);

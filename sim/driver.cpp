@@ -319,7 +319,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     if (tr.total_s() > 0 && fits) add_transition_events(out.trace, mc, p, prev, tr, at);
     out.untraced += !fits;
   };
-  run.start = predict_start(ctx, plans.front());
+  run.start = predict_start(ctx, plans.front(), predict);  // its iterations SimGrid's, from idle
   if (traced) trace_transition(plans.front(), nullptr, run.start, 0.0);
   double clock = run.start.total_s();  // start of the plan on the run's timeline
   std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch

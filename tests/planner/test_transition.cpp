@@ -128,6 +128,52 @@ TEST_CASE("a run's start costs its profile's measured first iteration, else the 
   }
 }
 
+// The start's iterations run the plan's timing program: no optimizer step,
+// no all-reduce. Over the paper's configs and both cluster shapes, each is
+// priced as that program's own schedule, never as the plan's iteration;
+// where one device runs it alone, exactly the iteration less its step.
+TEST_CASE("a run's start charges its iterations at the start program's own time, not the plan's iteration") {
+  for (const char* name : {"vit_imagenet", "vit_cifar100", "bert_base_sst2"})
+    for (const char* cluster : {"", "cluster.nodes=1"}) {
+      INFO(name << " " << cluster);
+      ep::Overrides o = {"cluster.transition.context_creation_s=0.7", "cluster.transition.pipeline_warmup_s=0.003"};
+      if (*cluster) o.push_back(cluster);
+      const ep::Config c = paper_config(name, o);
+      const ep::AnalyticCostModel cost(c.cluster, c.training);
+      const ep::PlanContext ctx(c, cost);
+      const ep::RunPlan run = ep::plan_run(c, cost);
+      const ep::Plan& first = run.plans.front();
+      const ep::IterationProgram start = ep::start_program(ctx, first, first.first_epoch);
+      for (const auto& list : start.schedule.devices)
+        for (const ep::Action& a : list) {
+          CHECK(a.kind != ep::ActionKind::OptimizerStep);
+          CHECK(a.kind != ep::ActionKind::AllReduce);
+        }
+      const double entry = ep::predict_transition(ctx, nullptr, first).total_s();
+      const double own = ep::simulate(start.schedule, ep::iteration_costs(ctx, start.setup).duration).makespan;
+      const ep::TransitionCost t = ep::predict_start(ctx, first, ep::analytic_predictor(ctx));
+      CHECK(t.total_s() == Approx(entry + ep::kStartIterations * own));
+      CHECK(own < first.iteration_s);
+    }
+  // One device, one micro-batch: the iteration is forward, backward, step.
+  const ep::Config c = paper_config("vit_imagenet", {"planner.K=1", "planner.chunk_search=false", "planner.M=1", "cluster.nodes=1",
+                                                      "cluster.gpus_per_node=1", "planner.freeze_policy=\"none\""});
+  const ep::AnalyticCostModel cost(c.cluster, c.training);
+  const ep::PlanContext ctx(c, cost);
+  const ep::RunPlan run = ep::plan_run(c, cost);
+  const ep::Plan& first = run.plans.front();
+  REQUIRE(first.K == 1);
+  REQUIRE(first.layout.replicas == 1);
+  const ep::IterationCosts costs = ep::iteration_costs(ctx, first.program.setup);
+  double step = 0;
+  for (const ep::Action& a : first.program.schedule.devices.front())
+    if (a.kind == ep::ActionKind::OptimizerStep) step += costs.duration(a);
+  REQUIRE(step > 0);
+  const ep::TransitionCost t = ep::predict_start(ctx, first, ep::analytic_predictor(ctx));
+  CHECK(t.total_s() - ep::predict_transition(ctx, nullptr, first).total_s() ==
+        Approx(ep::kStartIterations * (first.iteration_s - step)));
+}
+
 TEST_CASE("the transition that first turns the cache on creates the node's file at the profile's measured rate") {
   // Compute timed as the analytic model times it, the cache file's creation
   // measured: fast (made ahead within the epochs before), and slow enough

@@ -164,11 +164,16 @@ TEST_CASE("an epoch's time is its iterations times the period plus its transitio
     CHECK(e.samples_per_s == Approx(c.data.num_train_samples / (e.epoch_s - e.transition_s)));
   }
   // The run's start is in no epoch: the one-off work (one replica: no DDP
-  // to build) and the start's iterations at the first plan's iteration time.
+  // to build) and the start's iterations, each SimGrid's time for the start
+  // program from idle devices: less than the plan's, which steps.
   CHECK(m.epochs.front().transition_s == 0);
   const Plan& first = m.plan.plans.front();
+  const AnalyticCostModel cost(c.cluster, c.training);
+  const PlanContext ctx(c, cost);
+  const double one = simulate_chunk_iterations(c, cost, {start_program(ctx, first, first.first_epoch)}, sim).at(0);
+  CHECK(one < first.iteration_s);
   CHECK(m.start.total_s() == Approx(c.cluster.transition.context_creation_s + c.cluster.transition.pipeline_warmup_s +
-                                    kStartIterations * first.iteration_s));
+                                    kStartIterations * one));
   double epochs = 0;
   for (const auto& e : m.epochs) epochs += e.epoch_s;
   CHECK(m.total_s() == Approx(m.start.total_s() + epochs));

@@ -39,6 +39,7 @@ void run_start_iterations(Pipeline& pipeline, BatchLoader& loader, const Iterati
     }
   }
   for (IterationFuture& f : queued) (void)f.get();
+  pipeline.prepare_step(start);
 }
 
 namespace {

@@ -27,7 +27,8 @@ double time_chunk_candidate(Pipeline& pipeline, const Dataset& train, const Iter
 // The run's start (planner/transition.hpp): `start` (a start_program)
 // kStartIterations times on the batch `request` asks for, as an epoch queues
 // iterations (each before the one before is read, the next batch assembled
-// meanwhile); the last one's next batch is `then`. Trainer::start runs it,
+// meanwhile); the last one's next batch is `then`; then the first
+// optimizer step's one-off work (Pipeline::prepare_step). Trainer::start runs it,
 // and profile times it: one procedure, so what the profile measures is
 // what a run's start does.
 void run_start_iterations(Pipeline& pipeline, BatchLoader& loader, const IterationProgram& start,

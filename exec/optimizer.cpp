@@ -86,6 +86,31 @@ void Optimizer::step(const std::vector<NamedTensor>& params, double lr) {
   }
 }
 
+void Optimizer::make_state(const std::vector<NamedTensor>& params) {
+  if (t_.optimizer == ep::Optimizer::SGD) return;
+  c10::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    const auto it = state_.find(p.name);
+    if (it == state_.end()) throw Error("optimizer: parameter '" + p.name + "' was never added");
+    ParamState& s = it->second;
+    if (s.momentum.defined()) continue;
+    s.momentum = at::zeros_like(p.tensor);
+    s.second_moment = at::zeros_like(p.tensor);
+  }
+}
+
+void Optimizer::warm_up(const at::TensorOptions& like, bool grad_norms) const {
+  Optimizer scratch(t_);
+  scratch.add("scratch");
+  // Two steps: SGD's momentum takes its other path from the second on.
+  const at::Tensor w = at::zeros({64}, like).requires_grad_(true);
+  w.mutable_grad() = at::zeros({64}, like);
+  for (int i = 0; i < 2; ++i) {
+    if (grad_norms) (void)grad_sq_norms({w.grad()}, w.device());
+    scratch.step({{"scratch", w}}, t_.lr);
+  }
+}
+
 double learning_rate(const TrainingConfig& t, std::int64_t step, std::int64_t total_steps) {
   if (t.warmup_steps > 0 && step < t.warmup_steps)
     return t.lr * static_cast<double>(step + 1) / t.warmup_steps;

@@ -45,6 +45,17 @@ class Optimizer {
   // disjoint parameter sets concurrently: the map is not modified here.
   void step(const std::vector<NamedTensor>& params, double lr);
 
+  // The state the first step of `params` (all added before) would make,
+  // made now where it is not yet: Adam's zero moments (SGD's first momentum
+  // buffer is that step's gradient: nothing to make). A run's start makes
+  // it, so the first epoch's first step allocates nothing; the updates are
+  // those of a state the step made.
+  void make_state(const std::vector<NamedTensor>& params);
+  // This optimizer's update, with the gradients' norms where `grad_norms`,
+  // run once on scratch parameters like `like` (device, dtype), this
+  // optimizer's state untouched: the step's kernels loaded in a run's start.
+  void warm_up(const at::TensorOptions& like, bool grad_norms) const;
+
  private:
   TrainingConfig t_;
   std::map<std::string, ParamState> state_;

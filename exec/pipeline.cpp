@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <tuple>
 
 #include "exec/cache.hpp"
 #include "exec/torch_compat.hpp"
@@ -321,6 +323,22 @@ void Pipeline::on_worker(int threads, const std::function<void()>& task) {
   job.task_threads = threads;
   post(job, 1);
   if (job.error) std::rethrow_exception(job.error);
+}
+
+void Pipeline::prepare_step(const IterationProgram& program) {
+  on_worker(program.threads.worker, [&] {
+    std::vector<NamedTensor> trained;
+    std::set<std::tuple<int, int, int>> kinds;  // device type, index, dtype
+    for (int i = partition_.frozen_end; i < model_.num_sublayers(); ++i)
+      for (const auto& p : model_.sublayer(i).params()) {
+        trained.push_back(p);
+        const at::Tensor& t = p.tensor;
+        if (kinds.insert({static_cast<int>(t.device().type()), static_cast<int>(t.device().index()),
+                          static_cast<int>(t.scalar_type())}).second)
+          optimizer_.warm_up(t.options(), program.setup.grad_norms);
+      }
+    optimizer_.make_state(trained);
+  });
 }
 
 void Pipeline::worker_main(int device) {

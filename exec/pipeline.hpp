@@ -190,6 +190,13 @@ class Pipeline {
   IterationFuture launch(const IterationProgram& program, std::span<const MicroBatch> batches, double real_samples,
                          double lr, std::optional<std::chrono::steady_clock::time_point> origin = {});
 
+  // What the first optimizer step of `program` would do once, done now on
+  // stage 0's worker: the trained parameters' optimizer state made, and the
+  // step (with its gradients' norms where the program computes them) run on
+  // scratch parameters per device, loading its kernels. Updates nothing: a
+  // run's start (run_start_iterations) calls it.
+  void prepare_step(const IterationProgram& program);
+
   // Forward only, no autograd, all sublayers in order on their devices: the
   // logits of `input` (evaluation), on the calling thread: inside on_worker.
   [[nodiscard]] at::Tensor infer(const at::Tensor& input);

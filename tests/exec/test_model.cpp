@@ -192,6 +192,44 @@ TEST_CASE("SGD, Adam and AdamW updates equal torch::optim's") {
   }
 }
 
+TEST_CASE("state made ahead of the first step and a warmed-up step change no update, bit for bit") {
+  // A run's start makes the optimizer's state and runs its step on scratch
+  // parameters (Pipeline::prepare_step): the steps after are those of an
+  // optimizer that did neither.
+  for (const ep::Optimizer kind : {ep::Optimizer::SGD, ep::Optimizer::Adam, ep::Optimizer::AdamW}) {
+    INFO(to_string(kind));
+    const TrainingConfig t = exec::testing::update_rule(kind);
+    at::manual_seed(3);
+    at::Tensor ahead = at::randn({7, 5}).requires_grad_(true);
+    at::Tensor lazy = ahead.detach().clone().requires_grad_(true);
+    exec::Optimizer a(t), b(t);
+    a.add("w");
+    b.add("w");
+    a.warm_up(ahead.options(), true);
+    a.make_state({{"w", ahead}});
+    const exec::ParamState& made = a.state().at("w");
+    CHECK(made.step == 0);
+    CHECK(made.momentum.defined() == (kind != ep::Optimizer::SGD));
+    if (made.momentum.defined()) {
+      CHECK(at::equal(made.momentum, at::zeros_like(ahead)));
+      CHECK(at::equal(made.second_moment, at::zeros_like(ahead)));
+    }
+    CHECK(a.size() == 1);
+    CHECK(at::equal(ahead, lazy));
+    for (int step = 0; step < 5; ++step) {
+      const at::Tensor g = at::randn({7, 5});
+      ahead.mutable_grad() = g.clone();
+      lazy.mutable_grad() = g.clone();
+      a.step({{"w", ahead}}, t.lr);
+      b.step({{"w", lazy}}, t.lr);
+      a.make_state({{"w", ahead}});  // made already: kept as the steps left it
+    }
+    CHECK(at::equal(ahead, lazy));
+    CHECK(a.state().at("w").step == 5);
+    if (kind != ep::Optimizer::SGD) CHECK(at::equal(a.state().at("w").second_moment, b.state().at("w").second_moment));
+  }
+}
+
 TEST_CASE("the learning rate warms up linearly, then follows its schedule to zero") {
   TrainingConfig t;
   t.lr = 0.1;

@@ -73,8 +73,8 @@ struct Run {
   exec::Optimizer optimizer;
   Pipeline pipeline;
   Checkpointing ckpt;
-  Run(const ModelConfig& m, int workers, Checkpointing c = Checkpointing::Never)
-      : model(m, 7), optimizer(sgd()), pipeline(model, optimizer, {cpus(workers), false}), ckpt(c) {}
+  Run(const ModelConfig& m, int workers, Checkpointing c = Checkpointing::Never, const TrainingConfig& t = sgd())
+      : model(m, 7), optimizer(t), pipeline(model, optimizer, {cpus(workers), false}), ckpt(c) {}
   // `s` as a program with this run's recomputation.
   IterationResult run(Schedule s, std::span<const MicroBatch> mbs, double real, double lr, int cache_valid_layers = -1,
                       bool cache_writes_behind = false) {
@@ -265,6 +265,45 @@ TEST_CASE("an optimizer step without the gradients' norms trains the same weight
   const auto wa = with.model.named_params(), wb = without.model.named_params();
   REQUIRE(wa.size() == wb.size());
   for (std::size_t i = 0; i < wa.size(); ++i) CHECK(at::equal(wa[i].tensor, wb[i].tensor));
+}
+
+TEST_CASE("prepare_step makes the trained parameters' optimizer state, none of the frozen ones', and changes no update") {
+  // A run's start prepares the first step; the run then trains the weights
+  // and state of a run that did not, bit for bit.
+  const ModelConfig m = tiny(ModelFamily::ViT);
+  std::mt19937 rng(6);
+  const TrainingConfig adamw = testing::update_rule(ep::Optimizer::AdamW);
+  Run prepared(m, 2, Checkpointing::Never, adamw), lazy(m, 2, Checkpointing::Never, adamw);
+  const Partition p = random_partition(prepared.model.num_sublayers(), 1, 2, rng);
+  prepared.pipeline.configure(p, 2, 1);
+  lazy.pipeline.configure(p, 2, 1);
+  const IterationProgram program = testing::program_of(schedule_for(ScheduleKind::OneFOneB, 2, 4, 1, p, true));
+  prepared.pipeline.prepare_step(program);
+  int made = 0;
+  for (int i = 0; i < prepared.model.num_sublayers(); ++i)
+    for (const auto& q : prepared.model.sublayer(i).params()) {
+      INFO(q.name);
+      REQUIRE(prepared.optimizer.contains(q.name) == (i >= p.frozen_end));
+      if (i < p.frozen_end) continue;
+      const ParamState& s = prepared.optimizer.state().at(q.name);
+      CHECK(s.step == 0);
+      CHECK(at::equal(s.momentum, at::zeros_like(q.tensor)));
+      ++made;
+    }
+  CHECK(made > 0);
+  for (int it = 0; it < 3; ++it) {
+    const at::Tensor x = inputs(m, 8, 60 + it);
+    const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
+    CHECK(prepared.pipeline.run(program, split(x, y, 4), 8, 0.01).loss ==
+          lazy.pipeline.run(program, split(x, y, 4), 8, 0.01).loss);
+  }
+  const auto wa = prepared.model.named_params(), wb = lazy.model.named_params();
+  REQUIRE(wa.size() == wb.size());
+  for (std::size_t i = 0; i < wa.size(); ++i) CHECK(at::equal(wa[i].tensor, wb[i].tensor));
+  for (const auto& [name, s] : lazy.optimizer.state()) {
+    CHECK(at::equal(prepared.optimizer.state().at(name).second_moment, s.second_moment));
+    CHECK(prepared.optimizer.state().at(name).step == s.step);
+  }
 }
 
 TEST_CASE("a stage with nothing to train works: no optimizer state, no gradient received") {

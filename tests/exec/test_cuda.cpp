@@ -362,6 +362,35 @@ TEST_CASE("CUDA: the optimizer's fused steps on the GPU equal its steps on the C
   }
 }
 
+TEST_CASE("CUDA: the state made and the step warmed up in a run's start change no fused step, bit for bit", "[cuda]") {
+  if (no_gpu()) return;
+  for (const ep::Optimizer kind : {ep::Optimizer::SGD, ep::Optimizer::Adam, ep::Optimizer::AdamW}) {
+    INFO(to_string(kind));
+    const TrainingConfig t = testing::update_rule(kind);
+    at::manual_seed(6);
+    std::vector<NamedTensor> ahead, lazy;
+    for (int i = 0; i < 3; ++i) {
+      const at::Tensor w = at::randn({5 + i, 3}).to(at::kCUDA);
+      ahead.push_back({"w" + std::to_string(i), w.clone()});
+      lazy.push_back({"w" + std::to_string(i), w.clone()});
+    }
+    exec::Optimizer a(t), b(t);
+    for (int i = 0; i < 3; ++i) a.add(ahead[i].name), b.add(lazy[i].name);
+    a.warm_up(ahead.front().tensor.options(), true);
+    a.make_state(ahead);
+    for (int step = 0; step < 5; ++step) {
+      for (int i = 0; i < 3; ++i) {
+        const at::Tensor g = at::randn(ahead[i].tensor.sizes()).to(at::kCUDA);
+        ahead[i].tensor.mutable_grad() = g.clone();
+        lazy[i].tensor.mutable_grad() = g.clone();
+      }
+      a.step(ahead, t.lr);
+      b.step(lazy, t.lr);
+    }
+    for (int i = 0; i < 3; ++i) CHECK(at::equal(ahead[i].tensor, lazy[i].tensor));
+  }
+}
+
 TEST_CASE("CUDA: profile times the GPU at the training precision, and says so", "[cuda]") {
   if (no_gpu()) return;
   const Config c = parse_config(testing::kTiny, "tiny.toml",

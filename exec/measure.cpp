@@ -40,6 +40,10 @@ void run_start_iterations(Pipeline& pipeline, BatchLoader& loader, const Iterati
   }
   for (IterationFuture& f : queued) (void)f.get();
   pipeline.prepare_step(start);
+  // The device timer of AutoCache's probe (median_compute_times holds the
+  // stream with a spin kernel, set up once per process: its kernel loaded,
+  // its clock rate measured) set up here, not in the first freeze step.
+  if (const at::Device first = pipeline.device_of_sublayer(0); first.is_cuda()) compat::hold_stream(first, 0);
 }
 
 namespace {

@@ -28,7 +28,8 @@ double time_chunk_candidate(Pipeline& pipeline, const Dataset& train, const Iter
 // kStartIterations times on the batch `request` asks for, as an epoch queues
 // iterations (each before the one before is read, the next batch assembled
 // meanwhile); the last one's next batch is `then`; then the first
-// optimizer step's one-off work (Pipeline::prepare_step). Trainer::start runs it,
+// optimizer step's one-off work (Pipeline::prepare_step) and, on a GPU, the
+// set-up of the probe's device timer. Trainer::start runs it,
 // and profile times it: one procedure, so what the profile measures is
 // what a run's start does.
 void run_start_iterations(Pipeline& pipeline, BatchLoader& loader, const IterationProgram& start,

@@ -372,11 +372,18 @@ void profile_probe_setup(const Config& c, Model& model, const std::vector<std::i
   const auto t1 = std::chrono::steady_clock::now();
   (void)probe.measure(model, 1, device_of);
   const auto t2 = std::chrono::steady_clock::now();
-  const double first = std::chrono::duration<double>(t1 - t0).count();
-  const double again = std::chrono::duration<double>(t2 - t1).count();
+  // And, set up, at half the layers: two depths of whole probes as a run's
+  // later ones run, which the simulator scales the probe's terms to.
+  const int deeper = std::max(1, c.model.num_hidden_layers / 2);
+  (void)probe.measure(model, deeper, device_of);
+  const auto t3 = std::chrono::steady_clock::now();
+  const auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const double first = seconds(t0, t1), again = seconds(t1, t2);
   double row_bytes = 4;
   for (const std::int64_t d : shape) row_bytes *= static_cast<double>(d);
   p.transitions.push_back({kCacheProbeSetupWhat, 1, row_bytes * c.training.batch_size, std::max(0.0, first - again)});
+  p.cache_probes.push_back({1, c.training.batch_size, again});
+  p.cache_probes.push_back({deeper, c.training.batch_size, seconds(t2, t3)});
 }
 
 // `n` samples of the model's input shape: a batch's assembly costs the same

@@ -58,14 +58,40 @@ std::optional<CacheTier> cache_file_ahead(const Config& c, const ModelSpec& spec
   return d.tier;
 }
 
+namespace {
+
+// The probe's batch rows in bytes at `frozen_layers`.
+double probe_bytes(const ModelSpec& spec, int frozen_layers, int batch) {
+  return spec.sublayers[ModelSpec::frozen_prefix(frozen_layers).last - 1].out_activation_bytes_per_sample * batch;
+}
+
+// The probe once set up, by its terms: the frozen forward and the read,
+// each once untimed and kCacheProbeRuns times on the clock, and the write.
+double probe_terms_s(const Config& c, const ModelSpec& spec, const CostModel& cost, int frozen_layers, int batch) {
+  const CacheDecision d = decide_cache(c, spec, cost, frozen_layers, batch);
+  return (1 + kCacheProbeRuns) * (d.read_s + d.frozen_forward_s) +
+         cost.cache_write_s(probe_bytes(spec, frozen_layers, batch), d.tier);
+}
+
+}  // namespace
+
 double predict_cache_probe_s(const Config& c, const ModelSpec& spec, const CostModel& cost, int frozen_layers,
                              int batch, bool first) {
-  const SublayerRange prefix = ModelSpec::frozen_prefix(frozen_layers);
-  if (prefix.empty()) return 0;
-  const CacheDecision d = decide_cache(c, spec, cost, frozen_layers, batch);
-  const double bytes = spec.sublayers[prefix.last - 1].out_activation_bytes_per_sample * batch;
-  const double setup = first ? cost.cache_probe_setup_s(bytes).value_or(0.0) : 0.0;
-  return setup + (1 + kCacheProbeRuns) * (d.read_s + d.frozen_forward_s) + cost.cache_write_s(bytes, d.tier);
+  if (ModelSpec::frozen_prefix(frozen_layers).empty()) return 0;
+  const double setup = first ? cost.cache_probe_setup_s(probe_bytes(spec, frozen_layers, batch)).value_or(0.0) : 0.0;
+  double runs = probe_terms_s(c, spec, cost, frozen_layers, batch);
+  // Where a profile timed whole probes: their time over their terms' at the
+  // same depths and batches. On a GPU each timed run waits behind a spin of
+  // 1.5 times the last run's queuing (exec/timing.hpp), which the terms,
+  // the larger of queuing and device time, leave out.
+  double measured = 0, terms = 0;
+  for (const CacheProbeSample& p : cost.cache_probes())
+    if (p.frozen_layers <= spec.num_layers()) {
+      measured += p.seconds;
+      terms += probe_terms_s(c, spec, cost, p.frozen_layers, p.samples);
+    }
+  if (measured > 0 && terms > 0) runs *= measured / terms;
+  return setup + runs;
 }
 
 }  // namespace ep

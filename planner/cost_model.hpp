@@ -6,8 +6,11 @@
 #include <optional>
 #include <string>
 
+#include <vector>
+
 #include "planner/config.hpp"
 #include "planner/model_spec.hpp"
+#include "planner/profile.hpp"
 
 namespace ep {
 
@@ -61,6 +64,9 @@ class CostModel {
   // measured only. nullopt: the config's context_creation_s and
   // pipeline_warmup_s stand in.
   [[nodiscard]] virtual std::optional<double> first_iteration_s() const { return std::nullopt; }
+  // AutoCache's probe timed whole once set up, at some depths (profile.hpp):
+  // what predict_cache_probe_s scales its terms to; measured only.
+  [[nodiscard]] virtual std::vector<CacheProbeSample> cache_probes() const { return {}; }
 };
 
 // compute   = sublayer_overhead_s + FLOPs / (peak_flops_per_s · efficiency),

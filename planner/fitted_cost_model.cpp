@@ -149,7 +149,8 @@ FittedCostModel::FittedCostModel(const Profile& profile, const CostModel& fallba
     : fallback_(fallback),
       environment_(profile.environment),
       model_(profile.model),
-      transitions_(profile.transitions) {
+      transitions_(profile.transitions),
+      cache_probes_(profile.cache_probes) {
   // A profile built in code gets the same checks as one read from a file.
   check_profile(profile, "profile");
 
@@ -339,6 +340,13 @@ std::string FittedCostModel::describe() const {
     for (const auto& [what, stat] : by_what)
       out += " " + what + " mean " + sci(stat.second / stat.first) + " s (n=" +
              std::to_string(stat.first) + ");";
+    out.back() = '\n';
+  }
+  if (!cache_probes_.empty()) {
+    out += "  cache probes (timed whole, set up):";
+    for (const CacheProbeSample& p : cache_probes_)
+      out += " " + std::to_string(p.frozen_layers) + " frozen, batch " + std::to_string(p.samples) + ": " +
+             sci(p.seconds) + " s;";
     out.back() = '\n';
   }
   return out;

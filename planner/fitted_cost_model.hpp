@@ -116,6 +116,7 @@ class FittedCostModel final : public CostModel {
   [[nodiscard]] std::optional<double> cache_probe_setup_s(double bytes) const override;
   // The mean of the profile's first-iteration samples.
   [[nodiscard]] std::optional<double> first_iteration_s() const override;
+  [[nodiscard]] std::vector<CacheProbeSample> cache_probes() const override { return cache_probes_; }
 
   [[nodiscard]] const FittedCoefficients& coefficients() const { return fits_; }
   [[nodiscard]] const CostModel& fallback() const { return fallback_; }
@@ -135,6 +136,7 @@ class FittedCostModel final : public CostModel {
   std::string environment_;
   std::string model_;
   std::vector<TransitionSample> transitions_;
+  std::vector<CacheProbeSample> cache_probes_;
 };
 
 }  // namespace ep

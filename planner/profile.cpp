@@ -165,6 +165,9 @@ nlohmann::json to_json(const Profile& p) {
   for (const TransitionSample& s : p.transitions)
     transitions.push_back(
         {{"what", s.what}, {"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
+  json& probes = j["cache_probes"] = json::array();
+  for (const CacheProbeSample& s : p.cache_probes)
+    probes.push_back({{"frozen_layers", s.frozen_layers}, {"samples", s.samples}, {"seconds", s.seconds}});
   return j;
 }
 
@@ -172,7 +175,7 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
   const Node root(j, source, "");
   root.require_object({"schema", "environment", "model", "compute", "p2p", "allreduce", "cache",
                        "optimizer", "transitions"},
-                      {"model_chain", "grad_norms"});
+                      {"model_chain", "grad_norms", "cache_probes"});
   const Node schema = root["schema"];
   if (!j.at("schema").is_string() || j.at("schema").get_ref<const std::string&>() != kProfileSchema)
     throw schema.error("\"" + std::string(kProfileSchema) + "\"");
@@ -220,6 +223,12 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
     p.transitions.push_back({n["what"].text(false), n["ranks"].integer_at_least(1),
                              n["bytes"].number(false), n["seconds"].number(false)});
   });
+  if (j.contains("cache_probes"))
+    root["cache_probes"].for_each(false, [&](const Node& n) {
+      n.require_object({"frozen_layers", "samples", "seconds"});
+      p.cache_probes.push_back(
+          {n["frozen_layers"].integer_at_least(1), n["samples"].integer_at_least(1), n["seconds"].number(true)});
+    });
   return p;
 }
 

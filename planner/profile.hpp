@@ -3,7 +3,7 @@
 // its JSON file; no fitting here.
 //
 // File format, schema "elasticpipe.profile/1" (one JSON object; every key
-// below is required except `model_chain` and `grad_norms`, no other key is allowed; every
+// below is required except `model_chain`, `grad_norms` and `cache_probes`, no other key is allowed; every
 // sample list may be empty except `compute`):
 //
 //   {
@@ -17,7 +17,8 @@
 //     "cache":       [ {"tier": "host", "op": "read", "bytes": 1048576, "seconds": 0.0001}, ... ],
 //     "optimizer":   [ {"params": 1000000, "seconds": 0.003}, ... ],
 //     "grad_norms":  [ {"params": 1000000, "seconds": 0.001}, ... ],
-//     "transitions": [ {"what": "group_rebuild", "ranks": 4, "bytes": 0, "seconds": 0.8}, ... ]
+//     "transitions": [ {"what": "group_rebuild", "ranks": 4, "bytes": 0, "seconds": 0.8}, ... ],
+//     "cache_probes": [ {"frozen_layers": 6, "samples": 128, "seconds": 0.057}, ... ]
 //   }
 //
 //   sublayer_kind  "stem" | "attention" | "mlp" | "head" (model_spec.hpp's kinds)
@@ -39,6 +40,14 @@
 //   bytes, params  numbers >= 0
 //   seconds        a number > 0: one call's wall time (a timer cannot read 0)
 //   what           non-empty free text naming the transition step
+//   cache_probes   AutoCache's probe at a frozen depth on batches of `samples`,
+//                  timed whole once set up (its frozen forwards and reads, each
+//                  once untimed and kCacheProbeRuns times timed, and its write),
+//                  as a run's later probes run: on a GPU each timed run waits
+//                  behind a spin the length of the last run's queuing, which
+//                  the forward's and the read's times leave out. Absent in
+//                  profiles written before it.
+//   frozen_layers  an integer >= 1
 //
 // Each sample is one measurement (or one mean of repeats: the fitter does not
 // care which); repeated points are fine and simply weigh more.
@@ -103,6 +112,12 @@ struct TransitionSample {
   double seconds = 0;
 };
 
+struct CacheProbeSample {
+  int frozen_layers = 0;
+  int samples = 0;  // the batch
+  double seconds = 0;
+};
+
 struct Profile {
   std::string environment;  // free text: host, cores, device, libtorch ...
   std::string model;        // free text describing the model shape profiled
@@ -114,6 +129,7 @@ struct Profile {
   std::vector<OptimizerSample> optimizer;
   std::vector<OptimizerSample> grad_norms;
   std::vector<TransitionSample> transitions;
+  std::vector<CacheProbeSample> cache_probes;
 };
 
 // TransitionSample::what of creating a cache file in tier "host" or "disk".

@@ -223,6 +223,11 @@ expect_rc 0 "profile" -- "$bin" profile "$dp" --out "$tmp/profile.json" --repeat
 expect_text "profile prints the fits" "compute attention/backward"
 grep -q '"what": "cache_probe_setup"' "$tmp/profile.json" && ok || bad "profile lacks the cache probe's set-up"
 grep -q '"what": "first_iteration"' "$tmp/profile.json" && ok || bad "profile lacks the first iteration's one-off work"
+# Whole probes, set up, at 1 and half the layers (dp_tiny: 4 layers), and the fits table says them.
+/usr/bin/python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["cache_probes"]
+sys.exit(not ([q["frozen_layers"] for q in p] == [1, 2] and all(q["seconds"] > 0 and q["samples"] == 16 for q in p)))' \
+  "$tmp/profile.json" && ok || bad "profile lacks whole probes at 1 and 2 frozen layers"
+expect_text "profile's fits table gives the whole probes" "cache probes (timed whole, set up): 1 frozen, batch 16:"
 # Under bf16 it also times a later micro-batch's forward (the weights' bf16 copies reused).
 expect_rc 0 "profile in bf16" -- "$bin" profile "$dp" --set 'training.precision="bf16"' --out "$tmp/profile_bf16.json" \
   --repeats 2

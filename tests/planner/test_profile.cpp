@@ -370,6 +370,7 @@ TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
                    {"forward_again", 8, 0.029}};
   p.compute.push_back({"mlp", "forward_again", 4, 0.0011});
   p.grad_norms = {{1e6, 2e-4}, {4e6, 5e-4}};
+  p.cache_probes = {{1, 128, 0.0254}, {6, 128, 0.0571}};
   const auto same = [&](const Profile& q) {
     CHECK(q.environment == p.environment);
     CHECK(q.model == p.model);
@@ -406,6 +407,10 @@ TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
     CHECK(q.transitions[1].ranks == 2);
     CHECK(q.transitions[1].bytes == 1e8);
     CHECK(q.transitions[1].seconds == 0.05);
+    REQUIRE(q.cache_probes.size() == 2);
+    CHECK(q.cache_probes[1].frozen_layers == 6);
+    CHECK(q.cache_probes[1].samples == 128);
+    CHECK(q.cache_probes[1].seconds == 0.0571);
   };
   const json j = to_json(p);
   CHECK(j.at("schema") == "elasticpipe.profile/1");
@@ -431,6 +436,9 @@ TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
   // And before the gradients' norms were timed apart from the update.
   old.erase("grad_norms");
   CHECK(parse_profile(old, "old").grad_norms.empty());
+  // And before whole probes were timed.
+  old.erase("cache_probes");
+  CHECK(parse_profile(old, "old").cache_probes.empty());
 }
 
 TEST_CASE("the gradients' norms cost a step only where the freeze policy reads them", "[profile]") {
@@ -508,6 +516,12 @@ TEST_CASE("malformed profiles are refused naming path, expected and found", "[pr
              Contains("model_chain[0].seconds: expected a value"));
   CHECK_THAT(parse_error([](json& j) { j["model_chains"] = json::array(); }),
              Contains("model_chains: expected no such key") && Contains("optionally model_chain"));
+  CHECK_THAT(parse_error([](json& j) { j["cache_probes"] = json::array({{{"frozen_layers", 0}, {"samples", 8}, {"seconds", 1}}}); }),
+             Contains("cache_probes[0].frozen_layers: expected an integer >= 1, found 0"));
+  CHECK_THAT(parse_error([](json& j) { j["cache_probes"] = json::array({{{"frozen_layers", 2}, {"samples", 8}, {"seconds", 0}}}); }),
+             Contains("cache_probes[0].seconds: expected a number > 0, found 0"));
+  CHECK_THAT(parse_error([](json& j) { j["cache_probes"] = json::array({{{"frozen_layers", 2}, {"seconds", 1}}}); }),
+             Contains("cache_probes[0].samples: expected a value"));
   CHECK_THAT(parse_error([](json& j) { j = json::array({1, 2}); }),
              Contains("p.json: top level: expected an object"));
   // Empty optional lists are fine.

@@ -95,6 +95,40 @@ TEST_CASE("AutoCache's first probe also pays its set-up at the profile's measure
   CHECK(firsts == 1);
 }
 
+// A profile's whole probes at two depths scale the probe's terms at every
+// depth by their measured over their modelled time: over random ratios and
+// depths, a probe modelled r times short is predicted r times longer, at
+// depths and batches the profile did not time too; the set-up is not scaled.
+TEST_CASE("whole probes a profile timed scale the probe's terms at every depth") {
+  const ep::Config c = paper_config("vit_imagenet", {"planner.cache=\"auto\""});
+  const ep::AnalyticCostModel analytic(c.cluster, c.training);
+  ep::Profile profile = analytic_vit_profile();
+  profile.transitions = {{ep::kCacheProbeSetupWhat, 1, 1e7, 0.05}};
+  const ep::FittedCostModel plain(profile, analytic);
+  const ep::ModelSpec spec = ep::build_model_spec(c.model, c.training.precision);
+  const int batch = c.training.batch_size, L = spec.num_layers();
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    const double r = std::uniform_real_distribution<double>(0.7, 2.0)(rng);
+    const int d1 = std::uniform_int_distribution<int>(1, L)(rng), d2 = std::uniform_int_distribution<int>(1, L)(rng);
+    const int b1 = std::uniform_int_distribution<int>(1, 2 * batch)(rng);
+    ep::Profile timed = profile;
+    const auto terms = [&](int d, int b) { return ep::predict_cache_probe_s(c, spec, plain, d, b, false); };
+    timed.cache_probes = {{d1, b1, r * terms(d1, b1)}, {d2, batch, r * terms(d2, batch)}};
+    const ep::FittedCostModel fitted(timed, analytic);
+    for (const int d : {1, L / 2, L}) {
+      INFO("r " << r << ", timed at " << d1 << " and " << d2 << ", predicted at " << d);
+      CHECK(ep::predict_cache_probe_s(c, spec, fitted, d, batch, false) == Approx(r * terms(d, batch)));
+      const double setup = ep::predict_cache_probe_s(c, spec, plain, d, batch, true) - terms(d, batch);
+      CHECK(setup > 0);
+      CHECK(ep::predict_cache_probe_s(c, spec, fitted, d, batch, true) == Approx(setup + r * terms(d, batch)));
+    }
+  }
+  // None timed: the terms alone (the test above).
+  CHECK(plain.cache_probes().empty());
+  CHECK(analytic.cache_probes().empty());
+}
+
 TEST_CASE("a run's start costs its profile's measured first iteration, else the config's context and warm-up") {
   ep::Profile profile = analytic_vit_profile();
   const ep::Config c = paper_config("vit_imagenet", {"cluster.transition.context_creation_s=0.7",

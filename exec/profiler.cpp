@@ -357,9 +357,11 @@ void profile_collectives(const Config& c, const ProfileOptions& o, const at::Dev
 // measurement, less a second measurement at the same depth: the one-off
 // work a run pays once (a batch's first pinned buffers, the file's first
 // writes, the process's first forward without autograd), which the planner
-// charges at the first freeze step.
-void profile_probe_setup(const Config& c, Model& model, const std::vector<std::int64_t>& shape,
-                         const at::Device& dev, Profile& p) {
+// charges at the first freeze step. Measured on `pipe`'s stage-0 worker with
+// `threads`, as a run measures its probe (Trainer::probe_cache): on a CPU
+// the calling thread's own OpenMP team would run it slower.
+void profile_probe_setup(const Config& c, Pipeline& pipe, int threads, Model& model,
+                         const std::vector<std::int64_t>& shape, const at::Device& dev, Profile& p) {
   const at::Tensor batch = stem_input(c.model, c.training.batch_size, at::kCPU);  // made off the clock
   const std::string path = (std::filesystem::path(c.exec.cache_memory_dir) /
                             ("elasticpipe-profile-" + std::to_string(getpid()) + "-probe.cache"))
@@ -368,15 +370,18 @@ void profile_probe_setup(const Config& c, Model& model, const std::vector<std::i
   std::filesystem::create_directories(c.exec.cache_memory_dir);
   const auto t0 = std::chrono::steady_clock::now();
   CacheProbe probe(batch.clone().to(dev), c.training.precision == Precision::BF16, path, shape);
-  (void)probe.measure(model, 1, device_of);
-  const auto t1 = std::chrono::steady_clock::now();
-  (void)probe.measure(model, 1, device_of);
-  const auto t2 = std::chrono::steady_clock::now();
   // And, set up, at half the layers: two depths of whole probes as a run's
   // later ones run, which the simulator scales the probe's terms to.
   const int deeper = std::max(1, c.model.num_hidden_layers / 2);
-  (void)probe.measure(model, deeper, device_of);
-  const auto t3 = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point t1, t2, t3;
+  pipe.on_worker(threads, [&] {
+    (void)probe.measure(model, 1, device_of);
+    t1 = std::chrono::steady_clock::now();
+    (void)probe.measure(model, 1, device_of);
+    t2 = std::chrono::steady_clock::now();
+    (void)probe.measure(model, deeper, device_of);
+    t3 = std::chrono::steady_clock::now();
+  });
   const auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   const double first = seconds(t0, t1), again = seconds(t1, t2);
   double row_bytes = 4;
@@ -443,7 +448,7 @@ std::vector<std::int64_t> profile_run_start(const Config& c, const ProfileOption
     row = r.model.forward({0, 1}, stem_input(c.model, 1, dev));
   }
   const std::vector<std::int64_t> shape = row.sizes().slice(1).vec();
-  profile_probe_setup(c, r.model, shape, dev, p);
+  profile_probe_setup(c, r.pipe, start.threads.worker, r.model, shape, dev, p);
   return shape;
 }
 
@@ -545,7 +550,6 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
   };
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = o.threads > 0 ? o.threads : std::max(1, cores / std::max(1, c.planner.K));
-  compat::set_thread_count(threads);
   Profile p;
   char host[256] = {};
   gethostname(host, sizeof host - 1);
@@ -555,7 +559,13 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
                   std::to_string(threads) + " intra-op threads, BLAS " + blas_library().name;
   p.model = profile_model(c.model);
   log("a run's start and AutoCache's probe set-up on " + dev.str() + "...");
+  // As a run meets them: model work on a stage worker, this thread on one
+  // intra-op thread (as Trainer's), so that no second OpenMP team beside
+  // the worker's stops libgomp spinning (the probe ran 24-32% slower here
+  // than in a run on a 2-core CPU).
+  compat::set_thread_count(1);
   const std::vector<std::int64_t> row_shape = profile_run_start(c, o, dev, p);
+  compat::set_thread_count(threads);  // the rest runs on this thread
   log("compute on " + dev.str() + " (forward, backward, frozen forward per sublayer kind)...");
   profile_compute(c, o, dev, p);
   log("point-to-point hand-over...");

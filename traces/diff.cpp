@@ -182,7 +182,7 @@ std::vector<EpochDiff> diff_epochs(const std::vector<EpochMetrics>& first, const
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
     out.push_back({a[i]->epoch, a[i]->frozen_layers, b[i]->frozen_layers, a[i]->K, b[i]->K, a[i]->replicas,
                    b[i]->replicas, a[i]->M, b[i]->M, a[i]->epoch_s, b[i]->epoch_s, a[i]->iteration_s,
-                   b[i]->iteration_s});
+                   b[i]->iteration_s, a[i]->transition_s, b[i]->transition_s});
   return out;
 }
 
@@ -193,8 +193,8 @@ std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
   std::ostringstream os;
   os << "per epoch (the epochs.csv beside each trace; an epoch with the transition charged to its start):\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%5s %7s %11s %11s %11s %8s %15s %16s %8s\n", "epoch", "frozen", "K x rep, M",
-                "first (s)", "second (s)", "error", "iter first (ms)", "iter second (ms)", "error");
+  std::snprintf(line, sizeof line, "%5s %7s %11s %11s %11s %8s %17s %15s %16s %8s\n", "epoch", "frozen", "K x rep, M",
+                "first (s)", "second (s)", "error", "transition (s)", "iter first (ms)", "iter second (ms)", "error");
   os << line;
   double sum_a = 0, sum_b = 0, worst = 0, worst_iteration = 0;
   bool same_frozen = true, same_layout = true, same_M = true;
@@ -209,9 +209,11 @@ std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
     same_layout = same_layout && e.K_first == e.K_second && e.replicas_first == e.replicas_second;
     same_M = same_M && e.M_first == e.M_second;
     const double err = error(e.first_s, e.second_s), iteration_err = error(e.first_iteration_s, e.second_iteration_s);
-    std::snprintf(line, sizeof line, "%5d %7s %11s %11.3f %11.3f %+7.1f%% %15.3f %16.3f %+7.1f%%\n", e.epoch + 1,
-                  frozen.c_str(), layout.c_str(), e.first_s, e.second_s, err * 100, e.first_iteration_s * 1e3,
-                  e.second_iteration_s * 1e3, iteration_err * 100);
+    char transition[40];
+    std::snprintf(transition, sizeof transition, "%.3f / %.3f", e.first_transition_s, e.second_transition_s);
+    std::snprintf(line, sizeof line, "%5d %7s %11s %11.3f %11.3f %+7.1f%% %17s %15.3f %16.3f %+7.1f%%\n", e.epoch + 1,
+                  frozen.c_str(), layout.c_str(), e.first_s, e.second_s, err * 100, transition,
+                  e.first_iteration_s * 1e3, e.second_iteration_s * 1e3, iteration_err * 100);
     os << line;
     sum_a += e.first_s;
     sum_b += e.second_s;
@@ -226,7 +228,9 @@ std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
   os << line;
   // The executor measures the warm-up inside the epoch, the simulator
   // charges it to the transition: only the epoch column is like for like.
-  os << "iter: the epoch without its transition, per iteration (the first iterations' warm-up after a freeze "
+  os << "transition: the part of the epoch before its first iteration, first / second (a freeze step's probe, "
+        "planning, moves, rebuild)\n"
+        "iter: the epoch without its transition, per iteration (the first iterations' warm-up after a freeze "
         "step is in a real run's, in a simulated run's transition)\n";
   if (!same_frozen)
     os << "the runs froze different layers (first|second): replay the real run's gradient norms "

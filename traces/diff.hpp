@@ -61,6 +61,7 @@ struct EpochDiff {
   int K_first = 0, K_second = 0, replicas_first = 0, replicas_second = 0, M_first = 0, M_second = 0;
   double first_s = 0, second_s = 0;  // epoch_s: the epoch with its transition (plan_epoch_row)
   double first_iteration_s = 0, second_iteration_s = 0;
+  double first_transition_s = 0, second_transition_s = 0;  // inside first_s, second_s
 };
 // The epochs both runs have, in order (a run cut short is compared as far
 // as it goes). Throws ep::Error naming the mode when a run has no row of it.

@@ -152,7 +152,10 @@ TEST_CASE("epochs diff: each run's rows of its mode, epoch plus transition, as f
   CHECK(d[1].second_s == Approx(8.5));
   CHECK(d[1].frozen_first == 2);
   CHECK(d[1].second_iteration_s == Approx(0.09));
+  CHECK(d[0].first_transition_s == Approx(2.0));  // each run's own, side by side
+  CHECK(d[0].second_transition_s == Approx(1.0));
   const std::string table = format_epoch_diff(d);
+  CHECK_THAT(table, Catch::Contains("2.000 / 1.000") && Catch::Contains("0.500 / 0.500"));
   CHECK_THAT(table, Catch::Contains("+0.0%"));   // epoch 1
   CHECK_THAT(table, Catch::Contains("+11.8%"));  // epoch 2: 9.5 against 8.5
   CHECK_THAT(table, Catch::Contains("+4.9%"));   // the run: 21.5 against 20.5

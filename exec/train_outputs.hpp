@@ -22,6 +22,7 @@ class TraceRecorder {
   void add(const IterationResult& r, const Plan& plan, int epoch, int iteration);
   void transition(double start_s, double end_s, int epoch, const std::string& what);
   void note(const std::string& key, const std::string& value) { trace_.metadata[key] = value; }
+  void note_start(double start_s) { trace::note_start(trace_, start_s); }
   [[nodiscard]] const trace::Trace& trace() const { return trace_; }
 
  private:

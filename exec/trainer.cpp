@@ -241,9 +241,7 @@ void Trainer::start(const Plan&, int epoch) {
   start_s_ = seconds(run_start_, t2);
   p_.train_s += start_s_;  // checkpointed with it: a resumed run's time holds the start before the kill too
   if (!rank0()) return;
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.6f", start_s_);
-  timeline_.note(trace::kStartKey, buf);
+  timeline_.note_start(start_s_);
   timeline_.transition(seconds(origin_, run_start_), seconds(origin_, t2), epoch, trace::kStartEventName);
   const std::optional<PinnedAllocs> pinned = pinned_allocs_since(pinned_before);
   char waited[64] = "";

@@ -213,8 +213,7 @@ IterationPredictor analytic_predictor(const PlanContext& ctx) {
   return [&ctx](const std::vector<IterationProgram>& programs, PredictionUse) {
     std::vector<IterationPrediction> out;
     for (const IterationProgram& p : programs) {
-      // The program's own schedule: a timing program's has no optimizer step.
-      const Timeline t = p.empty() ? predict_iteration(ctx, p.setup) : predict_schedule(ctx, p.setup, p.schedule);
+      const Timeline t = predict_schedule(ctx, p.setup, p.schedule);  // a timing program's has no step
       out.push_back({t.makespan, t.bubble_fraction()});
     }
     return out;

@@ -381,9 +381,7 @@ RunResult assemble(const Config& config, const std::vector<Mode>& modes, const C
   out.trace.metadata = describe(config);
   out.trace.metadata["network_model"] = "SimGrid CM02, crosstraffic off";
   out.trace.metadata["cost_model"] = cost.name();
-  char start[32];
-  std::snprintf(start, sizeof start, "%.6f", last.start.total_s());
-  out.trace.metadata[trace::kStartKey] = start;
+  trace::note_start(out.trace, last.start.total_s());
   if (const int n = outputs.back().untraced; n > 0)
     out.trace.metadata["untraced"] = std::to_string(n) + " traced iterations or transitions later than 1e9 s or longer "
                                      "than 8e6 s, beyond a trace's times, are left out";

@@ -9,7 +9,6 @@
 #include <tuple>
 
 #include "planner/error.hpp"
-#include "traces/csv.hpp"
 
 namespace ep::trace {
 
@@ -247,11 +246,6 @@ std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
 
 std::string format_start_notes(const Trace& first, const Trace& second) {
   std::ostringstream os;
-  const auto start_of = [](const Trace& t) -> std::optional<double> {
-    const auto it = t.metadata.find(kStartKey);
-    if (it == t.metadata.end()) return std::nullopt;
-    return csv::number(it->second, "trace metadata '" + std::string(kStartKey) + "'");
-  };
   const std::optional<double> a = start_of(first), b = start_of(second);
   char line[200];
   if (a && b) {

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
+
+#include "traces/csv.hpp"
 
 namespace ep::trace {
 
@@ -83,6 +86,18 @@ bool fits_trace(const Trace& t, double offset_s) {
     return std::abs(e.start_s + offset_s) <= kMaxTraceTimeS && std::abs(e.end_s + offset_s) <= kMaxTraceTimeS &&
            e.end_s - e.start_s <= kMaxTraceSpanS;
   });
+}
+
+void note_start(Trace& t, double start_s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6f", start_s);
+  t.metadata[kStartKey] = text;
+}
+
+std::optional<double> start_of(const Trace& t) {
+  const auto it = t.metadata.find(kStartKey);
+  if (it == t.metadata.end()) return std::nullopt;
+  return csv::number(it->second, "trace metadata '" + std::string(kStartKey) + "'");
 }
 
 std::size_t append(Trace& into, const Trace& from, double offset_s) {

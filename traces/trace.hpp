@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -104,6 +105,12 @@ void separate_overlaps(Trace& trace, std::size_t first = 0);
 constexpr double kMaxTraceTimeS = 1e9, kMaxTraceSpanS = 8e6;
 // Whether every event of `t`, `offset_s` later, lies within those bounds.
 [[nodiscard]] bool fits_trace(const Trace& t, double offset_s);
+
+// The run's start as both back ends note it (kStartKey), and as read back:
+// nullopt where the trace has none; a value that is not wholly a finite
+// number is refused.
+void note_start(Trace& t, double start_s);
+[[nodiscard]] std::optional<double> start_of(const Trace& t);
 
 // Appends `from`'s events to `into`, `offset_s` later, on `into`'s tracks
 // (added when new) and with flow ids renumbered above `into`'s: how runs

@@ -452,6 +452,19 @@ std::vector<std::int64_t> profile_run_start(const Config& c, const ProfileOption
   return shape;
 }
 
+// This process's first touch of the device, to the device's finish: on a
+// GPU its context created (what a run's start and a woken process pay
+// before their first iteration, which profile_run_start times with it
+// made); on a CPU next to nothing. Nothing has touched the device before.
+void profile_device_context(const at::Device& dev, Profile& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  compat::use_device(dev);
+  (void)at::zeros({1}, at::TensorOptions().device(dev));
+  compat::synchronize(dev);
+  p.transitions.push_back({kDeviceContextWhat, 1, 0.0,
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+}
+
 // Reads go to the training device and writes come from it, as the
 // pipeline's CacheRead and CacheWrite move them; rows of `shape`.
 void profile_cache(const Config& c, const ProfileOptions& o, const at::Device& dev,
@@ -564,6 +577,7 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
   // the worker's stops libgomp spinning (the probe ran 24-32% slower here
   // than in a run on a 2-core CPU).
   compat::set_thread_count(1);
+  profile_device_context(dev, p);
   const std::vector<std::int64_t> row_shape = profile_run_start(c, o, dev, p);
   compat::set_thread_count(threads);  // the rest runs on this thread
   log("compute on " + dev.str() + " (forward, backward, frozen forward per sublayer kind)...");

@@ -64,6 +64,10 @@ class CostModel {
   // measured only. nullopt: the config's context_creation_s and
   // pipeline_warmup_s stand in.
   [[nodiscard]] virtual std::optional<double> first_iteration_s() const { return std::nullopt; }
+  // A process creating its device context (its first touch of the device);
+  // measured only. A woken process and the run's start pay it beside the
+  // first iteration's extra, which a profile measures with it made.
+  [[nodiscard]] virtual std::optional<double> device_context_s() const { return std::nullopt; }
   // AutoCache's probe timed whole once set up, at some depths (profile.hpp):
   // what predict_cache_probe_s scales its terms to; measured only.
   [[nodiscard]] virtual std::vector<CacheProbeSample> cache_probes() const { return {}; }

@@ -380,16 +380,21 @@ std::optional<double> FittedCostModel::cache_probe_setup_s(double bytes) const {
   return per_byte(kCacheProbeSetupWhat, bytes);
 }
 
-std::optional<double> FittedCostModel::first_iteration_s() const {
+// The mean of the samples of `what`, which no size scales.
+std::optional<double> FittedCostModel::mean_of(std::string_view what) const {
   double sum = 0;
   int n = 0;
   for (const TransitionSample& t : transitions_)
-    if (t.what == kFirstIterationWhat) {
+    if (t.what == what) {
       sum += t.seconds;
       ++n;
     }
   if (n == 0) return std::nullopt;
   return sum / n;
 }
+
+std::optional<double> FittedCostModel::first_iteration_s() const { return mean_of(kFirstIterationWhat); }
+
+std::optional<double> FittedCostModel::device_context_s() const { return mean_of(kDeviceContextWhat); }
 
 }  // namespace ep

@@ -48,6 +48,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -116,6 +117,7 @@ class FittedCostModel final : public CostModel {
   [[nodiscard]] std::optional<double> cache_probe_setup_s(double bytes) const override;
   // The mean of the profile's first-iteration samples.
   [[nodiscard]] std::optional<double> first_iteration_s() const override;
+  [[nodiscard]] std::optional<double> device_context_s() const override;
   [[nodiscard]] std::vector<CacheProbeSample> cache_probes() const override { return cache_probes_; }
 
   [[nodiscard]] const FittedCoefficients& coefficients() const { return fits_; }
@@ -128,6 +130,7 @@ class FittedCostModel final : public CostModel {
  private:
   [[nodiscard]] double compute_s(const Sublayer&, ComputeOp, int samples) const;
   [[nodiscard]] std::optional<double> per_byte(const std::string& what, double bytes) const;
+  [[nodiscard]] std::optional<double> mean_of(std::string_view what) const;
 
   const CostModel& fallback_;
   FittedCoefficients fits_;

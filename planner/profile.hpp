@@ -104,7 +104,7 @@ struct OptimizerSample {
 
 // One-off steps of a transition, measured whole: the cost model's
 // transition terms (group_rebuild_s, state_pack_s, cache_create_s,
-// cache_probe_setup_s, first_iteration_s).
+// cache_probe_setup_s, first_iteration_s, device_context_s).
 struct TransitionSample {
   std::string what;  // e.g. "group_rebuild", "state_transfer"
   int ranks = 0;
@@ -137,8 +137,11 @@ struct Profile {
 // TransitionSample::what of setting AutoCache's probe up (bytes: a batch's rows).
 inline constexpr const char* kCacheProbeSetupWhat = "cache_probe_setup";
 // TransitionSample::what of the run's start over its iterations' later
-// time (bytes 0): what a process pays once, in its start (predict_start).
+// time (bytes 0): what a process pays once, in its start (predict_transition).
 inline constexpr const char* kFirstIterationWhat = "first_iteration";
+// TransitionSample::what of a process's first touch of its device, to the
+// device's finish (bytes 0): its context created (CostModel::device_context_s).
+inline constexpr const char* kDeviceContextWhat = "device_context";
 
 struct ModelConfig;  // planner/config.hpp
 

@@ -81,16 +81,43 @@ bool repartitioned(const Plan& prev, const Plan& plan) {
   return prev.partition.bounds != plan.partition.bounds || prev.K != plan.K;
 }
 
+namespace {
+
+// What a process pays once before its iterations run as its later ones do
+// (its device context, its first iteration's one-off work), as a profile
+// measured it, else the config's figures for the context and the warm-up.
+TransitionCost process_start(const TransitionSpec& k, const CostModel& cost) {
+  TransitionCost t;
+  if (const std::optional<double> first = cost.first_iteration_s()) {
+    t.contexts_s = cost.device_context_s().value_or(0.0) + *first;
+  } else {
+    t.contexts_s = k.context_creation_s;
+    t.warmup_s = k.pipeline_warmup_s;
+  }
+  return t;
+}
+
+}  // namespace
+
+IterationProgram wake_program(const PlanContext& ctx, const Plan& plan) {
+  IterationProgram start = start_program(ctx, plan, plan.first_epoch);
+  std::erase_if(start.layout.replica, [&](const auto& r) { return !contains(plan.woken_ranks, r.rank); });
+  start.layout.active_ranks = plan.woken_ranks;
+  start.layout.replicas = start.setup.replicas = static_cast<int>(start.layout.replica.size());
+  return start;
+}
+
+bool starts_processes(const Plan* prev, const Plan& plan) { return !prev || !plan.woken_ranks.empty(); }
+
 TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, const Plan& plan) {
   const TransitionSpec& k = ctx.config.cluster.transition;
   const CostModel& cost = ctx.cost;
   const int ranks = plan.layout.replicas;
   const double rebuild = ranks > 1 ? cost.group_rebuild_s(ranks).value_or(k.ddp_rebuild_s) : 0.0;
-  // A run's start: its first iteration's one-off work, as a profile measured
-  // it, else the config's figures for the device context and the warm-up.
   if (!prev) {
-    if (const std::optional<double> first = cost.first_iteration_s()) return {0.0, *first, rebuild, 0.0};
-    return {0.0, k.context_creation_s, rebuild, k.pipeline_warmup_s};
+    TransitionCost t = process_start(k, cost);
+    t.rebuild_s = rebuild;
+    return t;
   }
   const bool moved = repartitioned(*prev, plan);
   const bool regrouped = prev->layout.active_ranks != plan.layout.active_ranks;
@@ -101,7 +128,8 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
     const LinkKind link = m.src_gpu / I == m.dst_gpu / I ? LinkKind::IntraNode : LinkKind::InterNode;
     t.state_s += cost.p2p_s(m.bytes, link) + cost.state_pack_s(m.bytes).value_or(0.0);
   }
-  t.contexts_s = plan.woken_ranks.empty() ? 0.0 : k.context_creation_s;
+  // Woken processes start as the run's do (their start iterations: below).
+  t.contexts_s = plan.woken_ranks.empty() ? 0.0 : process_start(k, cost).contexts_s;
   // A transition rebuilds the active group and DDP: there is none to
   // rebuild for one replica (the executor measures ~0 s there).
   t.rebuild_s = rebuild;
@@ -135,11 +163,14 @@ IterationProgram start_program(const PlanContext& ctx, const Plan& plan, int epo
   return start;
 }
 
-TransitionCost predict_start(const PlanContext& ctx, const Plan& plan, const IterationPredictor& predict) {
-  TransitionCost t = predict_transition(ctx, nullptr, plan);
-  const std::vector<IterationPrediction> start =
-      predict({start_program(ctx, plan, plan.first_epoch)}, PredictionUse::ChunkCandidate);
-  t.warmup_s += kStartIterations * start.at(0).iteration_s;
+TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, const Plan& plan,
+                                  const IterationPredictor& predict) {
+  TransitionCost t = predict_transition(ctx, prev, plan);
+  if (!starts_processes(prev, plan)) return t;
+  const IterationProgram program = prev ? wake_program(ctx, plan) : start_program(ctx, plan, plan.first_epoch);
+  const std::vector<IterationPrediction> start = predict({program}, PredictionUse::ChunkCandidate);
+  // The run's start: its warm-up; a wake: the woken processes' part.
+  (prev ? t.contexts_s : t.warmup_s) += kStartIterations * start.at(0).iteration_s;
   return t;
 }
 

@@ -43,8 +43,6 @@ void Trainer::enter_plan(TransitionCost* cost) {
   if (dist_ && (now_active || was_active)) dist_->rebuild_active(plan_->id, plan_->layout.active_ranks, plan_->K, plan_devices());
   if (cost) cost->rebuild_s = seconds(t, Clock::now());
   t = Clock::now();
-  if (wake() && cost) cost->wake_s = seconds(t, Clock::now());
-  t = Clock::now();
   if (now_active) {
     if (plan_->cache.on && !cache_)
       cache_ = std::make_unique<ActivationCache>(node_cache_file(plan_->cache.tier), data_.train.size, entry_shape(),
@@ -55,17 +53,6 @@ void Trainer::enter_plan(TransitionCost* cost) {
   }
   if (cost) cost->repartition_s += seconds(t, Clock::now());
   resumed_ = false;
-}
-
-// A transition that wakes replicas: each runs the run's start (start_program,
-// its one-off work done there, not in its first iteration, where every
-// replica's all-reduce would wait for it), and every process waits for them.
-bool Trainer::wake() {
-  const auto& woken = plan_->woken_ranks;
-  if (!previous_plan_ || woken.empty()) return false;
-  if (std::count(woken.begin(), woken.end(), env_.rank) > 0) start_iterations(p_.epoch);
-  if (dist_) dist_->barrier("the woken replicas' start");
-  return true;
 }
 
 // Each woken rank receives the training state (weights, optimizer state,
@@ -261,15 +248,13 @@ void Trainer::transition(const Plan& previous) {
   // The probe's and the cache's first pinned blocks are made here, not in
   // the epoch after (its host line counts its own).
   const std::optional<PinnedAllocs> pinned = pinned_allocs_since(pinned_at_step_);
-  char wake[64] = "";
-  if (!plan_->woken_ranks.empty()) std::snprintf(wake, sizeof wake, ", woken replicas' start %.3f", cost.wake_s);
   char buf[480];
   std::snprintf(buf, sizeof buf,
                 "transition frozen %d->%d K %d->%d replicas %d->%d (%.3f s: cache probe %.3f%s, planning %.3f, "
-                "state transfer %.3f, group rebuild %.3f%s, repartition %.3f%s%s%s)",
+                "state transfer %.3f, group rebuild %.3f, repartition %.3f%s%s%s)",
                 frozen_before, plan_->frozen_layers, K_before, plan_->K, replicas_before, plan_->layout.replicas,
                 pending_transition_s_, cost.cache_probe_s, probe, cost.planning_s, cost.state_transfer_s, cost.rebuild_s,
-                wake, cost.repartition_s, file, pinned ? "; " : "", pinned ? format_pinned(*pinned).c_str() : "");
+                cost.repartition_s, file, pinned ? "; " : "", pinned ? format_pinned(*pinned).c_str() : "");
   log(buf);
 }
 

@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <unistd.h>
 
@@ -28,7 +27,6 @@
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/autopipe.hpp"
-#include "planner/cache_policy.hpp"
 #include "planner/cost_model.hpp"
 #include "planner/error.hpp"
 #include "planner/transition.hpp"
@@ -391,6 +389,21 @@ void profile_probe_setup(const Config& c, Pipeline& pipe, int threads, Model& mo
   p.cache_probes.push_back({deeper, c.training.batch_size, seconds(t2, t3)});
 }
 
+// A freeze step's warm-up as a run meets its first (after the start and
+// AutoCache's probe), as Trainer's warm-up meter measures it: one layer
+// frozen, the first iteration over the median of the next, to the device's finish.
+void profile_freeze_warmup(const PlanContext& ctx, IterationSetup s, const ProfileOptions& o, ReplicaRun& r,
+                           Profile& p) {
+  if (ctx.config.model.num_hidden_layers < 2) return;  // nothing can freeze
+  s.partition = plan_partition(ctx, 1, 1, false);
+  const IterationProgram step = lower_iteration(ctx, s);
+  r.pipe.configure(s.partition, s.K, s.v);
+  const auto run = [&] { (void)r.run(step); };
+  const double first = seconds_of(r.devices.front(), run);
+  const double later = median_device_seconds(r.devices.front(), std::max(o.repeats, 5), run);
+  p.transitions.push_back({kFreezeWarmupWhat, 1, 0.0, std::max(0.0, first - later)});
+}
+
 // `n` samples of the model's input shape: a batch's assembly costs the same
 // whatever its values, so no dataset need be read.
 Dataset input_shaped(const Config& c, int n) {
@@ -449,20 +462,19 @@ std::vector<std::int64_t> profile_run_start(const Config& c, const ProfileOption
   }
   const std::vector<std::int64_t> shape = row.sizes().slice(1).vec();
   profile_probe_setup(c, r.pipe, start.threads.worker, r.model, shape, dev, p);
+  profile_freeze_warmup(ctx, s, o, r, p);
   return shape;
 }
 
 // This process's first touch of the device, to the device's finish: on a
-// GPU its context created (what a run's start and a woken process pay
-// before their first iteration, which profile_run_start times with it
-// made); on a CPU next to nothing. Nothing has touched the device before.
+// GPU its context created, which a run's start and a woken process pay
+// (profile_run_start times the first iteration with it made).
 void profile_device_context(const at::Device& dev, Profile& p) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Clock::time_point t0 = Clock::now();  // seconds_of would touch the device first
   compat::use_device(dev);
   (void)at::zeros({1}, at::TensorOptions().device(dev));
   compat::synchronize(dev);
-  p.transitions.push_back({kDeviceContextWhat, 1, 0.0,
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+  p.transitions.push_back({kDeviceContextWhat, 1, 0.0, seconds(t0, Clock::now())});
 }
 
 // Reads go to the training device and writes come from it, as the

@@ -67,7 +67,6 @@ class Trainer final : RunBackend {
   [[nodiscard]] std::vector<at::Device> plan_devices() const;
   void enter_plan(TransitionCost* cost);
   void onboard();
-  bool wake();  // whether the plan woke replicas
   void repartition();
   void make_cache_ahead();
   void drop_cache_ahead();

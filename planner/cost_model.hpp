@@ -68,6 +68,9 @@ class CostModel {
   // measured only. A woken process and the run's start pay it beside the
   // first iteration's extra, which a profile measures with it made.
   [[nodiscard]] virtual std::optional<double> device_context_s() const { return std::nullopt; }
+  // The first iteration after a freeze step or a repartition over its later
+  // ones; measured only. nullopt: cluster.transition.pipeline_warmup_s.
+  [[nodiscard]] virtual std::optional<double> freeze_warmup_s() const { return std::nullopt; }
   // AutoCache's probe timed whole once set up, at some depths (profile.hpp):
   // what predict_cache_probe_s scales its terms to; measured only.
   [[nodiscard]] virtual std::vector<CacheProbeSample> cache_probes() const { return {}; }

@@ -397,4 +397,6 @@ std::optional<double> FittedCostModel::first_iteration_s() const { return mean_o
 
 std::optional<double> FittedCostModel::device_context_s() const { return mean_of(kDeviceContextWhat); }
 
+std::optional<double> FittedCostModel::freeze_warmup_s() const { return mean_of(kFreezeWarmupWhat); }
+
 }  // namespace ep

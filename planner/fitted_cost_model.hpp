@@ -118,6 +118,7 @@ class FittedCostModel final : public CostModel {
   // The mean of the profile's first-iteration samples.
   [[nodiscard]] std::optional<double> first_iteration_s() const override;
   [[nodiscard]] std::optional<double> device_context_s() const override;
+  [[nodiscard]] std::optional<double> freeze_warmup_s() const override;
   [[nodiscard]] std::vector<CacheProbeSample> cache_probes() const override { return cache_probes_; }
 
   [[nodiscard]] const FittedCoefficients& coefficients() const { return fits_; }

@@ -104,7 +104,7 @@ struct OptimizerSample {
 
 // One-off steps of a transition, measured whole: the cost model's
 // transition terms (group_rebuild_s, state_pack_s, cache_create_s,
-// cache_probe_setup_s, first_iteration_s, device_context_s).
+// cache_probe_setup_s, first_iteration_s, device_context_s, freeze_warmup_s).
 struct TransitionSample {
   std::string what;  // e.g. "group_rebuild", "state_transfer"
   int ranks = 0;
@@ -142,6 +142,10 @@ inline constexpr const char* kFirstIterationWhat = "first_iteration";
 // TransitionSample::what of a process's first touch of its device, to the
 // device's finish (bytes 0): its context created (CostModel::device_context_s).
 inline constexpr const char* kDeviceContextWhat = "device_context";
+// TransitionSample::what of a freeze step's first iteration over its later
+// ones (bytes 0): the warm-up a step that freezes or repartitions pays
+// (CostModel::freeze_warmup_s).
+inline constexpr const char* kFreezeWarmupWhat = "freeze_warmup";
 
 struct ModelConfig;  // planner/config.hpp
 

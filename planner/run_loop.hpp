@@ -44,7 +44,7 @@ class RunBackend {
   // The run's start, once the first plan (or the plan a resumed run
   // continues) is entered and before its first epoch, `epoch`: the
   // executor runs start_program (planner/transition.hpp), the simulator
-  // prices it (predict_transition from no plan).
+  // prices it (predict_start).
   virtual void start(const Plan& /*plan*/, int /*epoch*/) {}
   // Run epoch `epoch` of `plan`: plan.program_for(epoch), in cache role
   // plan.cache_role(epoch).

@@ -178,8 +178,6 @@ Plan RunPlanner::shape(const Plan& base, int K, Partition partition, CacheDecisi
   plan.batch = pipeline_batch(c, K);
   plan.iterations_per_epoch = iterations_in_epoch(sampler_, 0, plan.layout.pipelines_per_node, plan.batch);
   plan.padding_slots_per_epoch = padding_slots(sampler_, plan.layout.pipelines_per_node, plan.batch);
-  // Without the start iterations of the processes it starts: the back
-  // end's timing adds them (time_with_backend).
   plan.predicted_transition_s = predict_transition(ctx_, run_.plans.empty() ? nullptr : &run_.plans.back(), plan).total_s();
   return plan;
 }
@@ -215,10 +213,6 @@ void RunPlanner::time_with_backend(const std::vector<Plan*>& plans) {
     plan->fits_memory = plan->max_device_memory_bytes <= c.cluster.device.memory_bytes;
     plan->samples_per_s = plan->layout.replicas * static_cast<double>(plan->batch) / plan->iteration_s;
     plan->recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, plan->M);
-    // With the start iterations of the processes it starts, now that its
-    // program is lowered (shape's estimate, which weighed it, has none).
-    plan->predicted_transition_s =
-        predict_transition(ctx_, run_.plans.empty() ? nullptr : &run_.plans.back(), *plan, predict_).total_s();
   }
 }
 

@@ -99,16 +99,6 @@ TransitionCost process_start(const TransitionSpec& k, const CostModel& cost) {
 
 }  // namespace
 
-IterationProgram wake_program(const PlanContext& ctx, const Plan& plan) {
-  IterationProgram start = start_program(ctx, plan, plan.first_epoch);
-  std::erase_if(start.layout.replica, [&](const auto& r) { return !contains(plan.woken_ranks, r.rank); });
-  start.layout.active_ranks = plan.woken_ranks;
-  start.layout.replicas = start.setup.replicas = static_cast<int>(start.layout.replica.size());
-  return start;
-}
-
-bool starts_processes(const Plan* prev, const Plan& plan) { return !prev || !plan.woken_ranks.empty(); }
-
 TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, const Plan& plan) {
   const TransitionSpec& k = ctx.config.cluster.transition;
   const CostModel& cost = ctx.cost;
@@ -128,7 +118,8 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
     const LinkKind link = m.src_gpu / I == m.dst_gpu / I ? LinkKind::IntraNode : LinkKind::InterNode;
     t.state_s += cost.p2p_s(m.bytes, link) + cost.state_pack_s(m.bytes).value_or(0.0);
   }
-  // Woken processes start as the run's do (their start iterations: below).
+  // A woken process pays what the run's start does before its iterations
+  // (it does so in its first iteration, every replica's all-reduce waiting).
   t.contexts_s = plan.woken_ranks.empty() ? 0.0 : process_start(k, cost).contexts_s;
   // A transition rebuilds the active group and DDP: there is none to
   // rebuild for one replica (the executor measures ~0 s there).
@@ -137,7 +128,7 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
   // the partition changes (what runs without autograd changes, and with it
   // the kernels and the allocations), so it is charged for both.
   const bool refrozen = plan.frozen_layers != prev->frozen_layers;
-  t.warmup_s = moved || refrozen ? k.pipeline_warmup_s : 0.0;
+  t.warmup_s = moved || refrozen ? cost.freeze_warmup_s().value_or(k.pipeline_warmup_s) : 0.0;
   // The executor creates the node's file when a plan first turns the cache
   // on and keeps it (a cache turned off and on again is charged again).
   if (plan.cache.on && !prev->cache.on) {
@@ -163,14 +154,11 @@ IterationProgram start_program(const PlanContext& ctx, const Plan& plan, int epo
   return start;
 }
 
-TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, const Plan& plan,
-                                  const IterationPredictor& predict) {
-  TransitionCost t = predict_transition(ctx, prev, plan);
-  if (!starts_processes(prev, plan)) return t;
-  const IterationProgram program = prev ? wake_program(ctx, plan) : start_program(ctx, plan, plan.first_epoch);
-  const std::vector<IterationPrediction> start = predict({program}, PredictionUse::ChunkCandidate);
-  // The run's start: its warm-up; a wake: the woken processes' part.
-  (prev ? t.contexts_s : t.warmup_s) += kStartIterations * start.at(0).iteration_s;
+TransitionCost predict_start(const PlanContext& ctx, const Plan& plan, const IterationPredictor& predict) {
+  TransitionCost t = predict_transition(ctx, nullptr, plan);
+  const std::vector<IterationPrediction> start =
+      predict({start_program(ctx, plan, plan.first_epoch)}, PredictionUse::ChunkCandidate);
+  t.warmup_s += kStartIterations * start.at(0).iteration_s;
   return t;
 }
 

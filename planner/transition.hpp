@@ -36,9 +36,10 @@ struct TransitionCost {
   double state_s = 0;     // state_moves over the links (and packing, when a profile measured it)
   double contexts_s = 0;  // a process's one-off work where one starts (the run's, or woken ones): its device
                           // context and first iteration's extra, as a profile measured them, else
-                          // cluster.transition.context_creation_s; for woken ones also their start iterations
+                          // cluster.transition.context_creation_s
   double rebuild_s = 0;   // the active group and DDP buckets rebuilt (profile or cluster.transition.ddp_rebuild_s)
-  double warmup_s = 0;    // first iteration after a freeze step or repartition (cluster.transition.pipeline_warmup_s)
+  double warmup_s = 0;    // first iteration after a freeze step or repartition (profile's freeze_warmup, else
+                          // cluster.transition.pipeline_warmup_s); the run's start: its iterations
   double cache_probe_s = 0;  // AutoCache's probe at the new frozen depth, before the step is planned
   double cache_create_s = 0;  // the node's cache file, where the cache turns on (CostModel::cache_create_s)
   [[nodiscard]] double total_s() const {
@@ -63,21 +64,11 @@ struct TransitionCost {
 // the epochs after it do, whether or not a chunk search ran before it.
 inline constexpr int kStartIterations = 2;
 [[nodiscard]] IterationProgram start_program(const PlanContext&, const Plan&, int epoch);
-// A wake's start: start_program on the plan's woken replicas alone (the
-// others wait for them).
-[[nodiscard]] IterationProgram wake_program(const PlanContext&, const Plan&);
-// Whether entering `next` starts processes, which run the start (above)
-// before its first epoch: the run's first plan (`previous` null), or one
-// that wakes replicas (the executor runs theirs in the transition, the
-// replicas already active waiting for them at the replica check).
-[[nodiscard]] bool starts_processes(const Plan* previous, const Plan& next);
-// predict_transition with the start iterations of the processes it starts
-// (starts_processes), each priced by `predict` as a timing run of
-// start_program from idle devices (PredictionUse::ChunkCandidate): its own
-// schedule, so no optimizer step and no all-reduce are charged. The run's
-// start holds them in warmup_s, a wake in contexts_s.
-[[nodiscard]] TransitionCost predict_transition(const PlanContext&, const Plan* previous, const Plan& next,
-                                                const IterationPredictor& predict);
+// Its cost: entering the plan from nothing (predict_transition) and the
+// start's iterations, each priced by `predict` as a timing run from idle
+// devices (PredictionUse::ChunkCandidate): the start program's own
+// schedule, so no optimizer step and no all-reduce are charged.
+[[nodiscard]] TransitionCost predict_start(const PlanContext&, const Plan&, const IterationPredictor& predict);
 
 // Whether entering `next` from `previous` changes anything a back end must redo.
 [[nodiscard]] bool repartitioned(const Plan& previous, const Plan& next);

@@ -73,10 +73,9 @@ double period_without_comm(const PlanContext& ctx, const IterationProgram& p) {
 // The overhead before a plan's first epoch, in the parts SPEC §7's
 // transition table dissects, as the planner predicts them, but for the
 // moves of weights and state: those run on the simulated network.
-TransitionCost transition(const PlanContext& ctx, const Plan* prev, const Plan& plan, Simulator& sim,
-                          const IterationPredictor& predict) {
-  if (!prev) return {};  // the run's start is charged apart (ModeRun::start)
-  TransitionCost t = predict_transition(ctx, prev, plan, predict);  // a wake's start iterations SimGrid's
+TransitionCost transition(const PlanContext& ctx, const Plan* prev, const Plan& plan, Simulator& sim) {
+  if (!prev) return {};  // the run's start is charged apart (predict_start)
+  TransitionCost t = predict_transition(ctx, prev, plan);
   if (t.total_s() == 0) return t;
   std::vector<Simulator::Transfer> transfers;
   for (const StateMove& m : state_moves(ctx, *prev, plan)) transfers.push_back({m.src_gpu, m.dst_gpu, m.bytes});
@@ -301,7 +300,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   std::vector<std::future<TransitionCost>> transitions;
   for (std::size_t pi = 0; pi < plans.size(); ++pi)
     transitions.push_back(std::async(std::launch::async, [&, pi] {
-      return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim, predict);
+      return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim);
     }));
   // The steady states plan_run had simulated (memo hits), for their
   // breakdown: each plan's, then the filling ones of the plans that fill.
@@ -320,7 +319,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     if (tr.total_s() > 0 && fits) add_transition_events(out.trace, mc, p, prev, tr, at);
     out.untraced += !fits;
   };
-  run.start = predict_transition(ctx, nullptr, plans.front(), predict);  // its iterations SimGrid's, from idle
+  run.start = predict_start(ctx, plans.front(), predict);  // its iterations SimGrid's, from idle
   if (traced) trace_transition(plans.front(), nullptr, run.start, 0.0);
   double clock = run.start.total_s();  // start of the plan on the run's timeline
   std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch

@@ -38,7 +38,7 @@ struct ModeRun {
   Mode mode = Mode::Baseline;
   RunPlan plan;
   std::vector<PlanSim> plans;
-  TransitionCost start;  // the run's start, before its first epoch (predict_transition from no plan)
+  TransitionCost start;  // the run's start, before its first epoch (predict_start)
   std::vector<trace::EpochMetrics> epochs;
   [[nodiscard]] double total_s() const;  // the start and every epoch
 };

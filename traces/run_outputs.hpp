@@ -27,7 +27,6 @@ struct TransitionCost {
   double planning_s = 0;        // freeze decision, chunk timing, RunPlanner
   double state_transfer_s = 0;  // onboarding the woken replicas (pack, send, unpack)
   double rebuild_s = 0;         // tearing down and rebuilding the active process group
-  double wake_s = 0;            // the woken replicas' start (planner/transition.hpp), every rank waiting for it
   double repartition_s = 0;     // moving sublayers, schedules, cache files, replica check
   double warmup_s = 0;          // first iteration of the new plan minus the median of the next ones
   // Why a warm-up, in part (inside warmup_s, not added to the total): the
@@ -36,7 +35,7 @@ struct TransitionCost {
   bool first_batch_prefetched = false;
   double first_batch_wait_s = 0;
   [[nodiscard]] double total_s() const {
-    return cache_probe_s + planning_s + state_transfer_s + rebuild_s + wake_s + repartition_s + warmup_s;
+    return cache_probe_s + planning_s + state_transfer_s + rebuild_s + repartition_s + warmup_s;
   }
   friend bool operator==(const TransitionCost&, const TransitionCost&) = default;
 };

@@ -24,7 +24,6 @@ void visit_transition(T& t, F&& f) {
   f("planning_s", t.planning_s);
   f("state_transfer_s", t.state_transfer_s);
   f("rebuild_s", t.rebuild_s);
-  f("wake_s", t.wake_s, false);  // before it, inside repartition_s (the replica check) and warmup_s
   f("repartition_s", t.repartition_s);
   f("warmup_s", t.warmup_s);
   f("first_batch_prefetched", t.first_batch_prefetched, false);

@@ -224,6 +224,7 @@ expect_text "profile prints the fits" "compute attention/backward"
 grep -q '"what": "cache_probe_setup"' "$tmp/profile.json" && ok || bad "profile lacks the cache probe's set-up"
 grep -q '"what": "first_iteration"' "$tmp/profile.json" && ok || bad "profile lacks the first iteration's one-off work"
 grep -q '"what": "device_context"' "$tmp/profile.json" && ok || bad "profile lacks the device context's creation"
+grep -q '"what": "freeze_warmup"' "$tmp/profile.json" && ok || bad "profile lacks a freeze step's warm-up"
 # Whole probes, set up, at 1 and half the layers (dp_tiny: 4 layers), and the fits table says them.
 /usr/bin/python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["cache_probes"]
 sys.exit(not ([q["frozen_layers"] for q in p] == [1, 2] and all(q["seconds"] > 0 and q["samples"] == 16 for q in p)))' \

@@ -130,8 +130,7 @@ TEST_CASE("objective time: the chosen plan is the fastest confirmed alternative,
           CHECK(kept_weighed);
       }
       // What the plan carries, each derived once here.
-      CHECK(p.predicted_transition_s ==
-            Approx(ep::predict_transition(ctx, prev, p, ep::analytic_predictor(ctx)).total_s()));
+      CHECK(p.predicted_transition_s == Approx(ep::predict_transition(ctx, prev, p).total_s()));
       CHECK(p.recomputed_microbatches == ep::recomputed_microbatches(c.training.checkpointing, p.M));
       REQUIRE(p.onboarding.size() == p.woken_ranks.size());
       for (std::size_t w = 0; w < p.woken_ranks.size(); ++w) {

@@ -129,7 +129,11 @@ TEST_CASE("whole probes a profile timed scale the probe's terms at every depth")
   CHECK(analytic.cache_probes().empty());
 }
 
-TEST_CASE("a run's start costs its profile's measured first iteration, else the config's context and warm-up") {
+// What a process pays once before its iterations (device context, first
+// iteration's extra), at the run's start and in a transition that wakes
+// processes alike; and a freeze step's warm-up: a profile's where it
+// measured them, else the config's assumptions.
+TEST_CASE("a run's start and a woken process cost the profile's measured one-off work, else the config's") {
   ep::Profile profile = analytic_vit_profile();
   const ep::Config c = paper_config("vit_imagenet", {"cluster.transition.context_creation_s=0.7",
                                                       "cluster.transition.pipeline_warmup_s=0.003"});
@@ -153,12 +157,16 @@ TEST_CASE("a run's start costs its profile's measured first iteration, else the 
   CHECK(start.contexts_s == Approx(0.85));
   CHECK(start.warmup_s == 0);
   CHECK(start.total_s() == Approx(0.85 + start.rebuild_s));
+  CHECK(run.plans.front().predicted_transition_s == Approx(start.total_s()));
   REQUIRE(run.plans.size() > 1);
+  int wakes = 0;
   for (std::size_t i = 1; i < run.plans.size(); ++i) {
     const ep::TransitionCost t = ep::predict_transition(ctx, &run.plans[i - 1], run.plans[i]);
-    CHECK(t.contexts_s == Approx(run.plans[i].woken_ranks.empty() ? 0.0 : 0.85));  // a woken process starts as the run's
+    CHECK(t.contexts_s == Approx(run.plans[i].woken_ranks.empty() ? 0.0 : 0.85));  // a woken process: as the run's start
     if (run.plans[i].frozen_layers != run.plans[i - 1].frozen_layers) CHECK(t.warmup_s == 0.003);
+    wakes += !run.plans[i].woken_ranks.empty();
   }
+  CHECK(wakes > 0);
   // And its device context, where measured too: both pay it.
   profile.transitions.push_back({ep::kDeviceContextWhat, 1, 0, 0.25});
   const ep::FittedCostModel with_context(profile, analytic);
@@ -168,69 +176,20 @@ TEST_CASE("a run's start costs its profile's measured first iteration, else the 
   for (std::size_t i = 1; i < run.plans.size(); ++i)
     CHECK(ep::predict_transition(ctx2, &run.plans[i - 1], run.plans[i]).contexts_s ==
           Approx(run.plans[i].woken_ranks.empty() ? 0.0 : 1.1));
+  // A freeze step's warm-up, where measured: every step that freezes or
+  // repartitions pays it in the config's stead.
+  profile.transitions.push_back({ep::kFreezeWarmupWhat, 1, 0, 0.02});
+  const ep::FittedCostModel with_warmup(profile, analytic);
+  const ep::PlanContext ctx3(c, with_warmup);
+  for (std::size_t i = 1; i < run.plans.size(); ++i) {
+    const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
+    const bool moves = ep::repartitioned(prev, p) || p.frozen_layers != prev.frozen_layers;
+    CHECK(ep::predict_transition(ctx3, &prev, p).warmup_s == (moves ? 0.02 : 0.0));
+  }
   // Without a first iteration measured, a context alone changes nothing.
   profile.transitions = {{ep::kDeviceContextWhat, 1, 0, 0.25}};
   const ep::FittedCostModel context_only(profile, analytic);
   CHECK(ep::predict_transition(ep::PlanContext(c, context_only), nullptr, run.plans.front()).contexts_s == 0.7);
-}
-
-namespace {
-
-// Three paper configs on both cluster shapes (theirs and one node), with
-// the start's one-off work fixed: what the start and wake tests walk.
-template <class F>
-void for_paper_configs(F&& f) {
-  for (const char* name : {"vit_imagenet", "vit_cifar100", "bert_base_sst2"})
-    for (const char* cluster : {"", "cluster.nodes=1"}) {
-      INFO(name << " " << cluster);
-      ep::Overrides o = {"cluster.transition.context_creation_s=0.7", "cluster.transition.pipeline_warmup_s=0.003"};
-      if (*cluster) o.push_back(cluster);
-      f(paper_config(name, o));
-    }
-}
-
-}  // namespace
-
-// A plan that wakes replicas charges their start as the run's: the one-off
-// work, and kStartIterations of start_program run by the woken replicas
-// alone (the others wait), priced by the back end's predictor; a plan that
-// wakes none, no start. The plan's predicted transition holds it. Over
-// paper configs and cluster shapes, where AutoDP wakes replicas.
-TEST_CASE("woken replicas run the start: its iterations on them alone, in the transition the plan predicts") {
-  int wakes = 0;
-  for_paper_configs([&](const ep::Config& c) {
-    const ep::AnalyticCostModel cost(c.cluster, c.training);
-    const ep::PlanContext ctx(c, cost);
-    const ep::IterationPredictor predict = ep::analytic_predictor(ctx);
-    const ep::RunPlan run = ep::plan_run(c, cost);
-    CHECK(run.plans.front().predicted_transition_s ==
-          Approx(ep::predict_transition(ctx, nullptr, run.plans.front(), predict).total_s()));
-    for (std::size_t i = 1; i < run.plans.size(); ++i) {
-      const ep::Plan &prev = run.plans[i - 1], &p = run.plans[i];
-      INFO("plan " << i << ", woken " << p.woken_ranks.size());
-      const ep::TransitionCost bare = ep::predict_transition(ctx, &prev, p);
-      const ep::TransitionCost t = ep::predict_transition(ctx, &prev, p, predict);
-      CHECK(p.predicted_transition_s == Approx(t.total_s()));
-      CHECK(ep::starts_processes(&prev, p) == !p.woken_ranks.empty());
-      if (p.woken_ranks.empty()) {
-        CHECK(t.total_s() == bare.total_s());
-        continue;
-      }
-      ++wakes;
-      // The woken replicas' own start: the plan's start program, on them only.
-      const ep::IterationProgram start = ep::wake_program(ctx, p);
-      CHECK(start.layout.active_ranks == p.woken_ranks);
-      REQUIRE(start.layout.replica.size() == p.woken_ranks.size());
-      for (std::size_t r = 0; r < p.woken_ranks.size(); ++r) CHECK(start.layout.replica[r].rank == p.woken_ranks[r]);
-      CHECK(start.setup.replicas == static_cast<int>(p.woken_ranks.size()));
-      CHECK(start.schedule.devices == ep::start_program(ctx, p, p.first_epoch).schedule.devices);
-      const double own = predict({start}, ep::PredictionUse::ChunkCandidate).at(0).iteration_s;
-      CHECK(own > 0);
-      CHECK(t.contexts_s == Approx(bare.contexts_s + ep::kStartIterations * own));
-      CHECK(t.total_s() == Approx(bare.total_s() + ep::kStartIterations * own));
-    }
-  });
-  CHECK(wakes > 0);
 }
 
 // The start's iterations run the plan's timing program: no optimizer step,
@@ -238,23 +197,28 @@ TEST_CASE("woken replicas run the start: its iterations on them alone, in the tr
 // priced as that program's own schedule, never as the plan's iteration;
 // where one device runs it alone, exactly the iteration less its step.
 TEST_CASE("a run's start charges its iterations at the start program's own time, not the plan's iteration") {
-  for_paper_configs([&](const ep::Config& c) {
-    const ep::AnalyticCostModel cost(c.cluster, c.training);
-    const ep::PlanContext ctx(c, cost);
-    const ep::RunPlan run = ep::plan_run(c, cost);
-    const ep::Plan& first = run.plans.front();
-    const ep::IterationProgram start = ep::start_program(ctx, first, first.first_epoch);
-    for (const auto& list : start.schedule.devices)
-      for (const ep::Action& a : list) {
-        CHECK(a.kind != ep::ActionKind::OptimizerStep);
-        CHECK(a.kind != ep::ActionKind::AllReduce);
-      }
-    const double entry = ep::predict_transition(ctx, nullptr, first).total_s();
-    const double own = ep::simulate(start.schedule, ep::iteration_costs(ctx, start.setup).duration).makespan;
-    const ep::TransitionCost t = ep::predict_transition(ctx, nullptr, first, ep::analytic_predictor(ctx));
-    CHECK(t.total_s() == Approx(entry + ep::kStartIterations * own));
-    CHECK(own < first.iteration_s);
-  });
+  for (const char* name : {"vit_imagenet", "vit_cifar100", "bert_base_sst2"})
+    for (const char* cluster : {"", "cluster.nodes=1"}) {
+      INFO(name << " " << cluster);
+      ep::Overrides o = {"cluster.transition.context_creation_s=0.7", "cluster.transition.pipeline_warmup_s=0.003"};
+      if (*cluster) o.push_back(cluster);
+      const ep::Config c = paper_config(name, o);
+      const ep::AnalyticCostModel cost(c.cluster, c.training);
+      const ep::PlanContext ctx(c, cost);
+      const ep::RunPlan run = ep::plan_run(c, cost);
+      const ep::Plan& first = run.plans.front();
+      const ep::IterationProgram start = ep::start_program(ctx, first, first.first_epoch);
+      for (const auto& list : start.schedule.devices)
+        for (const ep::Action& a : list) {
+          CHECK(a.kind != ep::ActionKind::OptimizerStep);
+          CHECK(a.kind != ep::ActionKind::AllReduce);
+        }
+      const double entry = ep::predict_transition(ctx, nullptr, first).total_s();
+      const double own = ep::simulate(start.schedule, ep::iteration_costs(ctx, start.setup).duration).makespan;
+      const ep::TransitionCost t = ep::predict_start(ctx, first, ep::analytic_predictor(ctx));
+      CHECK(t.total_s() == Approx(entry + ep::kStartIterations * own));
+      CHECK(own < first.iteration_s);
+    }
   // One device, one micro-batch: the iteration is forward, backward, step.
   const ep::Config c = paper_config("vit_imagenet", {"planner.K=1", "planner.chunk_search=false", "planner.M=1", "cluster.nodes=1",
                                                       "cluster.gpus_per_node=1", "planner.freeze_policy=\"none\""});
@@ -269,7 +233,7 @@ TEST_CASE("a run's start charges its iterations at the start program's own time,
   for (const ep::Action& a : first.program.schedule.devices.front())
     if (a.kind == ep::ActionKind::OptimizerStep) step += costs.duration(a);
   REQUIRE(step > 0);
-  const ep::TransitionCost t = ep::predict_transition(ctx, nullptr, first, ep::analytic_predictor(ctx));
+  const ep::TransitionCost t = ep::predict_start(ctx, first, ep::analytic_predictor(ctx));
   CHECK(t.total_s() - ep::predict_transition(ctx, nullptr, first).total_s() ==
         Approx(ep::kStartIterations * (first.iteration_s - step)));
 }

@@ -181,35 +181,6 @@ TEST_CASE("an epoch's time is its iterations times the period plus its transitio
   CHECK(std::stod(r.trace.metadata.at(trace::kStartKey)) == Approx(m.start.total_s()).epsilon(1e-4));
 }
 
-// A freeze step that wakes replicas charges their start as the run's is:
-// their one-off work and kStartIterations of SimGrid's start program run on
-// the woken replicas alone, from idle; the state moves on the network.
-TEST_CASE("a transition that wakes replicas charges their start, SimGrid's on them alone", "[driver]") {
-  const Config c = test::tiny_bert({"data.num_train_samples=2048", "training.epochs=3", "planner.objective=\"paper\"",
-                                    "planner.compression=\"memory\""});
-  Simulator sim(c.cluster);
-  RunOptions opt;
-  opt.modes = {Mode::AutoCache};
-  const ModeRun m = simulate_training(c, opt, sim).modes.front();
-  const Config mc = mode_config(c, Mode::AutoCache);
-  const AnalyticCostModel cost(mc.cluster, mc.training);
-  const PlanContext ctx(mc, cost);
-  int wakes = 0;
-  for (std::size_t i = 1; i < m.plan.plans.size(); ++i) {
-    const Plan &prev = m.plan.plans[i - 1], &p = m.plan.plans[i];
-    INFO("plan " << i << ", woken " << p.woken_ranks.size());
-    TransitionCost bare = predict_transition(ctx, &prev, p);
-    std::vector<Simulator::Transfer> transfers;
-    for (const StateMove& s : state_moves(ctx, prev, p)) transfers.push_back({s.src_gpu, s.dst_gpu, s.bytes});
-    bare.state_s = transfers.empty() ? 0.0 : sim.run_transfers(transfers);
-    const double start =
-        p.woken_ranks.empty() ? 0.0 : simulate_chunk_iterations(mc, cost, {wake_program(ctx, p)}, sim).at(0);
-    wakes += !p.woken_ranks.empty();
-    CHECK(m.plans[i].transition_s == Approx(bare.total_s() + kStartIterations * start));
-  }
-  CHECK(wakes > 0);
-}
-
 // compute_s and the bubble describe the same iteration as iteration_s: in
 // an epoch that fills the cache, the filling program's (it computes the
 // frozen prefix), not the reading one's that follows.

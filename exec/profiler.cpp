@@ -366,21 +366,20 @@ void profile_probe_setup(const Config& c, Pipeline& pipe, int threads, Model& mo
                                .string();
   const auto device_of = [&](int) { return dev; };
   std::filesystem::create_directories(c.exec.cache_memory_dir);
-  const auto t0 = std::chrono::steady_clock::now();
+  const Clock::time_point t0 = Clock::now();
   CacheProbe probe(batch.clone().to(dev), c.training.precision == Precision::BF16, path, shape);
   // And, set up, at half the layers: two depths of whole probes as a run's
   // later ones run, which the simulator scales the probe's terms to.
   const int deeper = std::max(1, c.model.num_hidden_layers / 2);
-  std::chrono::steady_clock::time_point t1, t2, t3;
+  Clock::time_point t1, t2, t3;
   pipe.on_worker(threads, [&] {
     (void)probe.measure(model, 1, device_of);
-    t1 = std::chrono::steady_clock::now();
+    t1 = Clock::now();
     (void)probe.measure(model, 1, device_of);
-    t2 = std::chrono::steady_clock::now();
+    t2 = Clock::now();
     (void)probe.measure(model, deeper, device_of);
-    t3 = std::chrono::steady_clock::now();
+    t3 = Clock::now();
   });
-  const auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   const double first = seconds(t0, t1), again = seconds(t1, t2);
   double row_bytes = 4;
   for (const std::int64_t d : shape) row_bytes *= static_cast<double>(d);

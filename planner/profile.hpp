@@ -137,7 +137,8 @@ struct Profile {
 // TransitionSample::what of setting AutoCache's probe up (bytes: a batch's rows).
 inline constexpr const char* kCacheProbeSetupWhat = "cache_probe_setup";
 // TransitionSample::what of the run's start over its iterations' later
-// time (bytes 0): what a process pays once, in its start (predict_transition).
+// time (bytes 0): what a process pays once, in its start (predict_start)
+// and, woken, in its first iteration (predict_transition).
 inline constexpr const char* kFirstIterationWhat = "first_iteration";
 // TransitionSample::what of a process's first touch of its device, to the
 // device's finish (bytes 0): its context created (CostModel::device_context_s).

@@ -177,6 +177,44 @@ TEST_CASE("a collective a peer never joins fails within the timeout, naming rank
   CHECK_THROWS_WITH(d1->recv_bytes(0, 7, "training state"), Catch::StartsWith("rank 1: receiving training state from rank 0"));
 }
 
+TEST_CASE("successive active groups each reduce over their own ranks; a rank ends right after a rebuild",
+          "[dist]") {
+  // The previous group retires on a thread of its own: each new group must
+  // work at once, whatever the old one's state, and the end must wait for it.
+  auto [d0, d1] = two_ranks(30s, 2);
+  const auto sum_on = [](Dist& d, int lane, float v) {
+    at::Tensor x = at::full({4}, v);
+    d.allreduce(lane, x, "test")->wait();
+    return x[0].item<float>();
+  };
+  for (int generation = 1; generation <= 4; ++generation) {
+    const bool both = generation % 2 == 0;  // {0, 1}, then {0} alone, and again
+    const int lanes = generation == 4 ? 2 : 1;
+    std::thread t;
+    float got1 = 0;
+    if (both)
+      t = std::thread([&, lanes] {
+        d1->rebuild_active(generation, {0, 1}, lanes);
+        got1 = sum_on(*d1, lanes - 1, 2.0f);
+      });
+    else
+      CHECK(d1->rebuild_active(generation, {0}, 1) == 0.0);  // it leaves: its old group retires
+    d0->rebuild_active(generation, both ? std::vector<int>{0, 1} : std::vector<int>{0}, lanes);
+    const float got0 = sum_on(*d0, lanes - 1, 1.0f);
+    if (t.joinable()) t.join();
+    CHECK(got0 == (both ? 3.0f : 1.0f));
+    if (both) CHECK(got1 == 3.0f);
+  }
+  // Rebuilt and gone at once: the retired group ends before the process's Dist.
+  std::thread t([&] {
+    d1->rebuild_active(5, {0, 1}, 1);
+    d1.reset();
+  });
+  d0->rebuild_active(5, {0, 1}, 1);
+  d0.reset();
+  t.join();
+}
+
 TEST_CASE("control messages reach every rank; state transfers arrive intact", "[dist]") {
   auto [d0, d1] = two_ranks(30s, 1);
   nlohmann::json got;

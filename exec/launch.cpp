@@ -215,6 +215,15 @@ Error sys_error(const std::string& what) { return Error(what + ": " + std::strer
 
 }  // namespace
 
+ProcessEnv local_env(int rank, int world_size, int port, const std::string& launcher) {
+  ProcessEnv e;
+  e.rank = e.local_rank = rank;
+  e.world_size = e.local_world_size = world_size;
+  e.master_port = port;
+  e.launcher = launcher;
+  return e;
+}
+
 int free_port() {
   Fd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (sock.fd < 0) throw sys_error("free_port: socket");

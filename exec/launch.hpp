@@ -59,6 +59,11 @@ struct ProcessEnv {
 // when asked, not reserved: another process may take it before rank 0 binds.
 [[nodiscard]] int free_port();
 
+// Rank `rank` of `world_size` processes on this machine (one node),
+// meeting at 127.0.0.1:`port`: ranks as threads of one process (profile,
+// validate, tests) run the same group code as a launched job.
+[[nodiscard]] ProcessEnv local_env(int rank, int world_size, int port, const std::string& launcher);
+
 struct LaunchOptions {
   int nproc = 1;
   std::string program;            // path of the executable (execv: no PATH search)

@@ -47,14 +47,7 @@ void with_ranks(int n, std::chrono::milliseconds timeout, const std::function<vo
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        ProcessEnv e;
-        e.rank = r;
-        e.world_size = n;
-        e.local_rank = r;
-        e.local_world_size = n;
-        e.master_port = port;
-        e.launcher = "profile";
-        Dist d(e, timeout);
+        Dist d(local_env(r, n, port, "profile"), timeout);
         body(d, r);
       } catch (...) {
         errors[r] = std::current_exception();

@@ -114,14 +114,7 @@ TEST_CASE("CUDA: bf16 autocast runs a stage's matrix products in bf16 and trains
 namespace {
 // A job of one process: its groups are of one rank.
 std::unique_ptr<Dist> one_rank() {
-  ProcessEnv env;
-  env.rank = 0;
-  env.world_size = 1;
-  env.local_rank = 0;
-  env.local_world_size = 1;
-  env.master_port = free_port();
-  env.launcher = "test";
-  return std::make_unique<Dist>(env, std::chrono::seconds(30));
+  return std::make_unique<Dist>(local_env(0, 1, free_port(), "test"), std::chrono::seconds(30));
 }
 }  // namespace
 

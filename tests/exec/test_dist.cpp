@@ -29,16 +29,7 @@ using namespace std::chrono_literals;
 ModelConfig tiny_vit() { return testing::tiny(ModelFamily::ViT); }
 using testing::sgd;
 
-ProcessEnv env_of(int rank, int world, int port) {
-  ProcessEnv e;
-  e.rank = rank;
-  e.world_size = world;
-  e.local_rank = rank;
-  e.local_world_size = world;
-  e.master_port = port;
-  e.launcher = "test";
-  return e;
-}
+ProcessEnv env_of(int rank, int world, int port) { return local_env(rank, world, port, "test"); }
 
 // Two Dist objects (ranks 0 and 1) built concurrently, with an active group
 // of both over `lanes` lanes.

@@ -17,7 +17,6 @@
 #include "exec/cache.hpp"
 #include "exec/dist.hpp"
 #include "exec/job.hpp"
-#include "exec/launch.hpp"
 #include "exec/measure.hpp"
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
@@ -237,7 +236,6 @@ void profile_p2p(const ProfileOptions& o, const at::Device& dev, Profile& p) {
   }
 }
 
-
 // On CUDA the ranks are GPUs and the all-reduce NCCL's, as the pipeline's
 // lanes run it: none is timed with fewer than two GPUs (the cost model's
 // analytic all-reduce stands in).
@@ -251,9 +249,7 @@ void profile_collectives(const Config& c, const ProfileOptions& o, const at::Dev
     std::vector<std::vector<double>> times(n);
     std::vector<double> sizes;
     for (double bytes = 4096; bytes <= 16.0 * 1024 * 1024; bytes *= 4) sizes.push_back(bytes);
-    with_ranks(n, timeout, [&](Dist& d, int r) {
-      std::vector<int> ranks(n);
-      for (int i = 0; i < n; ++i) ranks[i] = i;
+    with_ranks(n, timeout, [&](Dist& d, int r, const std::vector<int>& ranks) {
       const at::Device mine = cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(r)) : dev;
       // Timed as a run's transition meets it: with a group before it to retire.
       (void)d.rebuild_active(0, ranks, 1, {mine});
@@ -329,7 +325,6 @@ void profile_freeze_warmup(const PlanContext& ctx, IterationSetup s, const Profi
   const double later = median_device_seconds(r.devices.front(), std::max(o.repeats, 5), run);
   p.transitions.push_back({kFreezeWarmupWhat, 1, 0.0, std::max(0.0, first - later)});
 }
-
 
 // What a run pays once, measured first, in the order and the process state
 // in which a run meets it: the run's start (run_start_iterations, the

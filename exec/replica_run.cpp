@@ -8,12 +8,12 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <numeric>
 #include <thread>
 
 #include "exec/cache.hpp"
 #include "exec/job.hpp"
 #include "exec/launch.hpp"
-#include "exec/measure.hpp"
 #include "exec/profiler.hpp"
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
@@ -40,15 +40,18 @@ Dataset input_shaped(const Config& c, int n) {
                                       : synthetic_tokens(n, m.seq_length, m.vocab_size, m.num_labels, 1, true);
 }
 
-void with_ranks(int n, std::chrono::milliseconds timeout, const std::function<void(Dist&, int)>& body) {
+void with_ranks(int n, std::chrono::milliseconds timeout,
+                const std::function<void(Dist&, int, const std::vector<int>&)>& body) {
   const int port = free_port();
+  std::vector<int> all(n);
+  std::iota(all.begin(), all.end(), 0);
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(n);
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
         Dist d(local_env(r, n, port, "profile"), timeout);
-        body(d, r);
+        body(d, r, all);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -114,13 +117,13 @@ MeasuredIterations measure_replica(const Config& c, const ValidationPlan& plan, 
   loader.request(next);
   std::vector<double> queued;  // per run, warm-up included
   const double t = median_of_runs(iterations, [] {}, [&] {
-    const auto t0 = std::chrono::steady_clock::now();
+    const Clock::time_point t0 = Clock::now();
     const std::vector<MicroBatch> batches = loader.take(next);
     loader.request(next);
     IterationFuture f = r.pipe.launch(plan.program, batches, s.batch, 1e-6);
-    queued.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    queued.push_back(seconds(t0, Clock::now()));
     (void)f.get();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return seconds(t0, Clock::now());
   });
   loader.settle();  // its read done before the cache goes
   if (cache) cache->remove();
@@ -156,9 +159,7 @@ std::vector<MeasuredIterations> measure_iterations(const Config& c, const std::v
     // Replicas as threads of this process, each with its own Gloo ranks on
     // loopback: the same code paths and core sharing as processes.
     std::vector<MeasuredIterations> t(replicas);
-    with_ranks(replicas, timeout, [&](Dist& d, int r) {
-      std::vector<int> ranks(replicas);
-      for (int i = 0; i < replicas; ++i) ranks[i] = i;
+    with_ranks(replicas, timeout, [&](Dist& d, int r, const std::vector<int>& ranks) {
       d.rebuild_active(0, ranks, plan.program.setup.K, replica_devices(c, plan.program.setup.K, r));
       t[r] = measure_replica(c, plan, iterations, &d, r);
     });

@@ -30,9 +30,11 @@ namespace ep::exec {
 [[nodiscard]] Dataset input_shaped(const Config& c, int n);
 
 // Ranks as threads of this process, each its own Dist on loopback: the
-// same Gloo code paths as separate processes. The first error of any rank
-// is rethrown once all have ended.
-void with_ranks(int n, std::chrono::milliseconds timeout, const std::function<void(Dist&, int)>& body);
+// same Gloo code paths as separate processes. `body` gets its Dist, its
+// rank and all n ranks (0..n-1). The first error of any rank is rethrown
+// once all have ended.
+void with_ranks(int n, std::chrono::milliseconds timeout,
+                const std::function<void(Dist&, int, const std::vector<int>&)>& body);
 
 // One replica of a plan set up to run it: its model, optimizer and
 // pipeline on the replica's devices, a batch of random samples split into

@@ -20,133 +20,24 @@ ElasticPipe run's epochs.csv and transitions.json).
 import argparse
 import csv
 import json
-import os
 import re
-import shutil
-import signal
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
+from bench_runs import ROOT, SMOKE_SETS, Runner, check_binary, fail, median, run_main
 from config_set import load_config
 
-ROOT = Path(__file__).resolve().parent.parent
 
-# A model small enough for a CPU: proves the runs, the parsing and the
-# tables in seconds (the numbers mean nothing).
-SMOKE_SETS = [
-    "model.hidden_size=32", "model.intermediate_size=64", "model.num_attention_heads=2",
-    "model.image_size=32", "model.patch_size=8", "model.num_labels=10",
-    "data.num_train_samples=256", "data.num_test_samples=32", "training.batch_size=32",
-    'exec.device="cpu"',
-]
-
-
-def fail(msg):
-    print("ERROR: " + msg, file=sys.stderr)
-    sys.exit(2)
-
-
-class Stopped(BaseException):
-    """SIGTERM, SIGINT or SIGHUP reached the bench: raised where it was, so
-    that the run going is ended on the way out (Bench.run) and the bench
-    exits 128 + the signal."""
-
-    def __init__(self, signum):
-        super().__init__(signum)
-        self.signum = signum
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def on_stop_signal(signum, frame):
-    for s in STOP_SIGNALS:  # a second signal must not cut the cleanup short
-        signal.signal(s, signal.SIG_IGN)
-    raise Stopped(signum)
-
-
-def end_group(p, grace=5.0):
-    """Ends p's process group (p and what it started): SIGTERM (train then
-    removes its cache files), SIGKILL for what is left after `grace` s; returns
-    once p is reaped and the group is gone (or after a few more seconds)."""
-    for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            p.poll()
-            try:
-                os.killpg(p.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-
-
-def median(values):
-    return statistics.median(values) if values else float("nan")
-
-
-class Bench:
+class Bench(Runner):
     def __init__(self, a):
+        super().__init__(a.out)
         self.a = a
-        self.out = Path(a.out)
-        (self.out / "logs").mkdir(parents=True, exist_ok=True)
-        (self.out / "runs").mkdir(parents=True, exist_ok=True)
-        # Each train run checkpoints every epoch (weights and optimizer state:
-        # about 1 GB for ViT-B/16): written to memory when /dev/shm has room.
-        shm = Path("/dev/shm")
-        use_shm = shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 8 << 30
-        self.scratch = Path(tempfile.mkdtemp(prefix="gpu-bench.", dir=shm if use_shm else None))
         self.rows = []  # runs.csv
 
-    def run(self, name, cmd, timeout=None, must_pass=True):
-        log = self.out / "logs" / f"{name}.log"
-        t0 = time.perf_counter()
-        # Its own process group, so that a timeout also ends what it started
-        # (torch.compile's worker processes); and so that a terminal's Ctrl-C
-        # reaches the bench alone, which ends the group itself (below).
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            try:
-                text, _ = p.communicate(timeout=timeout)
-                rc = p.returncode
-            except subprocess.TimeoutExpired:
-                end_group(p)
-                text, _ = p.communicate()
-                text += f"\n(timed out after {timeout} s)"
-                rc = None
-        finally:
-            # The bench stopped (a signal: Stopped) or failed while the run was
-            # going: in its own session it would outlive the bench and keep
-            # the GPU busy under whatever the caller measures next.
-            if p.returncode is None:
-                end_group(p)
-        log.write_text(" ".join(map(str, cmd)) + "\n" + text)
-        wall = time.perf_counter() - t0
-        print(f"  {name}: {wall:.1f} s", file=sys.stderr, flush=True)
-        if rc != 0 and must_pass:
-            print(text[-3000:], file=sys.stderr)
-            fail(f"{name} failed ({'timeout' if rc is None else f'exit code {rc}'}); log: {log}")
-        return text if rc == 0 else None, wall
-
     def ep(self, name, sets):
-        out = self.scratch / name
-        cmd = [self.a.bin, "train", self.a.config, "--out", str(out), "--set", f'exec.chunk_memo="{self.out / "chunk_memo.json"}"']
-        for s in self.a.sets + sets:
-            cmd += ["--set", s]
-        self.run(name, cmd)
-        keep = self.out / "runs" / name
-        keep.mkdir(exist_ok=True)
-        for f in ("epochs.csv", "transitions.json", "plan.json"):
-            if (out / f).exists():
-                shutil.copy(out / f, keep / f)
-        shutil.rmtree(out, ignore_errors=True)
+        keep = self.train(name, self.a.bin, self.a.config,
+                          [f'exec.chunk_memo="{self.out / "chunk_memo.json"}"'] + self.a.sets + sets,
+                          ("epochs.csv", "transitions.json", "plan.json"))
         with open(keep / "epochs.csv") as f:
             epochs = list(csv.DictReader(f))
         if not epochs:
@@ -365,14 +256,13 @@ def main():
                     f"lr {t['lr']}, {a.device}")
     p = cfg.get("planner", {})
     a.freeze_text = f"freeze_policy {p.get('freeze_policy', 'alpha')}, alpha {float(p.get('alpha', 1 / 3)):.3g}"
-    if not (os.path.isfile(a.bin) and os.access(a.bin, os.X_OK)):
-        fail(f"--bin {a.bin}: not an executable (the elasticpipe binary)")
+    check_binary(a.bin)
     t0 = time.perf_counter()
     b = Bench(a)
     try:
         results = b.rounds()
     finally:
-        shutil.rmtree(b.scratch, ignore_errors=True)
+        b.close()
     with open(b.out / "runs.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(b.rows[0]))
         w.writeheader()
@@ -388,11 +278,4 @@ def main():
 
 
 if __name__ == "__main__":
-    for s in STOP_SIGNALS:
-        if signal.getsignal(s) != signal.SIG_IGN:  # nohup stays nohup
-            signal.signal(s, on_stop_signal)
-    try:
-        main()
-    except Stopped as e:
-        print(f"stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
-        sys.exit(128 + e.signum)
+    run_main(main)

@@ -33,8 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_runs import SMOKE_SETS
 from config_set import load_config
-from gpu_vs_pytorch import SMOKE_SETS
 from pytorch_peer import frozen_counts
 
 ROOT = Path(__file__).resolve().parent.parent

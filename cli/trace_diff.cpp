@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
 #include "planner/error.hpp"
 #include "traces/diff.hpp"
 
@@ -14,6 +15,7 @@ namespace ep::cli {
 Command add_trace_diff(CLI::App& app) {
   struct Args {
     std::string first, second;
+    std::string csv;  // the per-epoch table as CSV too
   };
   auto a = std::make_shared<Args>();
   auto* trace = app.add_subcommand("trace", "Work with trace files");
@@ -24,6 +26,8 @@ Command add_trace_diff(CLI::App& app) {
       "per-epoch time error from the epochs.csv beside each trace");
   cmd->add_option("first", a->first, "trace.json (e.g. simulated)")->required();
   cmd->add_option("second", a->second, "trace.json (e.g. real; the reference for MAPE)")->required();
+  cmd->add_option("--csv", a->csv, "Also write the per-epoch table and the runs' starts to this CSV file")
+      ->check(non_empty("a CSV file"));
   return {cmd, [a](int, char**) {
             const trace::Trace x = trace::read_chrome_trace(a->first);
             const trace::Trace y = trace::read_chrome_trace(a->second);
@@ -43,6 +47,9 @@ Command add_trace_diff(CLI::App& app) {
             std::error_code ec;
             const bool have_a = std::filesystem::exists(ea, ec), have_b = std::filesystem::exists(eb, ec);
             if (!have_a || !have_b) {
+              if (!a->csv.empty())
+                throw Error("trace diff --csv " + a->csv + ": there is no " + (have_a ? eb : ea) +
+                            " to compare per epoch");
               std::cout << "\nper epoch: left out, there is no " << (have_a ? eb : ea) << "\n";
               return 0;
             }
@@ -53,6 +60,10 @@ Command add_trace_diff(CLI::App& app) {
               throw e.with_context("trace diff " + a->first + " " + a->second);
             }
             std::cout << "\n" << trace::format_epoch_diff(epochs) << trace::format_start_notes(x, y);
+            if (!a->csv.empty()) {
+              trace::write_epoch_diff_csv(epochs, trace::start_of(x), trace::start_of(y), a->csv);
+              std::cout << "wrote " << a->csv << "\n";
+            }
             return 0;
           }};
 }

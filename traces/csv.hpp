@@ -47,6 +47,12 @@ inline std::string quoted_cell(const std::string& text, const std::string& where
   return out + "\"";
 }
 
+// The shortest text that reads back as the same double (epochs.csv's rule).
+inline std::string shortest(double d) {
+  char buf[32];
+  return {buf, std::to_chars(buf, buf + sizeof buf, d).ptr};
+}
+
 // Refuses text a cell cannot hold.
 inline void check_cell(const std::string& text, const std::string& where) {
   if (text.find_first_of(",\"\r\n") != std::string::npos)

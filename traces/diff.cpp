@@ -9,6 +9,8 @@
 #include <tuple>
 
 #include "planner/error.hpp"
+#include "traces/atomic_file.hpp"
+#include "traces/csv.hpp"
 
 namespace ep::trace {
 
@@ -261,6 +263,33 @@ std::string format_start_notes(const Trace& first, const Trace& second) {
           "its chunk memo (a simulation charges the profile's first_iteration)\n";
   }
   return os.str();
+}
+
+void write_epoch_diff_csv(const std::vector<EpochDiff>& d, std::optional<double> start_first,
+                          std::optional<double> start_second, const std::string& path) {
+  const auto num = [](double v) { return csv::shortest(v); };
+  // Empty where the second run is no reference (nothing to divide by).
+  const auto error = [&](double a, double b) { return b > 0 ? num((a - b) / b) : std::string(); };
+  std::ostringstream os;
+  os << "row,frozen_first,frozen_second,K_first,K_second,replicas_first,replicas_second,M_first,M_second,"
+        "first_s,second_s,error,first_transition_s,second_transition_s,first_iteration_s,second_iteration_s,"
+        "iteration_error\n";
+  double sum_a = 0, sum_b = 0;
+  for (const EpochDiff& e : d) {
+    os << e.epoch + 1 << ',' << e.frozen_first << ',' << e.frozen_second << ',' << e.K_first << ',' << e.K_second
+       << ',' << e.replicas_first << ',' << e.replicas_second << ',' << e.M_first << ',' << e.M_second << ','
+       << num(e.first_s) << ',' << num(e.second_s) << ',' << error(e.first_s, e.second_s) << ','
+       << num(e.first_transition_s) << ',' << num(e.second_transition_s) << ',' << num(e.first_iteration_s) << ','
+       << num(e.second_iteration_s) << ',' << error(e.first_iteration_s, e.second_iteration_s) << '\n';
+    sum_a += e.first_s;
+    sum_b += e.second_s;
+  }
+  const auto whole = [&](const char* row, double a, double b) {
+    os << row << ",,,,,,,,," << num(a) << ',' << num(b) << ',' << error(a, b) << ",,,,,\n";
+  };
+  if (start_first && start_second) whole("start", *start_first, *start_second);
+  whole("all", sum_a, sum_b);
+  write_file_atomically(path, os.str());
 }
 
 }  // namespace ep::trace

@@ -3,6 +3,7 @@
 // from the second's.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,5 +78,10 @@ struct EpochDiff {
 // chunk search ran in its start (kChunkSearchBeforeFirstEpochKey), which
 // then did the process's one-off work. Empty where neither has either.
 [[nodiscard]] std::string format_start_notes(const Trace& first, const Trace& second);
+// The table of format_epoch_diff and the runs' starts as CSV at `path`
+// (traces/SCHEMA.md, "Epoch diff"), for a script that compares many runs
+// with one simulation (bench/sim_vs_measured.py).
+void write_epoch_diff_csv(const std::vector<EpochDiff>&, std::optional<double> start_first,
+                          std::optional<double> start_second, const std::string& path);
 
 }  // namespace ep::trace

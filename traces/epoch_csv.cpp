@@ -38,10 +38,7 @@ std::vector<std::string> split(const std::string& line) {
 std::string format(const std::string& s) { return s; }
 std::string format(bool b) { return b ? "1" : "0"; }
 std::string format(int i) { return std::to_string(i); }
-std::string format(double d) {  // shortest text that reads back as the same double
-  char buf[32];
-  return {buf, std::to_chars(buf, buf + sizeof buf, d).ptr};
-}
+std::string format(double d) { return csv::shortest(d); }
 
 // Parse a whole field; false when it is not entirely a T.
 template <class T>

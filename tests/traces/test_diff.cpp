@@ -2,8 +2,13 @@
 // epochs side by side.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <sstream>
+
 #include "traces/diff.hpp"
 #include "traces/plan_epoch.hpp"
+#include "tests/temp_dir.hpp"
+#include "traces/csv.hpp"
 
 using namespace ep::trace;
 
@@ -217,4 +222,41 @@ TEST_CASE("epochs diff: the starts side by side, a chunk search named for the ru
   CHECK_THROWS_WITH(format_start_notes(sim, real), Catch::Contains("expected a finite number, found 'soon'"));
   real.metadata[kStartKey] = "3.0s";  // all of it a number, not a prefix
   CHECK_THROWS_WITH(format_start_notes(sim, real), Catch::Contains("found '3.0s'"));
+}
+
+// The CSV a bench reads to set many runs beside one simulation: the same
+// figures as the table, every double as written, the start and the sum.
+TEST_CASE("epochs diff as CSV: a row per epoch, then the starts and the whole run", "[traces][diff]") {
+  const std::vector<EpochMetrics> sim = {epoch_row("autocache", 0, 0, 10.0, 2.0, 0.1),
+                                         epoch_row("autocache", 1, 2, 9.0, 0.5, 0.1 / 3)};
+  const std::vector<EpochMetrics> real = {epoch_row("train", 0, 0, 11.0, 1.0, 0.11, 1, 1, 3),
+                                          epoch_row("train", 1, 2, 8.0, 0.5, 0.0)};
+  const std::vector<EpochDiff> d = diff_epochs(sim, "autocache", real, "train");
+  const ep::test::TempDir dir("diff_csv");
+  const auto rows_of = [&](std::optional<double> a, std::optional<double> b) {
+    write_epoch_diff_csv(d, a, b, dir.file("d.csv"));
+    std::ifstream in(dir.file("d.csv"));
+    std::vector<std::vector<std::string>> rows;
+    for (std::string line; std::getline(in, line);) rows.push_back(csv::cells(line));
+    return rows;
+  };
+  const auto rows = rows_of(1.5, 1.25);
+  REQUIRE(rows.size() == 5);  // header, 2 epochs, start, all
+  for (const auto& r : rows) CHECK(r.size() == 17);
+  CHECK(rows[0][0] == "row");
+  CHECK(rows[0][11] == "error");
+  CHECK(rows[1] == std::vector<std::string>{"1", "0", "0", "1", "1", "1", "1", "4", "3", "12", "12", "0", "2", "1",
+                                            "0.1", "0.11", csv::shortest((0.1 - 0.11) / 0.11)});
+  CHECK(std::stod(rows[2][14]) == 0.1 / 3);  // read back as the same double
+  CHECK(rows[2][11] == csv::shortest((9.5 - 8.5) / 8.5));
+  CHECK(rows[2][16].empty());  // no reference iteration: no error, rather than a division by zero
+  CHECK(rows[3] == std::vector<std::string>{"start", "", "", "", "", "", "", "", "", "1.5", "1.25", "0.2", "", "", "",
+                                            "", ""});
+  CHECK(rows[4][0] == "all");
+  CHECK(std::stod(rows[4][9]) == Approx(21.5));
+  CHECK(std::stod(rows[4][10]) == Approx(20.5));
+  // Without both starts, no start row.
+  const auto without = rows_of(1.5, std::nullopt);
+  REQUIRE(without.size() == 4);
+  CHECK(without[3][0] == "all");
 }

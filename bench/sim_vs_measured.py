@@ -56,10 +56,10 @@ class Bench(Runner):
         self.a = a
         self.memo = self.out / "chunk_memo.json"
 
-    def ep(self, *args, sets=()):
-        """An elasticpipe command other than train, with the config and its overrides."""
+    def ep(self, *args):
+        """An elasticpipe command other than train, with the config's overrides."""
         cmd = [self.a.bin, *args]
-        for s in self.a.sets + list(sets):
+        for s in self.a.sets:
             cmd += ["--set", s]
         return cmd
 
@@ -100,7 +100,7 @@ class Bench(Runner):
 
 
 def table(runs, title, column, scale, digits):
-    """One markdown table: a row per epoch (then `all` and `start` where the
+    """One markdown table: a row per epoch (then `start` and `all` where the
     diff has them), the simulated value, each run's measured one and error."""
     md = [f"### {title}\n", "| epoch | frozen | simulated | " + " | ".join(r["name"] for r in runs) + " |",
           "| ---: | ---: | ---: | " + " | ".join("---:" for _ in runs) + " |"]

@@ -1,12 +1,12 @@
 """What the benches that drive elasticpipe share: one-line refusals, runs
 in their own process group with a log each (ended with the bench when it
 is stopped), a scratch folder in memory, elasticpipe `train` runs whose
-outputs are kept, and the tiny CPU model of --smoke. Used by
+outputs are kept, config overrides on a command line, and the tiny CPU
+model of --smoke. Used by
 bench/gpu_vs_pytorch.py and bench/sim_vs_measured.py."""
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,8 +80,9 @@ def end_group(p, grace=5.0):
             time.sleep(0.05)
 
 
-def median(values):
-    return statistics.median(values) if values else float("nan")
+def with_sets(cmd, sets):
+    """`cmd` with a `--set` for each of `sets`, in order (a later one wins)."""
+    return list(cmd) + [x for s in sets for x in ("--set", s)]
 
 
 def check_binary(path):
@@ -141,10 +142,7 @@ class Runner:
         """elasticpipe train CONFIG --set ...; the files named in `keep` that
         it wrote are copied to OUT/runs/NAME (returned), the rest removed."""
         scratch = self.scratch / name
-        cmd = [binary, "train", config, "--out", str(scratch)]
-        for s in sets:
-            cmd += ["--set", s]
-        self.run(name, cmd)
+        self.run(name, with_sets([binary, "train", config, "--out", str(scratch)], sets))
         kept = self.out / "runs" / name
         kept.mkdir(exist_ok=True)
         for f in keep:

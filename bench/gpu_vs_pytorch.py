@@ -21,11 +21,16 @@ import argparse
 import csv
 import json
 import re
+import statistics
 import sys
 import time
 
-from bench_runs import ROOT, SMOKE_SETS, Runner, check_binary, fail, median, run_main
+from bench_runs import ROOT, SMOKE_SETS, Runner, check_binary, fail, run_main, with_sets
 from config_set import load_config
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
 
 
 class Bench(Runner):
@@ -57,9 +62,7 @@ class Bench(Runner):
                "--frozen", ",".join(map(str, frozen)), "--warmup", str(self.a.warmup), *options]
         if self.a.bf16:
             cmd.append("--bf16")
-        for s in self.a.sets:
-            cmd += ["--set", s]
-        return cmd
+        return with_sets(cmd, self.a.sets)
 
     def peer(self, name, frozen, compile_=False, timeout=None):
         cmd = self.peer_cmd(frozen, "--iterations", str(self.a.iterations), "--repeats", str(self.a.repeats),

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_runs import ROOT, SMOKE_SETS, Runner, check_binary, fail, run_main
+from bench_runs import ROOT, SMOKE_SETS, Runner, check_binary, fail, run_main, with_sets
 from config_set import load_config
 
 KINDS = ("first", "traced", "configured")
@@ -47,7 +47,7 @@ def number(text):
 
 
 def signed_percent(v):
-    return "n/a" if v is None else f"{100 * v:+.1f}%"
+    return f"{100 * v:+.1f}%"
 
 
 class Bench(Runner):
@@ -58,10 +58,7 @@ class Bench(Runner):
 
     def ep(self, *args):
         """An elasticpipe command other than train, with the config's overrides."""
-        cmd = [self.a.bin, *args]
-        for s in self.a.sets:
-            cmd += ["--set", s]
-        return cmd
+        return with_sets([self.a.bin, *args], self.a.sets)
 
     def simulate(self):
         profile = self.out / "profile.json"

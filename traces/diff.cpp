@@ -115,6 +115,13 @@ void table(std::ostringstream& os, const PhaseDiff& d) {
   row(d.total);
 }
 
+// (a - b) / b, the error of `a` against the reference `b`; none where `b`
+// is no reference (0: e.g. an epoch's first transition, which is nothing).
+std::optional<double> relative_error(double a, double b) {
+  if (b > 0) return (a - b) / b;
+  return std::nullopt;
+}
+
 }  // namespace
 
 TraceDiff diff_traces(const Trace& first, const Trace& second) {
@@ -188,7 +195,7 @@ std::vector<EpochDiff> diff_epochs(const std::vector<EpochMetrics>& first, const
 }
 
 std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
-  const auto error = [](double a, double b) { return b > 0 ? (a - b) / b : 0.0; };
+  const auto error = [](double a, double b) { return relative_error(a, b).value_or(0.0); };
   // "a" where both runs agree, "a|b" where they do not.
   const auto both = [](const std::string& a, const std::string& b) { return a == b ? a : a + "|" + b; };
   std::ostringstream os;
@@ -252,7 +259,7 @@ std::string format_start_notes(const Trace& first, const Trace& second) {
   char line[200];
   if (a && b) {
     std::snprintf(line, sizeof line, "start (before epoch 1, in no epoch): first %.3f s, second %.3f s, error %+.1f%%\n",
-                  *a, *b, *b > 0 ? (*a - *b) / *b * 100 : 0.0);
+                  *a, *b, relative_error(*a, *b).value_or(0.0) * 100);
     os << line;
   }
   for (const auto& [which, t] : {std::pair<const char*, const Trace*>{"first", &first}, {"second", &second}}) {
@@ -268,8 +275,10 @@ std::string format_start_notes(const Trace& first, const Trace& second) {
 void write_epoch_diff_csv(const std::vector<EpochDiff>& d, std::optional<double> start_first,
                           std::optional<double> start_second, const std::string& path) {
   const auto num = [](double v) { return csv::shortest(v); };
-  // Empty where the second run is no reference (nothing to divide by).
-  const auto error = [&](double a, double b) { return b > 0 ? num((a - b) / b) : std::string(); };
+  const auto error = [&](double a, double b) {
+    const std::optional<double> e = relative_error(a, b);
+    return e ? num(*e) : std::string();  // empty where the second is no reference
+  };
   std::ostringstream os;
   os << "row,frozen_first,frozen_second,K_first,K_second,replicas_first,replicas_second,M_first,M_second,"
         "first_s,second_s,error,first_transition_s,second_transition_s,first_iteration_s,second_iteration_s,"

@@ -20,7 +20,7 @@ for run in first_r1 traced_r1 configured_r1; do
 done
 # Each table: a row per epoch, then the whole run, each with all three runs'
 # figures; every figure a number with its error.
-epochs=$(($(grep -c '^exec,' "$out/runs/configured_r1/epochs.csv")))
+epochs=$(grep -c '^exec,' "$out/runs/configured_r1/epochs.csv")
 [ "$epochs" -ge 2 ] || fail "the smoke run trained $epochs epochs"
 cell='[0-9.]+( \([+-][0-9.]+%\))?'
 rows=$(grep -cE "^\| [0-9]+ \| [0-9]+ \| [0-9.]+ \| $cell \| $cell \| $cell \|$" "$out/table.md")

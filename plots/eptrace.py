@@ -13,7 +13,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-SCHEMA = "elasticpipe.trace/1"
+SCHEMA = "elasticpipe.trace/2"
 SOURCES = ("sim", "exec")
 CATEGORIES = ("forward", "backward", "frozen_forward", "cache_read", "cache_write",
               "send", "recv", "allreduce", "optimizer", "transition")
@@ -159,7 +159,15 @@ def _is(kind, v):
         return type(v) is int
     if kind == "number":
         return type(v) in (int, float) and math.isfinite(v)
+    if kind == "boolean":
+        return type(v) is bool
     return isinstance(v, {"string": str, "object": dict, "array": list}[kind])
+
+
+def _get_nullable(obj, key, where):
+    if key not in obj:
+        raise TraceError(f"{where}: missing field '{key}'")
+    return obj[key]
 
 
 def _get(obj, key, where, kind):
@@ -196,14 +204,18 @@ def _check_header(obj, where):
             raise TraceError(f"{where}: metadata '{k}': expected a string, found {json.dumps(v)[:60]}")
 
 
-MODE_FIELDS = ("mode", "start_s", "total_s", "samples_per_s", "speedup", "final_accuracy", "epoch_s")
+MODE_FIELDS = ("mode", "start_s", "total_s", "samples_per_s", "speedup", "final_accuracy", "fits_memory",
+               "peak_memory_bytes", "updates", "global_batch_min", "global_batch_max", "utilisation", "epoch_s")
 
 
 def read_summary(path):
     """summary.json as a dict: source, config, modes (list of dicts), metadata."""
     doc = _load_json(path)
     _check_header(doc, path)  # the schema first: a newer file fails on its version
-    _check_keys(doc, ("schema", "source", "config", "modes", "metadata"), path)
+    _check_keys(doc, ("schema", "source", "config", "reference", "modes", "metadata"), path)
+    reference = _get_nullable(doc, "reference", path)
+    if reference is not None and not isinstance(reference, str):
+        raise TraceError(f"{path}: reference: expected a mode name or null, found {json.dumps(reference)[:60]}")
     seen = set()
     for i, m in enumerate(_get(doc, "modes", path, "array")):
         where = f"{path}: modes[{i}]"
@@ -214,8 +226,14 @@ def read_summary(path):
         if name in seen:
             raise TraceError(f"{where}: mode '{name}' appears twice")
         seen.add(name)
-        for k in ("start_s", "total_s", "samples_per_s", "speedup", "final_accuracy"):
+        for k in ("start_s", "total_s", "samples_per_s", "peak_memory_bytes", "utilisation"):
             _get(m, k, where, "number")
+        for k in ("speedup", "final_accuracy"):  # null: no reference that fits, not measured
+            if _get_nullable(m, k, where) is not None:
+                _get(m, k, where, "number")
+        for k in ("updates", "global_batch_min", "global_batch_max"):
+            _get(m, k, where, "integer")
+        _get(m, "fits_memory", where, "boolean")
         for j, v in enumerate(_get(m, "epoch_s", where, "array")):
             if not _is("number", v):
                 raise TraceError(f"{where}: epoch_s[{j}]: expected a number, found {json.dumps(v)[:60]}")
@@ -440,6 +458,11 @@ class Run:
     def main_mode(self):
         """The full method: autocache when simulated, else the last mode (the executor's train)."""
         return "autocache" if "autocache" in self.modes else self.modes[-1]
+
+    @property
+    def reference(self):
+        """The mode the summary's speedups are over (None: no speedups)."""
+        return self.summary["reference"]
 
     @property
     def alpha(self):

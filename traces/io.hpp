@@ -108,7 +108,13 @@ inline void check_keys(const json& obj, const std::vector<std::string_view>& kno
 
 inline void check_schema(const json& obj, const std::string& where) {
   const json& v = field(obj, "schema", where);
-  if (v != kSchemaVersion) bad_field(where, "schema", std::string("\"") + kSchemaVersion + "\"", v);
+  if (v == kSchemaVersion) return;
+  // Another version of these files: said so, with what to do.
+  const bool ours = v.is_string() && v.get<std::string>().rfind("elasticpipe.trace/", 0) == 0;
+  bad_field(where, "schema",
+            std::string("\"") + kSchemaVersion + "\"" +
+                (ours ? " (a file of another elasticpipe version: simulate or train again to write this one)" : ""),
+            v);
 }
 
 inline void check_source(const std::string& source, const std::string& where) {

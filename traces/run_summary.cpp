@@ -1,5 +1,7 @@
 // Run summary JSON (traces/SCHEMA.md, "Run summary").
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <type_traits>
 
@@ -19,6 +21,12 @@ void visit_mode(S& m, F&& f) {
   f("samples_per_s", m.samples_per_s);
   f("speedup", m.speedup);
   f("final_accuracy", m.final_accuracy);
+  f("fits_memory", m.fits_memory);
+  f("peak_memory_bytes", m.peak_memory_bytes);
+  f("updates", m.updates);
+  f("global_batch_min", m.global_batch_min);
+  f("global_batch_max", m.global_batch_max);
+  f("utilisation", m.utilisation);
   f("epoch_s", m.epoch_s);
 }
 
@@ -29,6 +37,8 @@ void check_finite(double v, const std::string& where, const std::string& key) {
 
 void check_summary(const RunSummary& s, const std::string& where) {
   check_source(s.source, where);
+  if (s.reference && std::none_of(s.modes.begin(), s.modes.end(), [&](const ModeSummary& m) { return m.mode == *s.reference; }))
+    throw Error(where + ": field 'reference': expected one of the modes, found '" + *s.reference + "'");
   std::set<std::string> seen;
   for (std::size_t i = 0; i < s.modes.size(); ++i) {
     const std::string mw = where + ": modes[" + std::to_string(i) + "]";
@@ -37,6 +47,8 @@ void check_summary(const RunSummary& s, const std::string& where) {
     visit_mode(s.modes[i], [&](const char* key, const auto& v) {
       using T = std::decay_t<decltype(v)>;
       if constexpr (std::is_same_v<T, double>) check_finite(v, mw, key);
+      if constexpr (std::is_same_v<T, std::optional<double>>)
+        if (v) check_finite(*v, mw, key);
       if constexpr (std::is_same_v<T, std::vector<double>>)
         for (std::size_t e = 0; e < v.size(); ++e)
           check_finite(v[e], mw, std::string(key) + "[" + std::to_string(e) + "]");
@@ -49,6 +61,20 @@ void read_value(const json& obj, const char* key, const std::string& where, std:
 }
 void read_value(const json& obj, const char* key, const std::string& where, double& v) {
   v = get_number(obj, key, where);
+}
+void read_value(const json& obj, const char* key, const std::string& where, std::optional<double>& v) {
+  if (field(obj, key, where).is_null())
+    v.reset();
+  else
+    v = get_number(obj, key, where);
+}
+void read_value(const json& obj, const char* key, const std::string& where, bool& v) {
+  const json& x = field(obj, key, where);
+  if (!x.is_boolean()) bad_field(where, key, "true or false", x);
+  v = x.get<bool>();
+}
+void read_value(const json& obj, const char* key, const std::string& where, std::int64_t& v) {
+  v = get_int(obj, key, where, 0, std::numeric_limits<std::int64_t>::max());
 }
 void read_value(const json& obj, const char* key, const std::string& where, std::vector<double>& v) {
   for (const json& x : get_array(obj, key, where)) {
@@ -64,12 +90,19 @@ void write_summary_json(const RunSummary& s, std::ostream& out, const std::strin
   json modes = json::array();
   for (const ModeSummary& m : s.modes) {
     json o = json::object();
-    visit_mode(m, [&](const char* key, const auto& v) { o[key] = v; });
+    visit_mode(m, [&](const char* key, const auto& v) {
+      using T = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<T, std::optional<double>>)
+        o[key] = v ? json(*v) : json(nullptr);
+      else
+        o[key] = v;
+    });
     modes.push_back(std::move(o));
   }
   const json doc = {{"schema", kSchemaVersion},
                     {"source", s.source},
                     {"config", s.config},
+                    {"reference", s.reference ? json(*s.reference) : json(nullptr)},
                     {"modes", std::move(modes)},
                     {"metadata", s.metadata}};
   try {
@@ -88,10 +121,11 @@ void write_summary_json(const RunSummary& s, const std::string& path) {
 RunSummary read_summary_json(const std::string& path) {
   const json doc = read_json_file(path, {"summary.json", kPerRunBytes, kPerRunWhy});
   check_schema(doc, path);
-  check_keys(doc, {"schema", "source", "config", "modes", "metadata"}, path);
+  check_keys(doc, {"schema", "source", "config", "reference", "modes", "metadata"}, path);
   RunSummary s;
   s.source = get_string(doc, "source", path);
   s.config = get_string(doc, "config", path);
+  if (!field(doc, "reference", path).is_null()) s.reference = get_string(doc, "reference", path);
   s.metadata = get_string_map(doc, "metadata", path);
   const json& modes = get_array(doc, "modes", path);
   for (std::size_t i = 0; i < modes.size(); ++i) {

@@ -16,7 +16,7 @@
 
 namespace ep::trace {
 
-inline constexpr const char* kSchemaVersion = "elasticpipe.trace/1";
+inline constexpr const char* kSchemaVersion = "elasticpipe.trace/2";
 
 // Event::category takes one of these; readers and writers reject others.
 inline constexpr std::array<std::string_view, 10> kEventCategories = {
@@ -144,22 +144,29 @@ struct EpochMetrics {
 };
 
 // Whole-run results: one entry per mode (simulator) or one "train" entry
-// (executor). The baseline is the mode named "baseline".
+// (executor). Speedups are over the mode RunSummary::reference names.
 struct ModeSummary {
   std::string mode;
-  double start_s = 0;             // the run's start, before its first epoch (kStartKey)
-  double total_s = 0;             // time to finish all epochs, from the start
-  double samples_per_s = 0;       // training samples / total_s
-  double speedup = 0;             // baseline total_s / total_s; 0 without a baseline
-  double final_accuracy = -1;     // -1 = not measured
-  std::vector<double> epoch_s;    // one entry per epoch
+  double start_s = 0;                    // the run's start, before its first epoch (kStartKey)
+  double total_s = 0;                    // time to finish all epochs, from the start
+  double samples_per_s = 0;              // training samples / total_s
+  std::optional<double> speedup;         // reference total_s / total_s; none without a reference that fits
+  std::optional<double> final_accuracy;  // none: not measured
+  bool fits_memory = true;               // every plan's fullest device within its memory (the memory model)
+  double peak_memory_bytes = 0;          // the fullest device of any plan (the memory model)
+  std::int64_t updates = 0;              // optimizer steps over the run
+  std::int64_t global_batch_min = 0;     // samples per update, over the run's plans
+  std::int64_t global_batch_max = 0;
+  double utilisation = 0;                // executed model FLOP/s over every device's peak
+  std::vector<double> epoch_s;           // one entry per epoch
   friend bool operator==(const ModeSummary&, const ModeSummary&) = default;
 };
 
 struct RunSummary {
   std::string source;  // sim|exec
   std::string config;
-  std::vector<ModeSummary> modes;  // mode names unique
+  std::optional<std::string> reference;  // the mode speedups are over; none: no speedups
+  std::vector<ModeSummary> modes;        // mode names unique
   std::map<std::string, std::string> metadata;
   friend bool operator==(const RunSummary&, const RunSummary&) = default;
 };

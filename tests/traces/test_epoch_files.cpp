@@ -52,10 +52,12 @@ RunSummary sample_summary() {
   s.source = "sim";
   s.config = "configs/paper/vit_imagenet.toml";
   s.metadata = {{"network", "simgrid cm02"}, {"note", "say \"hi\""}};
+  s.reference = "baseline";
   s.modes = {
-      {"baseline", 3.5, 30742.125, 416.9, 1.0, -1, {3074.1, 3074.2, 0.1 + 0.2}},
-      {"autocache", 0.1 + 0.7, 8337.0000000000018, 1537.2, 30742.125 / 8337.0000000000018, 0.8115, {1e-7, 2.5e300}},
-      {"freeze", 0, 0, 0, 0, -1, {}}};
+      {"baseline", 3.5, 30742.125, 416.9, 1.0, std::nullopt, true, 1.5e10, 16020, 800, 800, 0.31, {3074.1, 3074.2, 0.1 + 0.2}},
+      {"autocache", 0.1 + 0.7, 8337.0000000000018, 1537.2, 30742.125 / 8337.0000000000018, 0.8115, false, 2.25e10,
+       6010, 800, 6400, 1.0 / 3, {1e-7, 2.5e300}},
+      {"freeze", 0, 0, 0, std::nullopt, std::nullopt, true, 0, 0, 0, 0, 0, {}}};
   return s;
 }
 
@@ -167,7 +169,17 @@ TEST_CASE("run summary: round trip is exact and byte-identical", "[traces]") {
   REQUIRE(slurp(dir.file("a.json")) == slurp(dir.file("b.json")));
   const json doc = json::parse(slurp(dir.file("a.json")));
   CHECK(doc["schema"] == kSchemaVersion);
+  CHECK(doc["reference"] == "baseline");
   CHECK(doc["modes"][1]["mode"] == "autocache");
+  // Absent values are JSON null, not sentinels a script could take for numbers.
+  CHECK(doc["modes"][0]["final_accuracy"].is_null());
+  CHECK(doc["modes"][2]["speedup"].is_null());
+  CHECK(doc["modes"][1]["updates"].is_number_integer());
+  RunSummary none = s;
+  none.reference.reset();
+  write_summary_json(none, dir.file("c.json"));
+  CHECK(json::parse(slurp(dir.file("c.json")))["reference"].is_null());
+  CHECK(read_summary_json(dir.file("c.json")) == none);
 }
 
 TEST_CASE("run summary: malformed files and summaries give an ep::Error", "[traces]") {
@@ -199,6 +211,21 @@ TEST_CASE("run summary: malformed files and summaries give an ep::Error", "[trac
     doc["schema"] = "elasticpipe.plan/1";
     spit(bad, doc.dump());
     require_error([&] { read_summary_json(bad); }, {bad, "'schema'", "elasticpipe.plan/1"});
+  }
+  SECTION("a reference that is no mode of the file") {
+    doc["reference"] = "gpipe";
+    spit(bad, doc.dump());
+    require_error([&] { read_summary_json(bad); }, {bad, "'reference'", "one of the modes", "gpipe"});
+  }
+  SECTION("a count that is no integer") {
+    doc["modes"][0]["updates"] = 1.5;
+    spit(bad, doc.dump());
+    require_error([&] { read_summary_json(bad); }, {"modes[0]", "'updates'", "an integer"});
+  }
+  SECTION("a flag that is no boolean") {
+    doc["modes"][0]["fits_memory"] = 1;
+    spit(bad, doc.dump());
+    require_error([&] { read_summary_json(bad); }, {"modes[0]", "'fits_memory'", "true or false"});
   }
   SECTION("a mode twice") {
     doc["modes"][2]["mode"] = "baseline";

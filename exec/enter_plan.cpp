@@ -12,6 +12,7 @@
 #include "exec/state.hpp"
 #include "exec/torch_compat.hpp"
 #include "exec/trainer_impl.hpp"
+#include "planner/transition.hpp"
 
 namespace ep::exec {
 
@@ -27,11 +28,24 @@ std::vector<at::Device> Trainer::plan_devices() const {
   return d;
 }
 
+namespace {
+
+bool unchanged(const Plan& prev, const Plan& plan) {
+  return !repartitioned(prev, plan) && prev.frozen_layers == plan.frozen_layers && prev.M == plan.M &&
+         prev.layout.active_ranks == plan.layout.active_ranks && prev.cache.on == plan.cache.on &&
+         prev.cache.tier == plan.cache.tier && plan.cache_fill_from < 0 && prev.cache_file_ahead == plan.cache_file_ahead;
+}
+
+}  // namespace
+
 void Trainer::enter_plan(TransitionCost* cost) {
   const bool was_active = previous_plan_ != nullptr &&
                           std::count(previous_plan_->layout.active_ranks.begin(),
                                      previous_plan_->layout.active_ranks.end(), env_.rank) > 0;
   cache_file_s_ = cache_ahead_s_ = 0;  // set where repartition() creates or takes the node's file
+  // A freeze step the planner did not act on keeps the plan as it was:
+  // nothing to move, repartition or rebuild (the planner charges nothing).
+  if (previous_plan_ && was_active && unchanged(*previous_plan_, *plan_)) return;
   Clock::time_point t = Clock::now();
   if (dist_ && previous_plan_) onboard();
   if (cost) cost->state_transfer_s = seconds(t, Clock::now());
@@ -40,7 +54,12 @@ void Trainer::enter_plan(TransitionCost* cost) {
   if (now_active) repartition();
   if (cost) cost->repartition_s = seconds(t, Clock::now());
   t = Clock::now();
-  if (dist_ && (now_active || was_active)) dist_->rebuild_active(plan_->id, plan_->layout.active_ranks, plan_->K, plan_devices());
+  // The group is made again only for new ranks or lanes (one per device:
+  // K), as the planner prices it (predict_transition).
+  const bool regroup = !previous_plan_ || previous_plan_->layout.active_ranks != plan_->layout.active_ranks ||
+                       previous_plan_->K != plan_->K;
+  if (dist_ && (now_active || was_active) && regroup)
+    dist_->rebuild_active(plan_->id, plan_->layout.active_ranks, plan_->K, plan_devices());
   if (cost) cost->rebuild_s = seconds(t, Clock::now());
   t = Clock::now();
   if (now_active) {
@@ -195,7 +214,6 @@ void Trainer::rebuild_cache() {
 // (transition), any other just takes its place in the new one.
 void Trainer::enter(const Plan& plan, const Plan* previous) {
   planning_s_ = seconds(step_start_, Clock::now());
-  pending_chunk_times_.clear();
   const bool was_active = previous && plan_ && active();
   if (previous) prev_storage_ = *previous;
   previous_plan_ = previous ? &prev_storage_ : nullptr;

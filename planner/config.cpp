@@ -337,7 +337,7 @@ void read_sim(Reader& r, SimConfig& s) {
   r.integer("sim.warmup_iterations", s.warmup_iterations, false, 0, 100, kIterationsWhy);
   r.integer("sim.measure_iterations", s.measure_iterations, false, 2, 100, kIterationsWhy);
   // Transition costs are the cluster's: the planner weighs them too.
-  for (const char* part : {"context_creation_s", "pipeline_warmup_s", "ddp_rebuild_s"})
+  for (const char* part : {"context_creation_s", "group_setup_s", "group_per_rank_s", "warmup_iterations"})
     if (r.has(std::string("sim.") + part))
       r.fail(std::string("sim.") + part,
              std::string("cluster.transition.") + part + " (transition costs are the cluster's; the planner weighs them)",
@@ -346,10 +346,22 @@ void read_sim(Reader& r, SimConfig& s) {
 }
 
 void read_transition(Reader& r, TransitionSpec& t) {
+  // Replaced by formulas of the plan (planner/transition.cpp): one way to say each.
+  if (r.has("cluster.transition.ddp_rebuild_s"))
+    r.fail("cluster.transition.ddp_rebuild_s",
+           "cluster.transition.group_setup_s and group_per_rank_s (the group is priced by its ranks)",
+           "the former key ddp_rebuild_s");
+  if (r.has("cluster.transition.pipeline_warmup_s"))
+    r.fail("cluster.transition.pipeline_warmup_s",
+           "cluster.transition.warmup_iterations (the warm-up in the new plan's iterations)",
+           "the former key pipeline_warmup_s");
   for (auto [key, v] : {std::pair{"cluster.transition.context_creation_s", &t.context_creation_s},
-                        {"cluster.transition.pipeline_warmup_s", &t.pipeline_warmup_s},
-                        {"cluster.transition.ddp_rebuild_s", &t.ddp_rebuild_s}})
+                        {"cluster.transition.group_setup_s", &t.group_setup_s}})
     r.quantity(key, *v, false, 0, 1e5, "seconds per transition part, about a day at most");
+  r.quantity("cluster.transition.group_per_rank_s", t.group_per_rank_s, false, 0, 10,
+             "seconds per rank of a group made (10 s a rank is 23 hours at 8,192 ranks)");
+  r.quantity("cluster.transition.warmup_iterations", t.warmup_iterations, false, 0, 1000,
+             "extra iterations the first one after a freeze step takes");
 }
 
 // A config is a few kB of TOML; a megabyte is far beyond any.

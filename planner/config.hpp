@@ -42,10 +42,18 @@ struct HostSpec {
 // What moving between plans costs beyond the bytes moved (SPEC §7), the
 // parts a cluster's software stack sets; the planner weighs them (objective
 // "time") and the simulator charges them.
+// What a transition's fixed parts cost on this cluster: the terms of the
+// formulas in planner/transition.cpp (docs/SIMULATOR.md, "Transition costs",
+// gives each one's source). A profile's measurements replace them where it
+// has them, scaled by the same formulas.
 struct TransitionSpec {
-  double context_creation_s = 3.0;  // a woken process: device context + communicator setup
-  double pipeline_warmup_s = 1.0;   // first iteration after a freeze step or repartition (allocator, autotuning)
-  double ddp_rebuild_s = 1.0;       // active training group torn down and rebuilt, DDP buckets re-made
+  double context_creation_s = 3.0;  // a process's one-off work where one starts: device context, libraries, kernels
+  double group_setup_s = 1.3;       // an active group made (new ranks or lanes): its fixed part
+  double group_per_rank_s = 0.085;  // and per rank of it (the bootstrap gathers every rank's address and topology)
+  double warmup_iterations = 0.5;   // the first iteration after a freeze step or a repartition: extra steady iterations
+
+  // group(n) = group_setup_s + group_per_rank_s * n for n > 1 ranks; none for one.
+  [[nodiscard]] double group_s(int ranks) const { return ranks > 1 ? group_setup_s + group_per_rank_s * ranks : 0.0; }
 };
 
 // How nodes hang together (a two-level fat tree): leaf switches of
@@ -154,8 +162,9 @@ struct TrainingConfig {
   // same, with lr multiplied by replicas / the replicas of planner.K (the
   // linear scaling rule); global: the global batch stays batch_size times
   // the replicas of planner.K and the replicas split it (what a DDP user
-  // keeps fixed), so every layout makes the same updates per epoch.
-  BatchPolicy batch_policy = BatchPolicy::PerPipeline;
+  // keeps fixed), so every layout makes the same updates per epoch: the
+  // default, so that a speedup compares the same training.
+  BatchPolicy batch_policy = BatchPolicy::Global;
   // Fine-tuning: the weights training starts from (a weights.bin that
   // `train` wrote, matched by parameter name and shape); empty: from the
   // seed. init_keep: name prefixes of parameters that keep their seeded

@@ -47,29 +47,35 @@ class CostModel {
   // (IterationSetup::grad_norms); measured only (0: a profile written
   // before it timed them inside optimizer_step_s).
   [[nodiscard]] virtual double grad_norms_s(double /*params*/) const { return 0; }
-  // Transition terms a profile measured (group rebuild over `ranks`, packing
-  // and unpacking `bytes` of training state); nullopt: the config's [sim]
-  // assumptions stand in (planner/transition.hpp).
-  [[nodiscard]] virtual std::optional<double> group_rebuild_s(int /*ranks*/) const { return std::nullopt; }
+  // Transition terms a profile measured: the group rebuild sample nearest
+  // to `ranks` (the transition scales it by the cluster's group formula),
+  // packing and unpacking `bytes` of training state; nullopt: the cluster's
+  // formulas stand alone (planner/transition.hpp).
+  struct RebuildSample {
+    int ranks = 0;
+    double seconds = 0;
+  };
+  [[nodiscard]] virtual std::optional<RebuildSample> group_rebuild(int /*ranks*/) const { return std::nullopt; }
   [[nodiscard]] virtual std::optional<double> state_pack_s(double /*bytes*/) const { return std::nullopt; }
   // Creating a cache file of `bytes` in the tier, its blocks reserved
-  // (fallocate: tmpfs zeroes every page, about 5.5 GB/s measured on an
-  // H100's host); nullopt: not charged.
+  // (fallocate): tmpfs zeroes every page (about 5.5 GB/s measured on an
+  // H100's host), a disk reserves extents without writing them; nullopt:
+  // not charged.
   [[nodiscard]] virtual std::optional<double> cache_create_s(double /*bytes*/, CacheTier) const { return std::nullopt; }
   // AutoCache's probe set up (its batch on the device, its file, its first
   // measurement's one-off work) for rows of `bytes` a batch; measured only.
   [[nodiscard]] virtual std::optional<double> cache_probe_setup_s(double /*bytes*/) const { return std::nullopt; }
   // A run's first iteration over its later ones (kernels loaded, library
   // handles made, allocators grown: the first epoch's one-off work);
-  // measured only. nullopt: the config's context_creation_s and
-  // pipeline_warmup_s stand in.
+  // measured only. nullopt: the cluster's context_creation_s and
+  // warmup_iterations stand in.
   [[nodiscard]] virtual std::optional<double> first_iteration_s() const { return std::nullopt; }
   // A process creating its device context (its first touch of the device);
   // measured only. A woken process and the run's start pay it beside the
   // first iteration's extra, which a profile measures with it made.
   [[nodiscard]] virtual std::optional<double> device_context_s() const { return std::nullopt; }
   // The first iteration after a freeze step or a repartition over its later
-  // ones; measured only. nullopt: cluster.transition.pipeline_warmup_s.
+  // ones; measured only. nullopt: cluster.transition.warmup_iterations.
   [[nodiscard]] virtual std::optional<double> freeze_warmup_s() const { return std::nullopt; }
   // AutoCache's probe timed whole once set up, at some depths (profile.hpp):
   // what predict_cache_probe_s scales its terms to; measured only.
@@ -86,7 +92,9 @@ class CostModel {
 //             (iteration_costs adds the node's copies sharing memory);
 // optimizer = bytes touched / device memory bandwidth (memory-bound): weights
 //             read and written, gradients read, optimizer state read and
-//             written, all FP32.
+//             written, all FP32;
+// cache file = bytes / min(5.5 GB/s, host memory bandwidth) in the memory
+//             tier (page zeroing, measured on an H100's host), 0 on disk.
 class AnalyticCostModel final : public CostModel {
  public:
   AnalyticCostModel(const ClusterSpec&, const TrainingConfig&);
@@ -98,6 +106,7 @@ class AnalyticCostModel final : public CostModel {
   [[nodiscard]] double p2p_s(double bytes, LinkKind) const override;
   [[nodiscard]] double allreduce_s(double bytes, int ranks, LinkKind slowest_link) const override;
   [[nodiscard]] double cache_read_s(double bytes, CacheTier) const override;
+  [[nodiscard]] std::optional<double> cache_create_s(double bytes, CacheTier) const override;
   [[nodiscard]] double cache_write_s(double bytes, CacheTier) const override;
   [[nodiscard]] double optimizer_step_s(double params) const override;
 

@@ -352,12 +352,12 @@ std::string FittedCostModel::describe() const {
   return out;
 }
 
-std::optional<double> FittedCostModel::group_rebuild_s(int ranks) const {
+std::optional<CostModel::RebuildSample> FittedCostModel::group_rebuild(int ranks) const {
   const TransitionSample* best = nullptr;
   for (const TransitionSample& t : transitions_)
     if (t.what == "group_rebuild" && (!best || std::abs(t.ranks - ranks) < std::abs(best->ranks - ranks))) best = &t;
   if (!best) return std::nullopt;
-  return best->seconds;
+  return RebuildSample{best->ranks, best->seconds};
 }
 
 // The sample of `what` nearest in bytes, scaled to `bytes`.
@@ -373,7 +373,8 @@ std::optional<double> FittedCostModel::per_byte(const std::string& what, double 
 std::optional<double> FittedCostModel::state_pack_s(double bytes) const { return per_byte("state_pack_unpack", bytes); }
 
 std::optional<double> FittedCostModel::cache_create_s(double bytes, CacheTier tier) const {
-  return per_byte(cache_create_what(tier_name(tier)), bytes);
+  if (const std::optional<double> measured = per_byte(cache_create_what(tier_name(tier)), bytes)) return measured;
+  return fallback_.cache_create_s(bytes, tier);
 }
 
 std::optional<double> FittedCostModel::cache_probe_setup_s(double bytes) const {

@@ -111,7 +111,7 @@ class FittedCostModel final : public CostModel {
   // The measured sample with the nearest rank count (group rebuild), or
   // scaled by bytes from the nearest measured size (state pack + unpack,
   // a cache file's creation).
-  [[nodiscard]] std::optional<double> group_rebuild_s(int ranks) const override;
+  [[nodiscard]] std::optional<RebuildSample> group_rebuild(int ranks) const override;
   [[nodiscard]] std::optional<double> state_pack_s(double bytes) const override;
   [[nodiscard]] std::optional<double> cache_create_s(double bytes, CacheTier) const override;
   [[nodiscard]] std::optional<double> cache_probe_setup_s(double bytes) const override;

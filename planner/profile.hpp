@@ -103,7 +103,7 @@ struct OptimizerSample {
 };
 
 // One-off steps of a transition, measured whole: the cost model's
-// transition terms (group_rebuild_s, state_pack_s, cache_create_s,
+// transition terms (group_rebuild, state_pack_s, cache_create_s,
 // cache_probe_setup_s, first_iteration_s, device_context_s, freeze_warmup_s).
 struct TransitionSample {
   std::string what;  // e.g. "group_rebuild", "state_transfer"

@@ -5,17 +5,20 @@
 
 #include "planner/cache_policy.hpp"
 #include "planner/memory.hpp"
-#include "planner/run_loop.hpp"
 
 namespace ep {
 
 namespace {
 
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+// Layouts list their ranks in increasing order (make_layout): found by
+// bisection, so that a transition of thousands of replicas stays linear.
+bool contains(const std::vector<int>& sorted, int x) { return std::binary_search(sorted.begin(), sorted.end(), x); }
 
 const ReplicaLayout::Replica& replica_of(const ReplicaLayout& l, int rank) {
-  const auto it = std::find_if(l.replica.begin(), l.replica.end(), [&](const auto& r) { return r.rank == rank; });
-  if (it == l.replica.end()) throw Error("transition: rank " + std::to_string(rank) + " is not in the layout");
+  const auto it = std::lower_bound(l.replica.begin(), l.replica.end(), rank,
+                                   [](const ReplicaLayout::Replica& r, int x) { return r.rank < x; });
+  if (it == l.replica.end() || it->rank != rank)
+    throw Error("transition: rank " + std::to_string(rank) + " is not in the layout");
   return *it;
 }
 
@@ -31,12 +34,14 @@ std::vector<Onboarding> onboarding_sources(const ReplicaLayout& previous, const 
                                            const std::vector<int>& woken) {
   std::vector<Onboarding> out;
   std::map<int, int> used;  // node -> woken ranks served from it so far
+  std::map<int, std::vector<int>> live;  // node -> its replicas live before and after, in rank order
+  for (const auto& r : previous.replica)
+    if (contains(next.active_ranks, r.rank)) live[r.node].push_back(r.rank);
   int any = 0;
   for (const int rank : woken) {
     const int node = replica_of(next, rank).node;
-    std::vector<int> local;
-    for (const auto& r : previous.replica)
-      if (r.node == node && contains(next.active_ranks, r.rank)) local.push_back(r.rank);
+    const auto found = live.find(node);
+    const std::vector<int> local = found == live.end() ? std::vector<int>{} : found->second;
     int source = 0;
     if (!local.empty()) {
       source = local[used[node]++ % local.size()];
@@ -51,25 +56,34 @@ std::vector<Onboarding> onboarding_sources(const ReplicaLayout& previous, const 
 
 std::vector<StateMove> state_moves(const PlanContext& ctx, const Plan& prev, const Plan& plan) {
   std::map<std::pair<int, int>, double> moves;
-  const int n = ctx.spec.num_sublayers();
+  // Every staying replica moves the same sublayers between the same
+  // devices of its pipeline: summed once per (old device, new device), then
+  // placed on each replica's GPUs (thousands of replicas stay linear).
+  std::map<std::pair<int, int>, double> by_device;
+  for (int i = 0; i < ctx.spec.num_sublayers(); ++i) {
+    const bool active = i >= plan.partition.frozen_end;
+    by_device[{prev.partition.device_of(i, prev.K), plan.partition.device_of(i, plan.K)}] +=
+        state_bytes(ctx, active ? SublayerRange{i, i + 1} : SublayerRange{}, active ? SublayerRange{} : SublayerRange{i, i + 1});
+  }
   for (const auto& r : plan.layout.replica) {
     if (!contains(prev.layout.active_ranks, r.rank)) continue;
     const auto& old = replica_of(prev.layout, r.rank);
-    for (int i = 0; i < n; ++i) {
-      const int src = old.gpus[prev.partition.device_of(i, prev.K)];
-      const int dst = r.gpus[plan.partition.device_of(i, plan.K)];
-      const bool active = i >= plan.partition.frozen_end;
-      if (src != dst)
-        moves[{src, dst}] += state_bytes(ctx, active ? SublayerRange{i, i + 1} : SublayerRange{},
-                                         active ? SublayerRange{} : SublayerRange{i, i + 1});
+    for (const auto& [devices, bytes] : by_device) {
+      const int src = old.gpus[devices.first], dst = r.gpus[devices.second];
+      if (src != dst) moves[{src, dst}] += bytes;
     }
   }
-  for (const Onboarding& o : plan.onboarding) {
-    const auto& dst = replica_of(plan.layout, o.rank);
-    const auto& src = replica_of(plan.layout, o.source);
-    for (int s = 0; s < plan.partition.K(); ++s) {
-      const int d = s % plan.K;
-      moves[{src.gpus[d], dst.gpus[d]}] += state_bytes(ctx, plan.partition.active(s), plan.partition.hosted_frozen(s));
+  if (!plan.onboarding.empty()) {
+    std::vector<double> stage_bytes;  // what a woken replica receives per stage
+    for (int s = 0; s < plan.partition.K(); ++s)
+      stage_bytes.push_back(state_bytes(ctx, plan.partition.active(s), plan.partition.hosted_frozen(s)));
+    for (const Onboarding& o : plan.onboarding) {
+      const auto& dst = replica_of(plan.layout, o.rank);
+      const auto& src = replica_of(plan.layout, o.source);
+      for (int s = 0; s < plan.partition.K(); ++s) {
+        const int d = s % plan.K;
+        moves[{src.gpus[d], dst.gpus[d]}] += stage_bytes[static_cast<std::size_t>(s)];
+      }
     }
   }
   std::vector<StateMove> out;
@@ -81,38 +95,66 @@ bool repartitioned(const Plan& prev, const Plan& plan) {
   return prev.partition.bounds != plan.partition.bounds || prev.K != plan.K;
 }
 
+// The transition's terms, each a formula (docs/SIMULATOR.md, "Transition
+// costs", gives their sources; cluster presets their defaults):
+//   a process started (the run's, a woken one): context_creation_s, or a
+//     profile's device_context + first_iteration;
+//   a group made, where the active ranks or the lanes (K) change:
+//     group(n) = group_setup_s + group_per_rank_s * n for n ranks, or a
+//     profile's rebuild at n0 ranks scaled by group(n) / group(n0);
+//   warm-up, where the frozen count or the partition changes:
+//     warmup_iterations * the new plan's iteration, or a profile's
+//     freeze_warmup;
+//   state moved: the bytes over the links (and a profile's pack and unpack);
+//   the cache's probe and file: predict_cache_probe_s, cache_create_s.
 namespace {
+
+double group_rebuild_s(const TransitionSpec& k, const CostModel& cost, int ranks) {
+  if (ranks <= 1) return 0;
+  const std::optional<CostModel::RebuildSample> m = cost.group_rebuild(ranks);
+  if (!m) return k.group_s(ranks);
+  const double at = k.group_s(m->ranks);
+  return at > 0 ? m->seconds * k.group_s(ranks) / at : m->seconds;
+}
 
 // What a process pays once before its iterations run as its later ones do
 // (its device context, its first iteration's one-off work), as a profile
-// measured it, else the config's figures for the context and the warm-up.
-TransitionCost process_start(const TransitionSpec& k, const CostModel& cost) {
+// measured it, else the cluster's figures for the context and the warm-up.
+TransitionCost process_start(const TransitionSpec& k, const CostModel& cost, double iteration_s) {
   TransitionCost t;
   if (const std::optional<double> first = cost.first_iteration_s()) {
     t.contexts_s = cost.device_context_s().value_or(0.0) + *first;
   } else {
     t.contexts_s = k.context_creation_s;
-    t.warmup_s = k.pipeline_warmup_s;
+    t.warmup_s = k.warmup_iterations * iteration_s;
   }
   return t;
 }
 
 }  // namespace
 
+double predict_warmup_s(const PlanContext& ctx, const Plan& prev, const Plan& plan) {
+  if (!repartitioned(prev, plan) && plan.frozen_layers == prev.frozen_layers) return 0;
+  return ctx.cost.freeze_warmup_s().value_or(ctx.config.cluster.transition.warmup_iterations * plan.iteration_s);
+}
+
 TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, const Plan& plan) {
   const TransitionSpec& k = ctx.config.cluster.transition;
   const CostModel& cost = ctx.cost;
   const int ranks = plan.layout.replicas;
-  const double rebuild = ranks > 1 ? cost.group_rebuild_s(ranks).value_or(k.ddp_rebuild_s) : 0.0;
   if (!prev) {
-    TransitionCost t = process_start(k, cost);
-    t.rebuild_s = rebuild;
+    TransitionCost t = process_start(k, cost, plan.iteration_s);
+    t.rebuild_s = group_rebuild_s(k, cost, ranks);
     return t;
   }
+  TransitionCost t;
+  // The probe runs before the step is planned, whatever it then decides.
+  if (plan.cache_probed)
+    t.cache_probe_s = predict_cache_probe_s(ctx.config, ctx.spec, cost, plan.frozen_allowed,
+                                            ctx.config.training.batch_size, plan.cache_probe_set_up);
   const bool moved = repartitioned(*prev, plan);
   const bool regrouped = prev->layout.active_ranks != plan.layout.active_ranks;
-  if (!moved && !regrouped && prev->frozen_layers == plan.frozen_layers) return {};
-  TransitionCost t;
+  if (!moved && !regrouped && prev->frozen_layers == plan.frozen_layers) return t;
   const int I = ctx.config.cluster.gpus_per_node;
   for (const StateMove& m : state_moves(ctx, *prev, plan)) {
     const LinkKind link = m.src_gpu / I == m.dst_gpu / I ? LinkKind::IntraNode : LinkKind::InterNode;
@@ -120,15 +162,14 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
   }
   // A woken process pays what the run's start does before its iterations
   // (it does so in its first iteration, every replica's all-reduce waiting).
-  t.contexts_s = plan.woken_ranks.empty() ? 0.0 : process_start(k, cost).contexts_s;
-  // A transition rebuilds the active group and DDP: there is none to
-  // rebuild for one replica (the executor measures ~0 s there).
-  t.rebuild_s = rebuild;
+  t.contexts_s = plan.woken_ranks.empty() ? 0.0 : process_start(k, cost, plan.iteration_s).contexts_s;
+  // The active group is made again where its ranks or its lanes (one per
+  // device of a replica: K) change; a freeze step that keeps both keeps it.
+  if (regrouped || prev->K != plan.K) t.rebuild_s = group_rebuild_s(k, cost, ranks);
   // The executor meets a first slow iteration whenever the frozen count or
   // the partition changes (what runs without autograd changes, and with it
   // the kernels and the allocations), so it is charged for both.
-  const bool refrozen = plan.frozen_layers != prev->frozen_layers;
-  t.warmup_s = moved || refrozen ? cost.freeze_warmup_s().value_or(k.pipeline_warmup_s) : 0.0;
+  t.warmup_s = predict_warmup_s(ctx, *prev, plan);
   // The executor creates the node's file when a plan first turns the cache
   // on and keeps it (a cache turned off and on again is charged again).
   if (plan.cache.on && !prev->cache.on) {
@@ -137,10 +178,6 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
     if (prev->cache_file_ahead == plan.cache.tier)
       t.cache_create_s = std::max(0.0, t.cache_create_s - prev->predicted_epochs_s());
   }
-  // Frozen layers only grow: the first step that freezes any probes first.
-  if (refrozen && probes_cache(ctx.config, plan.frozen_layers))
-    t.cache_probe_s = predict_cache_probe_s(ctx.config, ctx.spec, cost, plan.frozen_layers,
-                                            ctx.config.training.batch_size, prev->frozen_layers == 0);
   return t;
 }
 

@@ -37,9 +37,10 @@ struct TransitionCost {
   double contexts_s = 0;  // a process's one-off work where one starts (the run's, or woken ones): its device
                           // context and first iteration's extra, as a profile measured them, else
                           // cluster.transition.context_creation_s
-  double rebuild_s = 0;   // the active group and DDP buckets rebuilt (profile or cluster.transition.ddp_rebuild_s)
+  double rebuild_s = 0;   // the active group made for new ranks or lanes (cluster.transition's group formula,
+                          // or a profile's rebuild scaled by it)
   double warmup_s = 0;    // first iteration after a freeze step or repartition (profile's freeze_warmup, else
-                          // cluster.transition.pipeline_warmup_s); the run's start: its iterations
+                          // cluster.transition.warmup_iterations of the plan's); the run's start: its iterations
   double cache_probe_s = 0;  // AutoCache's probe at the new frozen depth, before the step is planned
   double cache_create_s = 0;  // the node's cache file, where the cache turns on (CostModel::cache_create_s)
   [[nodiscard]] double total_s() const {
@@ -69,6 +70,11 @@ inline constexpr int kStartIterations = 2;
 // devices (PredictionUse::ChunkCandidate): the start program's own
 // schedule, so no optimizer step and no all-reduce are charged.
 [[nodiscard]] TransitionCost predict_start(const PlanContext&, const Plan&, const IterationPredictor& predict);
+
+// The first iteration's extra after a freeze step or a repartition (0 where
+// neither changes): a profile's freeze_warmup, else warmup_iterations of
+// `next`'s iteration_s.
+[[nodiscard]] double predict_warmup_s(const PlanContext&, const Plan& previous, const Plan& next);
 
 // Whether entering `next` from `previous` changes anything a back end must redo.
 [[nodiscard]] bool repartitioned(const Plan& previous, const Plan& next);

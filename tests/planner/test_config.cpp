@@ -447,8 +447,16 @@ TEST_CASE("physical quantities are checked against physical ranges at load") {
     CHECK(msg.find("expected a number in " + range) != std::string::npos);
   }
   // Keys with defaults too.
-  std::string msg = error_of(kBase + "\n[cluster.transition]\nddp_rebuild_s = 1e12\n");
-  CHECK(msg.find("key 'cluster.transition.ddp_rebuild_s': expected a number in [0, 100000]") != std::string::npos);
+  std::string msg = error_of(kBase + "\n[cluster.transition]\ngroup_setup_s = 1e12\n");
+  CHECK(msg.find("key 'cluster.transition.group_setup_s': expected a number in [0, 100000]") != std::string::npos);
+  msg = error_of(kBase + "\n[cluster.transition]\ngroup_per_rank_s = 11\n");
+  CHECK(msg.find("key 'cluster.transition.group_per_rank_s': expected a number in [0, 10]") != std::string::npos);
+  // The constants the formulas replaced name what replaced them.
+  msg = error_of(kBase + "\n[cluster.transition]\nddp_rebuild_s = 1\n");
+  CHECK(msg.find("key 'cluster.transition.ddp_rebuild_s': expected cluster.transition.group_setup_s and "
+                 "group_per_rank_s") != std::string::npos);
+  msg = error_of(kBase + "\n[cluster.transition]\npipeline_warmup_s = 1\n");
+  CHECK(msg.find("expected cluster.transition.warmup_iterations") != std::string::npos);
   // Where transition costs were a simulator knob, the key names where it went.
   msg = error_of(kBase + "\n[sim]\ncontext_creation_s = 2\n");
   CHECK(msg.find("key 'sim.context_creation_s': expected cluster.transition.context_creation_s") != std::string::npos);

@@ -4,7 +4,7 @@
 each compared with the simulation epoch by epoch (`trace diff --csv`), and
 `validate` with that profile.
 
-    python3 bench/sim_vs_measured.py [OUT] [--config FILE] [--rounds 1] [--mode autocache]
+    python3 bench/sim_vs_measured.py [OUT] [--config FILE] [--rounds 1] [--mode configured]
         [--tolerance 5] [--traced-iterations N] [--no-validate] [--validate-iterations 3]
         [--set k=v ...] [--smoke] [--bin ELASTICPIPE]
 
@@ -17,9 +17,8 @@ place:
               --traced-iterations), the memo present: what `trace diff` needs
               per action, at the tracing's cost;
   configured  the config as given, the memo present: the usual run.
-The simulated mode (--mode) must be the one the config trains: autocache
-for a config with freezing and the cache (the shipped GPU config), baseline
-for freeze_policy "none". OUT (default /tmp/sim-vs-measured) gets
+The simulated mode (--mode, default configured: the config exactly as train
+runs it) is the one compared with the runs. OUT (default /tmp/sim-vs-measured) gets
 profile.json, sim/, runs/NAME/{epochs.csv,trace.json,transitions.json,
 diff.csv}, logs/, summary.csv (every run's diff.csv rows with the run's
 name) and table.md (printed). The binary: --bin, else $EP_BIN, else
@@ -166,7 +165,7 @@ def main():
     ap.add_argument("--bin", default=default_binary())
     ap.add_argument("--config", default=str(ROOT / "configs" / "gpu" / "vit_b16_h100.toml"))
     ap.add_argument("--rounds", type=int, default=1, help="each round trains first, traced, configured")
-    ap.add_argument("--mode", default="autocache", help="the simulated mode the config trains (simulate --mode)")
+    ap.add_argument("--mode", default="configured", help="the simulated mode compared (simulate --mode; configured: as train runs the config)")
     ap.add_argument("--tolerance", type=float, default=5.0, help="per-epoch error said to be within, in percent")
     ap.add_argument("--traced-iterations", type=int, default=1000000,
                     help="exec.trace_iterations of the traced runs (default: every iteration)")

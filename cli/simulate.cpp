@@ -1,5 +1,6 @@
 // elasticpipe simulate: the whole training on a SimGrid model of the
-// cluster, every mode of the speedup breakdown.
+// cluster: the best plan without freezing, the paper's baseline, every mode
+// of the speedup breakdown and the config as train runs it.
 #include <iostream>
 #include <memory>
 
@@ -16,6 +17,7 @@ struct SimulateArgs {
   std::string config;
   std::vector<std::string> overrides;
   std::string mode = "all";
+  std::string reference = "baseline";
   std::string out;
   std::string profile;  // a fitted cost model instead of the analytic one
   bool exact = false;
@@ -26,6 +28,7 @@ int run_simulate(const SimulateArgs& a) {
   check_simulable(config);
   sim::RunOptions opt;
   opt.modes = parse_modes(a.mode);
+  opt.reference = parse_reference(a.reference);
   opt.exact = a.exact;
   const AnalyticCostModel analytic(config.cluster, config.training);
   const std::optional<FittedCostModel> fitted = fitted_model(a.profile, config, analytic);
@@ -47,7 +50,10 @@ Command add_simulate(CLI::App& app) {
   auto a = std::make_shared<SimulateArgs>();
   auto* cmd = app.add_subcommand("simulate", "Simulate the whole training on a SimGrid model of the cluster");
   cmd->add_option("config", a->config, "TOML config file")->required();
-  cmd->add_option("--mode", a->mode, "all|baseline|freeze|autopipe|autodp|autocache (comma-separated)");
+  cmd->add_option("--mode", a->mode,
+                  "all|baseline|gpipe|freeze|autopipe|autodp|autocache|configured (comma-separated; default all)");
+  cmd->add_option("--reference", a->reference,
+                  "Speedups over: baseline (the best plan without freezing, default) or gpipe (the paper's)");
   cmd->add_option("--set", a->overrides, "Override a config key")->take_all();
   cmd->add_option("--out", a->out, "Output folder (default out/simulate/<config name>)")
       ->check(non_empty("an output folder"));

@@ -24,7 +24,8 @@ namespace {
 struct SweepArgs {
   std::string config;
   std::vector<std::string> overrides;
-  std::string mode = "all";
+  std::string mode = "baseline,configured";
+  std::string reference = "baseline";
   std::string out;
   bool exact = false;
   int jobs = 0;
@@ -56,7 +57,8 @@ int run_sweep(const SweepArgs& a) {
     check_simulable(configs.back());
   }
   sim::SweepOptions opt;
-  opt.modes = parse_modes(a.mode == "all" ? "baseline,autocache" : a.mode);
+  opt.reference = parse_reference(a.reference);
+  opt.modes = with_reference(parse_modes(a.mode), opt.reference);
   opt.exact = a.exact;
   opt.jobs = a.jobs > 0 ? a.jobs : std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   const std::string out = a.out.empty() ? default_out(a.config, "sweep") : a.out;
@@ -79,11 +81,13 @@ int run_sweep(const SweepArgs& a) {
       std::cout << row.values.back() << "  ";
     }
     for (const sim::SweepModeResult& r : results[i]) {
-      char cell[96];
-      std::snprintf(cell, sizeof cell, "%s %.1f s (%.2fx)  ", sim::to_string(r.mode).c_str(), r.total_s, r.speedup);
+      char cell[160];
+      char speedup[32] = "n/a";
+      if (r.speedup) std::snprintf(speedup, sizeof speedup, "%.2fx", *r.speedup);
+      std::snprintf(cell, sizeof cell, "%s %.1f s (%s, batch %lld%s)  ", sim::to_string(r.mode).c_str(), r.total_s,
+                    speedup, static_cast<long long>(r.global_batch), r.fits_memory ? "" : ", DOES NOT FIT");
       std::cout << cell;
-      row.total_s.push_back(r.total_s);
-      row.speedup.push_back(r.speedup);
+      row.modes.push_back({r.total_s, r.speedup, r.fits_memory, r.global_batch, r.updates});
     }
     std::cout << "\n";
     table.rows.push_back(std::move(row));
@@ -102,7 +106,9 @@ Command add_sweep(CLI::App& app) {
   auto* cmd = app.add_subcommand("sweep", "Simulate the cartesian product of --set lists, e.g. --set planner.alpha=0.2,0.33,0.5");
   cmd->add_option("config", a->config, "TOML config file")->required();
   cmd->add_option("--set", a->overrides, "KEY=V1,V2,... (one list per key)")->take_all();
-  cmd->add_option("--mode", a->mode, "Modes per point (default baseline,autocache)");
+  cmd->add_option("--mode", a->mode, "Modes per point (default baseline,configured; all: every mode)");
+  cmd->add_option("--reference", a->reference,
+                  "Speedups over: baseline (the best plan without freezing, default) or gpipe (the paper's)");
   cmd->add_option("--out", a->out, "Output folder (default out/sweep/<config name>)")
       ->check(non_empty("an output folder"));
   cmd->add_option("--jobs", a->jobs, "Points simulated at once (default: cores)")->check(in_range(1, 256));

@@ -36,10 +36,10 @@ std::vector<IterationPrediction> Trainer::predict(const std::vector<IterationPro
   const int K = programs.front().setup.K;
   auto known = p_.chunk_times.find(K);
   if (known == p_.chunk_times.end()) {
-    if (!rank0() && pending_chunk_times_.empty())
+    if (!rank0())
       throw Error("rank " + std::to_string(env_.rank) + ": chunk search for K = " + std::to_string(K) +
                   ": no timing from rank 0");
-    known = p_.chunk_times.emplace(K, rank0() ? chunk_times(programs) : pending_chunk_times_).first;
+    known = p_.chunk_times.emplace(K, chunk_times(programs)).first;
   }
   return to_predictions(known->second, programs.size(), K);
 }
@@ -117,18 +117,21 @@ namespace {
 std::string step_key(int step) { return "step/" + std::to_string(step); }
 }  // namespace
 
-// Rank 0: the step's inputs, and the chunk timings its plan's K was chosen
-// with, to every other process.
-void Trainer::publish(int step, const StepInputs& in, const Plan& plan) {
+// Rank 0: the step's inputs, and every chunk timing it holds (the step may
+// have timed several K: its finalists, its probe's), to every other process.
+void Trainer::publish(int step, const StepInputs& in, const Plan&) {
   json msg = {{"frozen", in.frozen_layers}};
-  if (const auto it = p_.chunk_times.find(plan.K); it != p_.chunk_times.end()) msg["chunk_times"] = it->second;
+  json times = json::object();
+  for (const auto& [K, t] : p_.chunk_times) times[std::to_string(K)] = t;
+  msg["chunk_times"] = std::move(times);
   if (in.cache) msg["cache"] = {in.cache->read_s, in.cache->frozen_forward_s};
   if (dist_) dist_->control(step_key(step), msg);
   p_.frozen_history.push_back(in.frozen_layers);
 }
 
 // The others: rank 0's inputs; its chunk timings answer this process's
-// chunk search (predict) while it plans the same step.
+// chunk search (predict) while it plans the same step, before or after a
+// resume with other replica counts alike.
 StepInputs Trainer::follow(int step) {
   const json msg = dist_->control(step_key(step));
   StepInputs in;
@@ -137,7 +140,7 @@ StepInputs Trainer::follow(int step) {
     in.cache = MeasuredCache{msg["cache"][0], msg["cache"][1]};
     p_.cache_measurements[in.frozen_layers] = *in.cache;
   }
-  if (msg.contains("chunk_times")) pending_chunk_times_ = msg.at("chunk_times").get<std::vector<double>>();
+  for (const auto& [K, t] : msg.at("chunk_times").items()) p_.chunk_times.emplace(std::stoi(K), t.get<std::vector<double>>());
   p_.frozen_history.push_back(in.frozen_layers);
   return in;
 }

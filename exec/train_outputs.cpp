@@ -7,6 +7,7 @@
 
 #include "exec/torch_compat.hpp"
 #include "planner/freeze.hpp"
+#include "planner/run_figures.hpp"
 #include "traces/action_event.hpp"
 #include "traces/atomic_file.hpp"
 #include "traces/run_outputs.hpp"
@@ -85,7 +86,14 @@ void write_run_outputs(const std::string& out_dir, const Config& c, const TraceR
   mode.start_s = result.start_s;
   mode.total_s = result.total_s;
   mode.samples_per_s = static_cast<double>(train_samples) * c.training.epochs / std::max(1e-9, result.total_s);
-  mode.final_accuracy = result.final_accuracy;
+  if (result.final_accuracy >= 0) mode.final_accuracy = result.final_accuracy;
+  const RunFigures figures = run_figures(planner.context().spec, planner.run().plans);
+  mode.fits_memory = figures.fits_memory;
+  mode.peak_memory_bytes = figures.peak_memory_bytes;
+  mode.updates = figures.updates;
+  mode.global_batch_min = figures.global_batch_min;
+  mode.global_batch_max = figures.global_batch_max;
+  mode.utilisation = utilisation(figures.flops, mode.total_s, planner.run().peak_flops_per_s);
   for (const auto& e : result.epochs) mode.epoch_s.push_back(e.epoch_s);
   summary.modes.push_back(mode);
   write_summary_json(summary, summary_file.stream(), summary_file.path());

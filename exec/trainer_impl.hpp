@@ -141,7 +141,6 @@ class Trainer final : RunBackend {
   const Plan* plan_ = nullptr;
   const Plan* previous_plan_ = nullptr;
   trace::RunState p_;
-  std::vector<double> pending_chunk_times_;
   Clock::time_point step_start_ = Clock::now();  // the freeze step being planned began
   std::optional<PinnedAllocs> pinned_at_step_;    // pinned blocks made before it, on a GPU where counted
   double planning_s_ = 0, pending_transition_s_ = 0;

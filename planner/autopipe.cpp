@@ -140,6 +140,12 @@ const ChunkChoice& ChunkSearch::choose(const IterationSetup& setup, const std::v
     lo = c.planner.M_min_factor * setup.K;
     hi = std::min(setup.batch, c.planner.M_max_factor * setup.K);
   }
+  if (!c.planner.chunk_search && c.planner.M > setup.batch)
+    throw c.error("planner.M",
+                  "at most the per-pipeline batch at K = " + std::to_string(setup.K) + ", " +
+                      std::to_string(setup.batch) + " samples (training.batch_policy = \"" +
+                      to_string(c.training.batch_policy) + "\" with " + std::to_string(setup.replicas) + " replicas)",
+                  std::to_string(c.planner.M));
   if (lo > hi)
     throw c.error("training.batch_size",
                   "a per-pipeline batch of at least " + std::to_string(lo) + " micro-batches at K = " +

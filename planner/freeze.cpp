@@ -203,6 +203,13 @@ FreezeDecider::FreezeDecider(const Config& c)
   if (!p_.replay_grad_norms_file.empty()) trace_ = load_grad_norm_trace(p_.replay_grad_norms_file, L_);
 }
 
+int FreezeDecider::projected(int T, int before) const {
+  if (!policy_->needs_grad_norms()) return policy_->next(T, before, {});
+  if (!p_.replay_grad_norms_file.empty())
+    return T <= static_cast<int>(trace_.steps.size()) ? policy_->next(T, before, trace_.steps[T - 1]) : before;
+  return alpha_bound(L_, before, p_.alpha, p_.freeze_rounding, p_.min_active_layers);
+}
+
 int FreezeDecider::next(int T, int before, std::span<const double> measured) {
   if (!policy_->needs_grad_norms()) return policy_->next(T, before, {});
   if (!p_.replay_grad_norms_file.empty())

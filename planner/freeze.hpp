@@ -73,6 +73,10 @@ class FreezeDecider {
  public:
   explicit FreezeDecider(const Config&);
   [[nodiscard]] int next(int T, int frozen_before, std::span<const double> measured);
+  // What a later step T is expected to allow, ahead of its measurements: the
+  // policy without norms (a replayed trace, else the alpha bound, an upper
+  // bound on what measured norms allow).
+  [[nodiscard]] int projected(int T, int frozen_before) const;
   [[nodiscard]] bool used_alpha_bound() const { return used_alpha_bound_; }
 
  private:

@@ -227,4 +227,10 @@ Partition partition_from_counts(const MPartition& mp, std::span<const int> count
   return p;
 }
 
+std::string stage_sizes(const Partition& p) {
+  std::string out;
+  for (int s = 0; s < p.K(); ++s) out += (s ? "," : "") + std::to_string(p.bounds[s + 1] - p.bounds[s]);
+  return out;
+}
+
 }  // namespace ep

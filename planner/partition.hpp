@@ -57,6 +57,8 @@ struct Partition {
 std::ostream& operator<<(std::ostream&, const Partition&);
 // "stem..mlp.2 | att.3..mlp.5 | ..." with the frozen prefix in brackets.
 [[nodiscard]] std::string describe(const Partition&, const ModelSpec&);
+// Sublayers per stage, e.g. "3,3,2,2".
+[[nodiscard]] std::string stage_sizes(const Partition&);
 
 // The paper's greedy load_balance, faithful to its criterion: for stage k,
 // mean = S_remaining/(K-k), var = np.var(S[assigned:])/(K-k) (population

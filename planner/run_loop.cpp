@@ -17,12 +17,11 @@ namespace {
 
 // Freeze step T's plan: decided here, or as the decider published it.
 const Plan& plan_step(RunPlanner& planner, RunBackend& b, int T) {
-  const Config& c = planner.context().config;
   b.begin_step(T);
   StepInputs in;
   if (b.decides()) {
     in.frozen_layers = T == 0 ? 0 : planner.frozen_after(b.grad_norms());
-    if (probes_cache(c, in.frozen_layers)) in.cache = b.probe_cache(in.frozen_layers);
+    if (planner.probes(in.frozen_layers)) in.cache = b.probe_cache(in.frozen_layers);
   } else {
     in = b.follow(T);
   }

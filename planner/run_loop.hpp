@@ -13,7 +13,8 @@
 namespace ep {
 
 // What every process must plan freeze step T from, alike: the frozen count
-// the freeze policy decided and, where AutoCache probes, the measured cache.
+// the freeze policy allowed and, where the step probes the cache
+// (RunPlanner::probes), the measured cache.
 struct StepInputs {
   int frozen_layers = 0;
   std::optional<MeasuredCache> cache;
@@ -51,8 +52,9 @@ class RunBackend {
   virtual void run_epoch(const Plan& plan, int epoch) = 0;
 };
 
-// Whether freeze step T probes the cache at `frozen_layers` before planning:
-// AutoCache weighs the cache by measurement where AutoPipe repacks.
+// Whether the config's AutoCache may probe the cache at `frozen_layers`
+// before a step is planned (it weighs the cache by measurement where AutoPipe
+// repacks); RunPlanner::probes decides whether a step does.
 [[nodiscard]] bool probes_cache(const Config&, int frozen_layers);
 
 // Walks the training: for T = 0..freeze_steps(), the step's inputs (decided

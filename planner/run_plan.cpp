@@ -1,12 +1,14 @@
 #include "planner/run_plan.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
 #include "planner/freeze.hpp"
+#include "planner/run_loop.hpp"
 #include "planner/transition.hpp"
 
 namespace ep {
@@ -113,35 +115,46 @@ RunPlanner::RunPlanner(const Config& c, const CostModel& cost, const IterationPr
   run_.batch_policy = c.training.batch_policy;
   run_.reachable_K = reachable_K(c);
   run_.compression_limit = compression_limit(ctx_);
+  run_.peak_flops_per_s = c.cluster.device.peak_flops_per_s * c.cluster.total_gpus();
 }
 
 int RunPlanner::frozen_after(std::span<const double> grad_norms) {
   const int T = static_cast<int>(run_.plans.size());
   if (T == 0) return 0;
-  const int f = freeze_.next(T, run_.plans.back().frozen_layers, grad_norms);
+  // The policy continues from what it allowed, whether or not it was acted on.
+  const int f = freeze_.next(T, run_.plans.back().frozen_allowed, grad_norms);
   run_.freeze_from_alpha_bound = freeze_.used_alpha_bound();
   return f;
 }
 
-const Plan& RunPlanner::next(int frozen_layers) {
+Plan RunPlanner::step_base(int T, int frozen_allowed) const {
+  const auto& pc = ctx_.config.planner;
+  Plan base;
+  base.id = T;
+  base.freeze_step = T;
+  base.first_epoch = T * pc.freeze_interval_epochs;
+  base.end_epoch = std::min(ctx_.config.training.epochs, (T + 1) * pc.freeze_interval_epochs);
+  base.frozen_layers = base.frozen_allowed = frozen_allowed;
+  base.v = pc.virtual_stages;
+  return base;
+}
+
+const Plan& RunPlanner::next(int frozen_allowed) {
   const Config& c = ctx_.config;
   const auto& pc = c.planner;
   const int T = static_cast<int>(run_.plans.size());
   if (T > steps_)
     throw Error("run planner: freeze step " + std::to_string(T) + " is past the last one (" +
                 std::to_string(steps_) + ")");
-  const int floor = T == 0 ? 0 : run_.plans.back().frozen_layers;
+  const int floor = T == 0 ? 0 : run_.plans.back().frozen_allowed;
   const int ceiling = c.model.num_hidden_layers - pc.min_active_layers;
-  if (frozen_layers < floor || frozen_layers > std::max(floor, ceiling))
-    throw Error("run planner: freeze step " + std::to_string(T) + ": " + std::to_string(frozen_layers) +
+  if (frozen_allowed < floor || frozen_allowed > std::max(floor, ceiling))
+    throw Error("run planner: freeze step " + std::to_string(T) + ": " + std::to_string(frozen_allowed) +
                 " frozen layers, expected " + std::to_string(floor) + ".." + std::to_string(ceiling));
-  Plan base;
-  base.id = T;
-  base.freeze_step = T;
-  base.first_epoch = T * pc.freeze_interval_epochs;
-  base.end_epoch = std::min(c.training.epochs, (T + 1) * pc.freeze_interval_epochs);
-  base.frozen_layers = frozen_layers;
-  base.v = pc.virtual_stages;
+  Plan base = step_base(T, frozen_allowed);
+  base.cache_probed = probes(frozen_allowed);
+  base.cache_probe_set_up =
+      base.cache_probed && std::none_of(run_.plans.begin(), run_.plans.end(), [](const Plan& p) { return p.cache_probed; });
   Plan plan = pc.objective == Objective::Paper ? choose_paper(std::move(base)) : choose_time(std::move(base));
   // Lowered and checked once here; the back ends run these as they are.
   check_schedule(plan.program.schedule);
@@ -152,15 +165,15 @@ const Plan& RunPlanner::next(int frozen_layers) {
   return run_.plans.back();
 }
 
-Plan RunPlanner::shape(const Plan& base, int K, Partition partition, CacheDecision cache) const {
+Plan RunPlanner::shape(const Plan& base, const After& after, int K, Partition partition, CacheDecision cache) const {
   const Config& c = ctx_.config;
   Plan plan = base;
   plan.K = K;
   plan.partition = std::move(partition);
   plan.cache = std::move(cache);
   plan.layout = replica_layout(c, K);
-  if (!run_.plans.empty()) {
-    const Plan& prev = run_.plans.back();
+  if (after.previous) {
+    const Plan& prev = *after.previous;
     plan.woken_ranks = plan.layout.newly_active(prev.layout);
     plan.onboarding = onboarding_sources(prev.layout, plan.layout, plan.woken_ranks);
   }
@@ -171,14 +184,13 @@ Plan RunPlanner::shape(const Plan& base, int K, Partition partition, CacheDecisi
   plan.cache_file_ahead.reset();
   if (!plan.cache.on) plan.cache_file_ahead = cache_file_ahead(c, ctx_.spec, ctx_.cost, plan.freeze_step < steps_);
   if (plan.cache.on) {
-    const bool valid = !run_.plans.empty() && run_.plans.back().cache.on &&
-                       run_.plans.back().frozen_layers == plan.frozen_layers;
-    if (!valid) plan.cache_fill_from = cached_layers_;
+    const bool valid = after.previous && after.previous->cache.on && after.previous->frozen_layers == plan.frozen_layers;
+    if (!valid) plan.cache_fill_from = after.cached_layers;
   }
   plan.batch = pipeline_batch(c, K);
   plan.iterations_per_epoch = iterations_in_epoch(sampler_, 0, plan.layout.pipelines_per_node, plan.batch);
   plan.padding_slots_per_epoch = padding_slots(sampler_, plan.layout.pipelines_per_node, plan.batch);
-  plan.predicted_transition_s = predict_transition(ctx_, run_.plans.empty() ? nullptr : &run_.plans.back(), plan).total_s();
+  plan.predicted_transition_s = predict_transition(ctx_, after.previous, plan).total_s();
   return plan;
 }
 
@@ -213,6 +225,8 @@ void RunPlanner::time_with_backend(const std::vector<Plan*>& plans) {
     plan->fits_memory = plan->max_device_memory_bytes <= c.cluster.device.memory_bytes;
     plan->samples_per_s = plan->layout.replicas * static_cast<double>(plan->batch) / plan->iteration_s;
     plan->recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, plan->M);
+    plan->predicted_transition_s =
+        predict_transition(ctx_, run_.plans.empty() ? nullptr : &run_.plans.back(), *plan).total_s();
   }
 }
 
@@ -234,15 +248,15 @@ Plan RunPlanner::choose_paper(Plan base) {
     K = base.compression.K;
   }
   Partition partition = plan_partition(ctx_, base.frozen_layers, K * base.v, cache.on);
-  Plan plan = shape(base, K, std::move(partition), std::move(cache));
+  Plan plan = shape(base, after(), K, std::move(partition), std::move(cache));
   choose_M(plan);
   time_with_backend({&plan});
   return plan;
 }
 
-std::vector<int> RunPlanner::K_candidates(const Plan& base) const {
+std::vector<int> RunPlanner::K_candidates(const Plan& base, const After& after) const {
   const auto& pc = ctx_.config.planner;
-  const int cap = run_.plans.empty() ? pc.K : run_.plans.back().K;
+  const int cap = after.previous ? after.previous->K : pc.K;
   std::vector<int> out;
   if (!pc.autopipe) return {cap};
   if (pc.compression == CompressionKind::None) {
@@ -285,16 +299,16 @@ namespace {
 // How many M per K the back end's chunk search times under objective "time".
 constexpr std::size_t kShortlistM = 3;
 
-std::string stage_sizes(const Partition& p) {
-  std::string out;
-  for (int s = 0; s < p.K(); ++s) out += (s ? "," : "") + std::to_string(p.bounds[s + 1] - p.bounds[s]);
-  return out;
+Alternative alternative(const Plan& p, double remaining, bool confirmed, bool kept = false, double to_end = 0) {
+  const bool in_stages = p.partition.frozen_end > 0 && p.partition.bounds.front() == 0;
+  return {p.frozen_layers, kept,  p.K,         p.M, p.layout.replicas, p.cache.on, in_stages, stage_sizes(p.partition),
+          p.iteration_s,   p.fill_iteration_s, p.predicted_transition_s, remaining, to_end, p.fits_memory, confirmed, false};
 }
 
-Alternative alternative(const Plan& p, double remaining, bool confirmed) {
-  const bool in_stages = p.partition.frozen_end > 0 && p.partition.bounds.front() == 0;
-  return {p.K, p.M, p.layout.replicas, p.cache.on, in_stages, stage_sizes(p.partition), p.iteration_s, p.fill_iteration_s,
-          p.predicted_transition_s, remaining, p.fits_memory, confirmed, false};
+std::string seconds_text(double s) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
 }
 
 // Fits first, then the least time to the end (the least memory when none fits).
@@ -315,12 +329,6 @@ bool better(const Plan& a, double ra, const Plan& b, double rb) {
 // and predictor, and the least predicted time to the end of training wins.
 // Keeping the current K, replicas and cache is among the alternatives, so a
 // switch is only made when the model predicts it pays for its transition.
-// One alternative being weighed.
-struct RunPlanner::Candidate {
-  Plan plan;
-  double remaining = 0;
-  std::vector<std::pair<double, int>> by_M;  // (remaining, M) that fit: the shortlist the back end times
-};
 
 namespace {
 
@@ -342,19 +350,24 @@ std::vector<int> shortlist_M(const std::vector<std::pair<double, int>>& by_M, in
 
 }  // namespace
 
-std::optional<RunPlanner::Candidate> RunPlanner::best_M(const Plan& base, int K, const CacheDecision& cache,
-                                                        FrozenPlacement placement) const {
+std::optional<RunPlanner::Candidate> RunPlanner::best_M(const Plan& base, const After& after, int K,
+                                                        const CacheDecision& cache, FrozenPlacement placement) const {
   const Config& c = ctx_.config;
   const auto& pc = c.planner;
   const int batch = pipeline_batch(c, K);
-  int lo = pc.M, hi = pc.M;
+  int lo = pc.M, hi = std::min(pc.M, batch);  // a fixed M splits no batch smaller than itself
   if (pc.chunk_search) {
     lo = pc.M_min_factor * K;
     hi = std::min(batch, pc.M_max_factor * K);
   }
   std::optional<Candidate> best;
   std::vector<std::pair<double, int>> by_M;
-  std::map<std::vector<int>, Plan> shaped;  // by partition bounds
+  struct Shaped {
+    Plan plan;
+    double transition_s = 0;  // as shaped, before the plan is timed
+    double warmup_s = 0;      // of which the warm-up
+  };
+  std::map<std::vector<int>, Shaped> shaped;  // by partition bounds
   for (int M = lo; M <= hi; ++M) {
     // Balanced by predicted time; in the stages also the initial cut (what
     // freezing without AutoPipe runs): GPipe pays the slowest forward and
@@ -377,9 +390,14 @@ std::optional<RunPlanner::Candidate> RunPlanner::best_M(const Plan& base, int K,
       auto it = shaped.find(part.bounds);
       if (it == shaped.end()) {
         std::vector<int> key = part.bounds;
-        it = shaped.emplace(std::move(key), shape(base, K, std::move(part), cache)).first;
+        Shaped fresh{shape(base, after, K, std::move(part), cache), 0.0, 0.0};
+        fresh.transition_s = fresh.plan.predicted_transition_s;
+        fresh.warmup_s = after.previous ? predict_warmup_s(ctx_, *after.previous, fresh.plan) : 0.0;
+        it = shaped.emplace(std::move(key), std::move(fresh)).first;
       }
-      Plan p = it->second;
+      // Timed in place (a plan of thousands of replicas is costly to copy),
+      // copied only where it is the best so far.
+      Plan& p = it->second.plan;
       p.M = M;
       p.max_device_memory_bytes = max_device_memory(ctx_.spec, c.training, p.partition, K, M, batch);
       p.fits_memory = p.max_device_memory_bytes <= c.cluster.device.memory_bytes;
@@ -387,11 +405,14 @@ std::optional<RunPlanner::Candidate> RunPlanner::best_M(const Plan& base, int K,
       p.iteration_s = t.makespan;
       p.bubble_fraction = t.bubble_fraction();
       if (p.cache_fill_from >= 0) p.fill_iteration_s = predict_iteration(ctx_, iteration_setup(c, p, true)).makespan;
+      // The warm-up is priced in the plan's iterations: shape() could not.
+      p.predicted_transition_s = it->second.transition_s;
+      if (after.previous) p.predicted_transition_s += predict_warmup_s(ctx_, *after.previous, p) - it->second.warmup_s;
       p.samples_per_s = p.layout.replicas * static_cast<double>(batch) / p.iteration_s;
       p.recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, M);
       const double r = remaining_s(p);
       if (p.fits_memory) by_M.emplace_back(r, M);
-      if (!best || better(p, r, best->plan, best->remaining)) best = Candidate{std::move(p), r, {}};
+      if (!best || better(p, r, best->plan, best->remaining)) best = Candidate{p, r, {}};
     }
   }
   if (best) {
@@ -401,11 +422,11 @@ std::optional<RunPlanner::Candidate> RunPlanner::best_M(const Plan& base, int K,
   return best;
 }
 
-std::vector<RunPlanner::Candidate> RunPlanner::weigh(const Plan& base) const {
+std::vector<RunPlanner::Candidate> RunPlanner::weigh(const Plan& base, const After& after) const {
   const auto& pc = ctx_.config.planner;
   const int units = 2 * (ctx_.config.model.num_hidden_layers - base.frozen_layers);
   std::vector<Candidate> cands;
-  for (const int K : K_candidates(base))
+  for (const int K : K_candidates(base, after))
     for (const CacheDecision& cache : cache_candidates(base.frozen_layers))
       for (const FrozenPlacement placement : {FrozenPlacement::Device0, FrozenPlacement::InStages}) {
         // The prefix runs inside the stages only when there is one, AutoPipe
@@ -413,12 +434,16 @@ std::vector<RunPlanner::Candidate> RunPlanner::weigh(const Plan& base) const {
         // on device 0 it leaves the active sublayers to K * v stages.
         if (placement == FrozenPlacement::InStages && (base.frozen_layers == 0 || !pc.autopipe || cache.on)) continue;
         if (placement == FrozenPlacement::Device0 && pc.autopipe && K * base.v > units) continue;
-        if (auto best = best_M(base, K, cache, placement)) cands.push_back(std::move(*best));
+        if (auto best = best_M(base, after, K, cache, placement)) cands.push_back(std::move(*best));
       }
+  const std::string cap = std::to_string(after.previous ? after.previous->K : pc.K);
+  if (cands.empty() && !pc.chunk_search)
+    throw ctx_.config.error("planner.M",
+                            "a fixed M no larger than the per-pipeline batch (training.batch_policy) of some K <= " + cap,
+                            std::to_string(pc.M));
   if (cands.empty())
     throw ctx_.config.error("planner.M_min_factor",
-                            "a chunk range [M_min_factor K, min(batch, M_max_factor K)] that is not empty for some K <= " +
-                                std::to_string(run_.plans.empty() ? pc.K : run_.plans.back().K),
+                            "a chunk range [M_min_factor K, min(batch, M_max_factor K)] that is not empty for some K <= " + cap,
                             std::to_string(pc.M_min_factor));
   std::stable_sort(cands.begin(), cands.end(), [&](const Candidate& a, const Candidate& b) {
     return better(a.plan, a.remaining, b.plan, b.remaining);
@@ -426,35 +451,131 @@ std::vector<RunPlanner::Candidate> RunPlanner::weigh(const Plan& base) const {
   return cands;
 }
 
-Plan RunPlanner::choose_time(Plan base) {
-  const auto& pc = ctx_.config.planner;
-  const std::vector<Candidate> cands = weigh(base);
-  std::vector<Alternative> alts;
-  for (const Candidate& cand : cands) alts.push_back(alternative(cand.plan, cand.remaining, false));
-  // The back end confirms the best and a near tie, both timed at once.
-  std::vector<std::size_t> confirm;
-  for (std::size_t i = 0; i < cands.size() && confirm.size() < 2; ++i)
-    if (i == 0 || (cands[i].plan.fits_memory && cands[i].remaining <= 1.03 * cands[0].remaining)) confirm.push_back(i);
+std::optional<RunPlanner::Candidate> RunPlanner::kept(const Plan& base) const {
+  if (run_.plans.empty() || base.frozen_allowed == run_.plans.back().frozen_layers) return std::nullopt;
+  const Plan& prev = run_.plans.back();
+  Plan step = base;
+  step.frozen_layers = prev.frozen_layers;
+  Plan p = shape(step, after(), prev.K, prev.partition, prev.cache);
+  // The same iteration as before: the back end's timing of it stands.
+  p.M = prev.M;
+  p.iteration_s = prev.iteration_s;
+  p.bubble_fraction = prev.bubble_fraction;
+  p.samples_per_s = prev.samples_per_s;
+  p.max_device_memory_bytes = prev.max_device_memory_bytes;
+  p.fits_memory = prev.fits_memory;
+  p.recomputed_microbatches = prev.recomputed_microbatches;
+  p.program = prev.program;
+  p.fill_program = {};  // the entries stay valid: same depth
+  p.fill_iteration_s = 0;
+  const double r = remaining_s(p);
+  return Candidate{std::move(p), r, {}};
+}
+
+std::vector<std::size_t> RunPlanner::finalists(const std::vector<Candidate>& cands) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < cands.size() && out.size() < 2; ++i)
+    if (i == 0 || (cands[i].plan.fits_memory && cands[i].remaining <= 1.03 * cands[0].remaining)) out.push_back(i);
+  // The planner's timeline prices the cache's fill and reads more roughly
+  // than the back end: the best plan of the other cache decision is timed
+  // too, so that the back end, not the timeline, settles the cache.
+  const auto other = std::find_if(cands.begin(), cands.end(), [&](const Candidate& c) {
+    return c.plan.fits_memory && c.plan.cache.on != cands.front().plan.cache.on;
+  });
+  const auto at = static_cast<std::size_t>(other - cands.begin());
+  if (other != cands.end() && std::find(out.begin(), out.end(), at) == out.end()) out.push_back(at);
+  return out;
+}
+
+std::vector<RunPlanner::Candidate> RunPlanner::confirmed(const std::vector<Candidate>& cands,
+                                                         const std::vector<std::size_t>& which) {
   std::vector<Plan> timed;
-  for (const std::size_t i : confirm) {
+  for (const std::size_t i : which) {
     timed.push_back(cands[i].plan);
     choose_M(timed.back(), shortlist_M(cands[i].by_M, timed.back().batch));
   }
   std::vector<Plan*> to_time;
   for (Plan& p : timed) to_time.push_back(&p);
-  time_with_backend(to_time);
+  time_with_backend(to_time);  // at once: the back end may answer them together
+  std::vector<Candidate> out;
+  for (Plan& p : timed) {
+    const double r = remaining_s(p);
+    out.push_back({std::move(p), r, 0.0, true, {}});
+  }
+  return out;
+}
+
+bool RunPlanner::probes(int frozen_allowed) {
+  const int T = static_cast<int>(run_.plans.size());
+  if (const auto it = probes_.find(T); it != probes_.end()) return it->second;
+  const Config& c = ctx_.config;
+  const bool probed_before = std::any_of(run_.plans.begin(), run_.plans.end(), [&](const Plan& p) {
+    return p.cache_probed && p.frozen_allowed == frozen_allowed;
+  });
+  bool probe = T > 0 && probes_cache(c, frozen_allowed) && !probed_before;
+  if (probe && c.planner.objective == Objective::Time) {
+    // Worth its cost only where a plan with the cache is predicted (by the
+    // cost model: nothing is measured at this depth yet) to beat every plan
+    // without it, the previous one kept included, by more than the probe.
+    const Plan base = step_base(T, frozen_allowed);
+    const std::vector<Candidate> cands = weigh(base, after());
+    double with = std::numeric_limits<double>::infinity(), without = with;
+    for (const Candidate& cand : confirmed(cands, finalists(cands)))
+      if (cand.plan.fits_memory) {
+        double& side = cand.plan.cache.on ? with : without;
+        side = std::min(side, value_s(cand.plan));
+      }
+    if (const std::optional<Candidate> k = kept(base)) without = std::min(without, value_s(k->plan));
+    const bool first = std::none_of(run_.plans.begin(), run_.plans.end(), [](const Plan& p) { return p.cache_probed; });
+    probe = with + predict_cache_probe_s(c, ctx_.spec, ctx_.cost, frozen_allowed, c.training.batch_size, first) < without;
+  }
+  probes_[T] = probe;
+  return probe;
+}
+
+Plan RunPlanner::choose_time(Plan base) {
+  const auto& pc = ctx_.config.planner;
+  const std::vector<Candidate> cands = weigh(base, after());
+  std::vector<Alternative> alts;
+  for (const Candidate& cand : cands) alts.push_back(alternative(cand.plan, cand.remaining, false));
+  // The finalists, timed by the back end, are valued with the later steps
+  // in view (value_s): their step, then acting or not on each later one.
+  const std::vector<std::size_t> confirm = finalists(cands);
+  std::vector<Candidate> timed = confirmed(cands, confirm);
   std::optional<Candidate> chosen;
   std::size_t chosen_at = 0;
   for (std::size_t k = 0; k < confirm.size(); ++k) {
-    Plan& p = timed[k];
-    const double r = remaining_s(p);
-    alts[confirm[k]] = alternative(p, r, true);
-    if (!chosen || better(p, r, chosen->plan, chosen->remaining)) {
-      chosen = Candidate{std::move(p), r, {}};
+    timed[k].to_end = value_s(timed[k].plan);
+    alts[confirm[k]] = alternative(timed[k].plan, timed[k].remaining, true, false, timed[k].to_end);
+    if (!chosen || better(timed[k].plan, timed[k].to_end, chosen->plan, chosen->to_end)) {
+      chosen = std::move(timed[k]);
       chosen_at = confirm[k];
     }
   }
+  // Acting on the freeze step is itself weighed: against the previous plan
+  // kept unchanged through it (its layers trained a step longer; a later
+  // step may act on a later count, merging the two).
+  if (std::optional<Candidate> keep = kept(base)) {
+    keep->to_end = value_s(keep->plan);
+    const bool keeps = better(keep->plan, keep->to_end, chosen->plan, chosen->to_end);
+    alts.push_back(alternative(keep->plan, keep->remaining, true, true, keep->to_end));
+    const std::string freezing = std::to_string(base.frozen_allowed) + " frozen";
+    const std::string keeping = "keeping " + std::to_string(keep->plan.frozen_layers) + " frozen";
+    if (keeps) {
+      keep->plan.freeze_reason = "not acted on: " + keeping + ", " + seconds_text(keep->to_end) +
+                                 " to the end, against " + seconds_text(chosen->to_end) + " with " + freezing +
+                                 " (its transition " + seconds_text(chosen->plan.predicted_transition_s) + ")";
+      chosen = std::move(keep);
+      chosen_at = alts.size() - 1;
+    } else {
+      chosen->plan.freeze_reason = "acted on: " + freezing + ", " + seconds_text(chosen->to_end) +
+                                   " to the end, against " + seconds_text(keep->to_end) + " " + keeping;
+    }
+  }
   alts[chosen_at].chosen = true;
+  std::stable_sort(alts.begin(), alts.end(), [](const Alternative& a, const Alternative& b) {
+    return a.fits_memory != b.fits_memory ? a.fits_memory : a.remaining_s < b.remaining_s;
+  });
   Plan plan = std::move(chosen->plan);
   plan.alternatives = std::move(alts);
   if (pc.cache == CachePolicyKind::Auto && !ModelSpec::frozen_prefix(plan.frozen_layers).empty() && pc.autopipe) {
@@ -471,221 +592,6 @@ Plan RunPlanner::choose_time(Plan base) {
     plan.cache.reason = why.str();
   }
   return plan;
-}
-
-
-namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string measure(const RunPlan& r, double v) {
-  return r.compression == CompressionKind::Memory ? fmt("%.2f GiB", v / (1024.0 * 1024 * 1024))
-                                                  : fmt("%.4g M params", v);
-}
-
-// Paper mode accepts strictly below M_GPU^(0); memory mode up to the device.
-const char* comparison(CompressionKind kind, bool accepted) {
-  if (kind == CompressionKind::Memory) return accepted ? " <= " : " > ";
-  return accepted ? " < " : " >= ";
-}
-
-std::string epochs_text(const Plan& p) {
-  return p.epochs() == 1 ? std::to_string(p.first_epoch)
-                         : std::to_string(p.first_epoch) + "-" + std::to_string(p.end_epoch - 1);
-}
-
-
-}  // namespace
-
-std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
-  std::ostringstream os;
-  const Plan& first = r.plans.front();
-  os << "plan for " << r.config_source << "\n";
-  os << "  model: " << to_string(spec.config.family) << ", L = " << r.L << " layers, "
-     << fmt("%.1fM", spec.total_params() / 1e6) << " parameters\n";
-  os << "  K0 = " << r.K0 << ", " << first.layout.nodes << " node(s) x " << first.layout.gpus_per_node
-     << " GPUs; cost model: " << r.cost_model << "\n";
-  if (r.freeze_from_alpha_bound)
-    os << "  note: the gradient_norm policy has no gradient norms here; frozen counts are the\n"
-          "        alpha bound (an upper bound). Replay a recorded trace with\n"
-          "        --set planner.freeze_policy=replay --set planner.replay_grad_norms_file=FILE\n";
-  os << "  objective: " << to_string(r.objective)
-     << (r.objective == Objective::Time
-             ? " (K, partition, M, replicas and cache chosen together for the least predicted time to the end)"
-             : " (the paper's proxies: Eq. 2 compression, the configured partitioner, the cache threshold)")
-     << "\n";
-  os << "  compression: " << to_string(r.compression);
-  if (r.compression == CompressionKind::Paper)
-    os << ", M_GPU^(0) = " << measure(r, r.compression_limit) << " (largest stage of the initial pipeline)";
-  else if (r.compression == CompressionKind::Memory)
-    os << ", device memory " << measure(r, r.compression_limit);
-  os << "\n\n";
-
-  char line[256];
-  std::snprintf(line, sizeof line, "%3s %-7s %7s %3s %-26s %4s %8s %-6s %11s %9s %10s %7s\n", "T",
-                "epochs", "frozen", "K", "sublayers per stage", "M", "replicas", "cache", "iters/epoch",
-                "iter (s)", "samples/s", "bubble");
-  os << line;
-  for (const Plan& p : r.plans) {
-    const std::string frozen = std::to_string(p.frozen_layers) + "/" + std::to_string(r.L);
-    std::snprintf(line, sizeof line, "%3d %-7s %7s %3d %-26s %4d %8d %-6s %11lld %9.3f %10.1f %7.3f\n",
-                  p.freeze_step, epochs_text(p).c_str(), frozen.c_str(), p.K, stage_sizes(p.partition).c_str(),
-                  p.M, p.layout.replicas, p.cache.on ? to_string(p.cache.tier).c_str() : "off",
-                  static_cast<long long>(p.iterations_per_epoch), p.iteration_s, p.samples_per_s,
-                  p.bubble_fraction);
-    os << line;
-    for (const auto& a : p.compression.attempts) {
-      os << "      K " << a.from_K << "->" << a.to_K << ": ";
-      if (!a.reason.empty())
-        os << a.reason;
-      else
-        os << "M_GPU = " << measure(r, a.m_gpu) << comparison(r.compression, a.accepted) << measure(r, a.limit);
-      os << (a.accepted ? "  accepted\n" : "  rejected, K stays " + std::to_string(a.from_K) + "\n");
-    }
-    if (!p.fits_memory)
-      os << "      does not fit: needs " << fmt("%.2f GiB", p.max_device_memory_bytes / (1024.0 * 1024 * 1024))
-         << " on the fullest device\n";
-  }
-  os << "\npartitions ([frozen prefix] stage | stage ...):\n";
-  for (const Plan& p : r.plans) os << "  T=" << p.freeze_step << "  " << describe(p.partition, spec) << "\n";
-  os << "\nsampler: " << first.layout.nodes << " node shard(s); masked padding slots per epoch:";
-  for (const Plan& p : r.plans) os << " T=" << p.freeze_step << ":" << p.padding_slots_per_epoch;
-  os << "\n";
-  if (r.batch_policy != BatchPolicy::PerPipeline) {  // per_pipeline: batch_size and lr as configured throughout
-    os << "batch policy " << to_string(r.batch_policy) << ": samples per pipeline, lr scale:";
-    for (const Plan& p : r.plans) os << " T=" << p.freeze_step << ":" << p.batch << "," << fmt("%g", p.lr_scale);
-    os << "\n";
-  }
-  os << "\ncache decisions:\n";
-  for (const Plan& p : r.plans)
-  {
-    os << "  T=" << p.freeze_step << "  " << (p.cache.on ? "on" : "off") << ": " << p.cache.reason;
-    if (p.cache_fill_from == 0) os << "; epoch " << p.first_epoch << " fills it";
-    if (p.cache_fill_from > 0)
-      os << "; epoch " << p.first_epoch << " advances entries from " << p.cache_fill_from << " frozen layers";
-    if (p.cache_file_ahead) os << "; the node's file (" << to_string(*p.cache_file_ahead) << ") is made meanwhile";
-    os << "\n";
-  }
-  if (r.objective == Objective::Time) {
-    os << "\nalternatives weighed (predicted seconds to the end of training if kept from that step;\n"
-          "  c = confirmed by the back end's chunk search and predictor, * = chosen):\n";
-    for (const Plan& p : r.plans) {
-      bool first = true;
-      for (const Alternative& a : p.alternatives) {
-        const std::string what = "K=" + std::to_string(a.K) + " M=" + std::to_string(a.M) + " x" +
-                                 std::to_string(a.replicas) + (a.cache ? " cache" : "") +
-                                 (a.frozen_in_stages ? " frozen in stages" : "");
-        std::string flags = std::string(a.fits_memory ? "" : " oom") + (a.confirmed ? " c" : "") + (a.chosen ? " *" : "");
-        char row[256];
-        std::snprintf(row, sizeof row, "  %-5s %-34s %-22s %12.1f", first ? ("T=" + std::to_string(p.freeze_step)).c_str() : "",
-                      what.c_str(), ("[" + a.stages + "]").c_str(), a.remaining_s);
-        os << row << flags << "\n";
-        first = false;
-      }
-    }
-  }
-  os << "\nchunk search (predicted iteration time per M, first plan of each K):\n";
-  for (const Plan& p : r.plans) {
-    if (p.chunk_table.size() < 2) continue;
-    os << "  K=" << p.K << ":";
-    for (const auto& cand : p.chunk_table)
-      os << " " << cand.M << ":" << fmt("%.3f", cand.iteration_s) << (cand.feasible ? "" : "(oom)");
-    os << "  -> M=" << p.M << "\n";
-  }
-  os << "\npredicted training time: " << fmt("%.1f", r.predicted_total_s()) << " s ("
-     << fmt("%.2f", r.predicted_total_s() / 3600) << " h; compute and communication only)\n";
-  return os.str();
-}
-
-nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
-  using nlohmann::json;
-  json plans = json::array();
-  for (const Plan& p : r.plans) {
-    json stages = json::array();
-    for (int s = 0; s < p.partition.K(); ++s) {
-      const int a = p.partition.bounds[s], b = p.partition.bounds[s + 1];
-      stages.push_back({{"stage", s},
-                        {"device", s % p.K},
-                        {"first_sublayer", spec.sublayers[a].name},
-                        {"last_sublayer", spec.sublayers[b - 1].name},
-                        {"sublayers", json::array({a, b})},
-                        {"load_m_params", p.stage_loads[s]}});
-    }
-    json attempts = json::array();
-    for (const auto& a : p.compression.attempts)
-      attempts.push_back({{"from_K", a.from_K}, {"to_K", a.to_K}, {"m_gpu", a.m_gpu}, {"limit", a.limit},
-                          {"accepted", a.accepted}, {"reason", a.reason}});
-    json chunks = json::array();
-    for (const auto& cnd : p.chunk_table)
-      chunks.push_back({{"M", cnd.M}, {"iteration_s", cnd.iteration_s}, {"bubble_fraction", cnd.bubble_fraction},
-                        {"memory_bytes", cnd.memory_bytes}, {"feasible", cnd.feasible}});
-    json replicas = json::array();
-    for (const auto& rep : p.layout.replica)
-      replicas.push_back({{"rank", rep.rank}, {"node", rep.node}, {"local_rank", rep.local_rank}, {"gpus", rep.gpus}});
-    json onboarding = json::array();
-    for (const auto& o : p.onboarding) onboarding.push_back({{"rank", o.rank}, {"source", o.source}});
-    json roles = json::array();
-    for (int e = p.first_epoch; e < p.end_epoch; ++e) roles.push_back(to_string(p.cache_role(e)));
-    json alternatives = json::array();
-    for (const auto& a : p.alternatives)
-      alternatives.push_back({{"K", a.K}, {"M", a.M}, {"replicas", a.replicas}, {"cache", a.cache},
-                              {"frozen_in_stages", a.frozen_in_stages},
-                              {"stages", a.stages}, {"iteration_s", a.iteration_s},
-                              {"fill_iteration_s", a.fill_iteration_s}, {"transition_s", a.transition_s},
-                              {"remaining_s", a.remaining_s}, {"fits_memory", a.fits_memory},
-                              {"confirmed", a.confirmed}, {"chosen", a.chosen}});
-    plans.push_back({{"id", p.id},
-                     {"freeze_step", p.freeze_step},
-                     {"epochs", json::array({p.first_epoch, p.end_epoch})},
-                     {"frozen_layers", p.frozen_layers},
-                     {"frozen_sublayers", json::array({0, p.partition.frozen_end})},
-                     {"K", p.K},
-                     {"v", p.v},
-                     {"stages", stages},
-                     {"compression", attempts},
-                     {"M", p.M},
-                     {"chunk_search", chunks},
-                     {"replicas", p.layout.replicas},
-                     {"active_ranks", p.layout.active_ranks},
-                     {"woken_ranks", p.woken_ranks},
-                     {"onboarding", onboarding},
-                     {"recomputed_microbatches", p.recomputed_microbatches},
-                     {"predicted_transition_s", p.predicted_transition_s},
-                     {"cache_roles", roles},
-                     {"alternatives", alternatives},
-                     {"lr_scale", p.lr_scale},
-                     {"batch", p.batch},
-                     {"layout", replicas},
-                     {"cache", {{"on", p.cache.on}, {"tier", to_string(p.cache.tier)},
-                                {"fill_from_layers", p.cache_fill_from}, {"fill_iteration_s", p.fill_iteration_s},
-                                {"file_ahead", p.cache_file_ahead ? json(to_string(*p.cache_file_ahead)) : json()},
-                                {"bytes_per_node", p.cache.bytes_per_node}, {"read_s", p.cache.read_s},
-                                {"frozen_forward_s", p.cache.frozen_forward_s}, {"reason", p.cache.reason}}},
-                     {"iterations_per_epoch", p.iterations_per_epoch},
-                     {"padding_slots_per_epoch", p.padding_slots_per_epoch},
-                     {"iteration_s", p.iteration_s},
-                     {"bubble_fraction", p.bubble_fraction},
-                     {"samples_per_s", p.samples_per_s},
-                     {"max_device_memory_bytes", p.max_device_memory_bytes},
-                     {"fits_memory", p.fits_memory}});
-  }
-  return {{"schema", "elasticpipe.plan/1"},
-          {"config", r.config_source},
-          {"cost_model", r.cost_model},
-          {"L", r.L},
-          {"K0", r.K0},
-          {"objective", to_string(r.objective)},
-          {"batch_policy", to_string(r.batch_policy)},
-          {"reachable_K", r.reachable_K},
-          {"compression", to_string(r.compression)},
-          {"compression_limit", r.compression_limit},
-          {"freeze_from_alpha_bound", r.freeze_from_alpha_bound},
-          {"predicted_total_s", r.predicted_total_s()},
-          {"plans", plans}};
 }
 
 }  // namespace ep

@@ -30,6 +30,8 @@ struct Onboarding {
 // One candidate the planner weighed at a freeze step (objective "time"):
 // the predicted time to the end of training if it were kept from here on.
 struct Alternative {
+  int frozen_layers = 0;  // the count it trains with: the policy's, or (kept) the previous plan's
+  bool kept = false;      // the previous plan continued unchanged: the freeze step not acted on
   int K = 0;
   int M = 0;
   int replicas = 0;
@@ -39,7 +41,8 @@ struct Alternative {
   double iteration_s = 0;       // steady state
   double fill_iteration_s = 0;  // the first epoch's, when it fills or advances the cache
   double transition_s = 0;      // entering it from the previous plan
-  double remaining_s = 0;       // transition + every remaining epoch
+  double remaining_s = 0;       // transition + every remaining epoch, kept from its step on
+  double to_end_s = 0;          // confirmed ones: its step, then acting or not on each later step (0: not valued)
   bool fits_memory = true;
   bool confirmed = false;  // timed by the back end's predictor, not only the planner's timeline
   bool chosen = false;
@@ -55,7 +58,15 @@ struct Plan {
   int freeze_step = 0;  // T; 0 is the initial plan
   int first_epoch = 0;  // epochs [first_epoch, end_epoch) run this plan
   int end_epoch = 0;
-  int frozen_layers = 0;
+  int frozen_layers = 0;   // the layers this plan trains frozen
+  int frozen_allowed = 0;  // the layers the freeze policy allowed frozen at this step (>= frozen_layers)
+  // Objective "time": why the step was acted on or not (predicted seconds
+  // to the end either way); empty where it had no choice.
+  std::string freeze_reason;
+  // Whether the step ran AutoCache's probe at frozen_allowed before it was
+  // planned (RunPlanner::probes): its cost is in the transition either way.
+  bool cache_probed = false;
+  bool cache_probe_set_up = false;  // it is the run's first probe: it also sets the probe up
   int K = 0;
   int v = 1;
   Partition partition;              // K * v stages
@@ -115,9 +126,10 @@ struct RunPlan {
   double compression_limit = 0;  // M_GPU^(0) (M params) or device memory (bytes)
   CompressionKind compression = CompressionKind::Paper;
   Objective objective = Objective::Time;
-  BatchPolicy batch_policy = BatchPolicy::PerPipeline;  // how Plan::batch and lr_scale follow the replicas
+  BatchPolicy batch_policy = BatchPolicy::Global;  // how Plan::batch and lr_scale follow the replicas
   std::vector<int> reachable_K;  // every K a plan of this run may take (reachable_K())
   bool freeze_from_alpha_bound = false;  // gradient_norm policy planned without gradient norms
+  double peak_flops_per_s = 0;  // every device of the cluster together, for the plans' utilisation
   std::vector<Plan> plans;
   // Compute and communication as the cost model predicts them; transition
   // costs, cache fills and stragglers are the simulator's business.
@@ -141,15 +153,27 @@ class RunPlanner {
   // >= 1), from the gradient norms a back end measured since the last step
   // (per layer, mean over iterations); without them (planning ahead) a
   // replayed trace, else the alpha bound (run().freeze_from_alpha_bound).
+  // It says which layers may freeze; next() decides whether to act on it.
   [[nodiscard]] int frozen_after(std::span<const double> grad_norms);
+  // Whether the next step (T = run().plans.size()) probes the cache at
+  // `frozen_allowed` before it is planned: AutoCache with AutoPipe, at a
+  // depth not probed before, and (objective "time") only where a plan with
+  // the cache is predicted, by the cost model, to pay for the probe. The
+  // same answer on every process and on a resumed run's replay.
+  [[nodiscard]] bool probes(int frozen_allowed);
   // Freeze step T happens at the end of epoch T * interval, for
   // T = 1..freeze_steps(); a step at the end of the last epoch would change
   // nothing.
   [[nodiscard]] int freeze_steps() const { return steps_; }
-  // Plans freeze step T = run().plans.size() (0: the initial plan) with
-  // `frozen_layers` frozen. Throws ep::Error past the last step or when
-  // frozen_layers is below the previous step's or above L - min_active.
-  const Plan& next(int frozen_layers);
+  // Plans freeze step T = run().plans.size() (0: the initial plan), the
+  // freeze policy allowing `frozen_allowed` layers frozen. Objective "time"
+  // acts on it only where that is predicted faster to the end of training
+  // (transitions and cache fills included) than keeping the previous plan
+  // unchanged; deferring only trains layers longer, and a later step acts
+  // on the policy's later count. Objective "paper" always acts. Throws
+  // ep::Error past the last step or when frozen_allowed is below the
+  // previous step's or above L - min_active.
+  const Plan& next(int frozen_allowed);
   // A back end's measured cache read and frozen forward (per batch) at a
   // frozen depth; plans at that depth decide the cache on them.
   void measured_cache(int frozen_layers, const MeasuredCache& m) { measured_cache_[frozen_layers] = m; }
@@ -157,8 +181,16 @@ class RunPlanner {
   [[nodiscard]] const PlanContext& context() const { return ctx_; }
 
  private:
+  // What a step is planned after: the plan in force before it (none: the
+  // first step) and the frozen depth the cache's entries hold. after() is
+  // the run's; the lookahead plans later steps after other plans.
+  struct After {
+    const Plan* previous = nullptr;
+    int cached_layers = 0;
+  };
+  [[nodiscard]] After after() const { return {run_.plans.empty() ? nullptr : &run_.plans.back(), cached_layers_}; }
   // The plan's layout-dependent fields for K, partition and cache.
-  Plan shape(const Plan& base, int K, Partition partition, CacheDecision cache) const;
+  Plan shape(const Plan& base, const After&, int K, Partition partition, CacheDecision cache) const;
   // M: the back end's chunk search (the whole range, or `only_M`).
   void choose_M(Plan& plan, const std::vector<int>& only_M = {});
   // Predicted times and memory at the plans' M: one question to the back
@@ -168,11 +200,38 @@ class RunPlanner {
   // Objective "time": the alternatives, best first (weigh), each the best M
   // of one (K, cache, placement) by the planner's own timeline (best_M);
   // choose_time has the back end confirm the best and picks.
-  struct Candidate;
-  [[nodiscard]] std::optional<Candidate> best_M(const Plan& base, int K, const CacheDecision&, FrozenPlacement) const;
-  [[nodiscard]] std::vector<Candidate> weigh(const Plan& base) const;
+  struct Candidate {
+    Plan plan;
+    double remaining = 0;  // kept from its step to the end (the timeline's ranking)
+    double to_end = 0;     // value_s, where the back end timed it
+    bool timed = false;    // by the back end (confirmed)
+    std::vector<std::pair<double, int>> by_M;  // (remaining, M) that fit: the shortlist the back end times
+  };
+  [[nodiscard]] std::optional<Candidate> best_M(const Plan& base, const After&, int K, const CacheDecision&,
+                                                FrozenPlacement) const;
+  [[nodiscard]] std::vector<Candidate> weigh(const Plan& base, const After&) const;
+  // Objective "time": the candidates (best first) the back end times, and
+  // those candidates timed by its chunk search and predictor.
+  [[nodiscard]] static std::vector<std::size_t> finalists(const std::vector<Candidate>&);
+  [[nodiscard]] std::vector<Candidate> confirmed(const std::vector<Candidate>&, const std::vector<std::size_t>& which);
+  // The previous plan continued unchanged through this step (objective "time").
+  [[nodiscard]] std::optional<Candidate> kept(const Plan& base) const;
   Plan choose_time(Plan base);
-  [[nodiscard]] std::vector<int> K_candidates(const Plan& base) const;
+  // Objective "time" with the later steps in view (lookahead.cpp): `p`'s
+  // transition and step, then the least time to the end acting or not on
+  // each later step's projected count; future_s is that least time after
+  // `in_force`'s step, the cache's entries at `cached_layers`; follow_on is
+  // `like` planned at step T after another plan (its transition and fill).
+  [[nodiscard]] double value_s(const Plan& p);
+  [[nodiscard]] double future_s(const Plan& in_force, int cached_layers);
+  [[nodiscard]] Plan follow_on(const Plan& like, int T, int allowed, const After&) const;
+  // The candidates at later step T's projected depth, best first (weigh);
+  // the one a lookahead acts with is timed by the back end (act_at).
+  [[nodiscard]] std::vector<Candidate>& menu_at(int T, int allowed);
+  [[nodiscard]] std::optional<Plan> act_at(int T, int allowed, int max_K);
+  // Step T's plan before it is chosen: its epochs and what the policy allows.
+  [[nodiscard]] Plan step_base(int T, int frozen_allowed) const;
+  [[nodiscard]] std::vector<int> K_candidates(const Plan& base, const After&) const;
   [[nodiscard]] std::vector<CacheDecision> cache_candidates(int frozen_layers) const;
   [[nodiscard]] double remaining_s(const Plan&) const;
 
@@ -183,6 +242,9 @@ class RunPlanner {
   SamplerSpec sampler_;
   int steps_ = 0;
   int K_ = 0;
+  std::map<int, bool> probes_;  // step T -> probes(): memoised, asked by the loop and by next()
+  std::map<std::pair<int, int>, std::vector<Candidate>> menus_;  // menu_at, for the step being decided
+  int menu_step_ = -1;
   std::map<int, MeasuredCache> measured_cache_;
   int cached_layers_ = 0;  // depth the cache entries hold (entries outlive a plan without cache)
   RunPlan run_;

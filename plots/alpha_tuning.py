@@ -12,7 +12,7 @@ def build(args):
     label = "ElasticPipe (" + ", ".join(dict.fromkeys(r.main_mode for r in runs)) + ")"
     panels = [Panel("line", "α (freeze aggressiveness)", "throughput (samples/s)",
                     [Series(label, [r.alpha for r in runs], [m["samples_per_s"] for m in modes])], "throughput")]
-    measured = [(r.alpha, m["final_accuracy"]) for r, m in zip(runs, modes) if m["final_accuracy"] >= 0]
+    measured = [(r.alpha, m["final_accuracy"]) for r, m in zip(runs, modes) if m["final_accuracy"] is not None]
     if measured:  # the simulator measures no accuracy
         panels.append(Panel("line", "α (freeze aggressiveness)", "final accuracy (fraction)",
                             [Series(label, [a for a, _ in measured], [v for _, v in measured])], "accuracy"))

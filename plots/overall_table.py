@@ -1,24 +1,25 @@
 #!/usr/bin/python3
 """Overall acceleration (SPEC §7): per workload (one run directory each), the
-training time of the baseline and of ElasticPipe (autocache, or the last mode
-of an executor run), the speedup and each one's accuracy (— when not
-measured). Writes FILE.png (the two times per workload), FILE.csv, FILE.md."""
+training time of the reference (the best plan without freezing, or the
+paper's GPipe baseline where the run was made with --reference gpipe) and of
+ElasticPipe (autocache, or the last mode of an executor run), the speedup and
+each one's accuracy (— when not measured). Writes FILE.png (the two times per workload), FILE.csv, FILE.md."""
 from eptrace import load_run
 from figure import Figure, Panel, Series, Table, main, runs_title
 
 
 def accuracy(mode):
-    return None if mode is None or mode["final_accuracy"] < 0 else mode["final_accuracy"]
+    return None if mode is None else mode["final_accuracy"]
 
 
 def build(args):
     runs = [load_run(d) for d in args.runs]
     rows = []
     for run in runs:
-        base = run.mode("baseline") if "baseline" in run.modes else None
+        base = run.mode(run.reference) if run.reference else None
         method = run.mode(run.main_mode)
         rows.append([run.label, run.main_mode, base and base["total_s"], method["total_s"],
-                     method["speedup"] or None, accuracy(base), accuracy(method), run.source])
+                     method["speedup"], accuracy(base), accuracy(method), run.source])
     table = Table(["workload", "method mode", "baseline time (s)", "ElasticPipe time (s)", "speedup (×)",
                    "baseline accuracy", "ElasticPipe accuracy", "source"],
                   ["{}", "{}", "{:,.1f}", "{:,.1f}", "{:.2f}", "{:.4f}", "{:.4f}", "{}"], rows)

@@ -1,6 +1,7 @@
 #include "sim/driver.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "planner/run_figures.hpp"
 #include "planner/run_loop.hpp"
 #include "planner/transition.hpp"
 #include "sim/runs.hpp"
@@ -68,6 +70,33 @@ double period_without_comm(const PlanContext& ctx, const IterationProgram& p) {
     }
   };
   return simulate(p.schedule, free_comm).makespan;
+}
+
+// fn(0) .. fn(n - 1) on at most `jobs` threads (a training of many epochs
+// has a plan per freeze step: a thread each would exhaust the process's),
+// results in index order; the first exception by index is rethrown.
+template <class T, class F>
+std::vector<T> parallel_map(std::size_t n, int jobs, const F& fn) {
+  std::vector<T> out(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<std::size_t> next{0};
+  const auto work = [&] {
+    for (std::size_t i = next++; i < n; i = next++) {
+      try {
+        out[i] = fn(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t t = 1; t < std::min<std::size_t>(static_cast<std::size_t>(std::max(1, jobs)), n); ++t)
+    threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
 }
 
 // The overhead before a plan's first epoch, in the parts SPEC §7's
@@ -297,11 +326,8 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   // the plans are then walked in order.
   std::future<std::vector<trace::Trace>> traces =
       std::async(std::launch::async, [&] { return runner.trace(ctx, to_trace.programs, to_trace.plan_ids, to_trace.iterations); });
-  std::vector<std::future<TransitionCost>> transitions;
-  for (std::size_t pi = 0; pi < plans.size(); ++pi)
-    transitions.push_back(std::async(std::launch::async, [&, pi] {
-      return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim);
-    }));
+  const std::vector<TransitionCost> transitions = parallel_map<TransitionCost>(
+      plans.size(), runner.jobs(), [&](std::size_t pi) { return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim); });
   // The steady states plan_run had simulated (memo hits), for their
   // breakdown: each plan's, then the filling ones of the plans that fill.
   std::vector<IterationProgram> steady;
@@ -329,7 +355,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     ps.plan_id = p.id;
     ps.steady = steady_states[pi].second.sim;
     ps.exposed_comm_s = std::max(0.0, p.iteration_s - period_without_comm(ctx, p.program));
-    const TransitionCost tr = transitions[pi].get();
+    const TransitionCost& tr = transitions[pi];
     ps.transition_s = tr.total_s();
     if (to_trace.is_traced[pi]) {
       // After the transition's parts.
@@ -361,18 +387,22 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   return out;
 }
 
-// A training's result from its modes' outputs, in mode order.
-RunResult assemble(const Config& config, const std::vector<Mode>& modes, const CostModel& cost,
+// A training's result from its modes' outputs, in mode order; speedups
+// over `reference` where it fits (a reference that does not fit is no
+// plan a user could run).
+RunResult assemble(const Config& config, const std::vector<Mode>& modes, Mode reference, const CostModel& cost,
                    std::vector<ModeOutput> outputs) {
   RunResult out;
   out.config = config.source;
   out.device_memory_bytes = config.cluster.device.memory_bytes;
+  out.reference = reference;
   for (ModeOutput& m : outputs) {
     out.chunks.insert(out.chunks.end(), m.chunks.begin(), m.chunks.end());
     out.modes.push_back(std::move(m.run));
   }
   const ModeRun& last = out.modes.back();
-  out.plan_json = to_json(last.plan, build_model_spec(config.model, config.training.precision)).dump(2) + "\n";
+  const ModelSpec spec = build_model_spec(config.model, config.training.precision);
+  out.plan_json = to_json(last.plan, spec).dump(2) + "\n";
   out.trace = std::move(outputs.back().trace);  // only the last mode is traced
   out.trace.source = "sim";
   out.trace.config = config.source;
@@ -388,16 +418,24 @@ RunResult assemble(const Config& config, const std::vector<Mode>& modes, const C
   out.summary.source = "sim";
   out.summary.config = config.source;
   out.summary.metadata = out.trace.metadata;
-  const auto baseline = std::find_if(out.modes.begin(), out.modes.end(),
-                                     [](const ModeRun& r) { return r.mode == Mode::Baseline; });
+  out.summary.reference = to_string(reference);
+  const auto ref = std::find_if(out.modes.begin(), out.modes.end(), [&](const ModeRun& r) { return r.mode == reference; });
+  const bool ref_fits = ref != out.modes.end() && run_figures(spec, ref->plan.plans).fits_memory;
   for (const ModeRun& r : out.modes) {
+    const RunFigures f = run_figures(spec, r.plan.plans);
     trace::ModeSummary s;
     s.mode = to_string(r.mode);
     s.start_s = r.start.total_s();
     s.total_s = r.total_s();
     for (const auto& e : r.epochs) s.epoch_s.push_back(e.epoch_s);
     s.samples_per_s = s.epoch_s.size() * static_cast<double>(config.data.num_train_samples) / s.total_s;
-    s.speedup = baseline != out.modes.end() ? baseline->total_s() / s.total_s : 0.0;
+    if (ref_fits) s.speedup = ref->total_s() / s.total_s;
+    s.fits_memory = f.fits_memory;
+    s.peak_memory_bytes = f.peak_memory_bytes;
+    s.updates = f.updates;
+    s.global_batch_min = f.global_batch_min;
+    s.global_batch_max = f.global_batch_max;
+    s.utilisation = utilisation(f.flops, s.total_s, r.plan.peak_flops_per_s);
     out.summary.modes.push_back(std::move(s));
   }
   return out;
@@ -426,12 +464,14 @@ int default_jobs(int jobs) { return jobs > 0 ? jobs : static_cast<int>(std::max(
 }  // namespace
 
 std::vector<RunResult> simulate_trainings(const std::vector<Config>& configs, const RunOptions& opt, Simulator& sim) {
-  if (opt.modes.empty()) throw Error("no mode to simulate: expected at least one of all|baseline|freeze|autopipe|autodp|autocache");
+  if (opt.modes.empty())
+    throw Error("no mode to simulate: expected at least one of all|baseline|gpipe|freeze|autopipe|autodp|autocache|configured");
+  const std::vector<Mode> modes = with_reference(opt.modes, opt.reference);
   std::vector<std::unique_ptr<AnalyticCostModel>> analytic;
   for (const Config& c : configs) analytic.push_back(std::make_unique<AnalyticCostModel>(c.cluster, c.training));
   const int jobs = default_jobs(opt.jobs);
   Runner runner(sim, jobs);
-  const std::size_t n_modes = opt.modes.size();
+  const std::size_t n_modes = modes.size();
   std::vector<std::vector<ModeOutput>> outputs(configs.size(), std::vector<ModeOutput>(n_modes));
   // Progress: the mean over every mode of every training of its share done.
   std::mutex progress_mutex;
@@ -449,19 +489,85 @@ std::vector<RunResult> simulate_trainings(const std::vector<Config>& configs, co
           for (const double d : done) sum += d;
           opt.progress(sum / static_cast<double>(done.size()));
         };
-        outputs[ci][mi] = simulate_mode(configs[ci], opt.modes[mi], mi + 1 == n_modes, cost, opt.exact, runner,
+        outputs[ci][mi] = simulate_mode(configs[ci], modes[mi], mi + 1 == n_modes, cost, opt.exact, runner,
                                         sim, progress);
       });
   run_in_threads(tasks);
   std::vector<RunResult> results;
   for (std::size_t ci = 0; ci < configs.size(); ++ci)
-    results.push_back(assemble(configs[ci], opt.modes, opt.cost ? *opt.cost : *analytic[ci], std::move(outputs[ci])));
+    results.push_back(
+        assemble(configs[ci], modes, opt.reference, opt.cost ? *opt.cost : *analytic[ci], std::move(outputs[ci])));
   return results;
 }
 
 RunResult simulate_training(const Config& config, const RunOptions& opt, Simulator& sim) {
   return std::move(simulate_trainings({config}, opt, sim).front());
 }
+
+namespace {
+
+std::string fmt_speedup(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2fx", x);
+  return b;
+}
+
+std::string fmt_gib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
+  return b;
+}
+
+std::string batch_range(const trace::ModeSummary& s) {
+  return s.global_batch_min == s.global_batch_max
+             ? std::to_string(s.global_batch_min)
+             : std::to_string(s.global_batch_min) + "-" + std::to_string(s.global_batch_max);
+}
+
+// The modes' table: time, speedup over the reference, and what makes two
+// runs comparable (the same global batch and updates) or feasible.
+void format_modes(std::ostream& os, const RunResult& r) {
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-10s %12s %9s %11s %8s %12s %9s %8s %6s %4s\n", "mode", "time (s)", "time (h)",
+                "samples/s", "speedup", "global batch", "updates", "mem GiB", "util", "fits");
+  os << line;
+  for (const auto& s : r.summary.modes) {
+    const std::string speedup = s.speedup ? fmt_speedup(*s.speedup) : "n/a";
+    std::snprintf(line, sizeof line, "  %-10s %12.1f %9.3f %11.1f %8s %12s %9lld %8.2f %5.1f%% %4s\n", s.mode.c_str(),
+                  s.total_s, s.total_s / 3600, s.samples_per_s, speedup.c_str(), batch_range(s).c_str(),
+                  static_cast<long long>(s.updates), s.peak_memory_bytes / 1073741824.0, 100 * s.utilisation,
+                  s.fits_memory ? "yes" : "NO");
+    os << line;
+  }
+  const std::string ref_name = to_string(r.reference);
+  const auto ref = std::find_if(r.summary.modes.begin(), r.summary.modes.end(),
+                                [&](const trace::ModeSummary& s) { return s.mode == ref_name; });
+  const auto ref_run = std::find_if(r.modes.begin(), r.modes.end(), [&](const ModeRun& m) { return m.mode == r.reference; });
+  os << "\n  speedup: over " << ref_name << ", " << describe(r.reference);
+  if (ref_run != r.modes.end() && !ref_run->plan.plans.empty()) {
+    const Plan& p = ref_run->plan.plans.front();
+    os << ": K=" << p.K << " M=" << p.M << " x" << p.layout.replicas;
+  }
+  os << "\n";
+  if (ref != r.summary.modes.end() && !ref->fits_memory)
+    os << "  no speedup: " << ref_name << " does not fit (" << fmt_gib(ref->peak_memory_bytes) << " on its fullest device, "
+       << fmt_gib(r.device_memory_bytes) << " there): no plan without freezing fits this cluster\n";
+  for (const ModeRun& m : r.modes)
+    if (m.mode != r.reference) os << "  " << to_string(m.mode) << ": " << describe(m.mode) << "\n";
+  if (ref == r.summary.modes.end()) return;
+  for (const auto& s : r.summary.modes) {
+    if (!s.fits_memory)
+      os << "  " << s.mode << " does not fit: " << fmt_gib(s.peak_memory_bytes) << " on its fullest device, "
+         << fmt_gib(r.device_memory_bytes) << " there\n";
+    if (s.mode == ref_name || (s.global_batch_min == ref->global_batch_min && s.global_batch_max == ref->global_batch_max))
+      continue;
+    os << "  " << s.mode << " trains otherwise than " << ref_name << ": global batch " << batch_range(s) << " against "
+       << batch_range(*ref) << ", " << s.updates << " updates against " << ref->updates
+       << " (training.batch_policy: more replicas add samples per update; \"global\" keeps the training)\n";
+  }
+}
+
+}  // namespace
 
 std::string format_result(const RunResult& r) {
   std::ostringstream os;
@@ -470,13 +576,7 @@ std::string format_result(const RunResult& r) {
      << "  SimGrid, CM02 network model; "
      << (r.trace.metadata.count("cost_model") ? r.trace.metadata.at("cost_model") : std::string("analytic"))
      << " cost model; the run's start and transitions included\n\n";
-  std::snprintf(line, sizeof line, "  %-10s %12s %10s %12s %9s\n", "mode", "time (s)", "time (h)", "samples/s", "speedup");
-  os << line;
-  for (const auto& s : r.summary.modes) {
-    std::snprintf(line, sizeof line, "  %-10s %12.1f %10.3f %12.1f %8.2fx\n", s.mode.c_str(), s.total_s,
-                  s.total_s / 3600, s.samples_per_s, s.speedup > 0 ? s.speedup : 1.0);
-    os << line;
-  }
+  format_modes(os, r);
   if (r.modes.empty()) return os.str();
   const ModeRun& last = r.modes.back();
   std::snprintf(line, sizeof line, "\n%s, the run's start (before epoch 1): %.3f s\n", to_string(last.mode).c_str(),

@@ -18,7 +18,7 @@
 
 namespace ep::sim {
 
-// The ablation modes are the planner's (planner/modes.hpp).
+// The modes are the planner's (planner/modes.hpp).
 using ep::kAllModes;
 using ep::Mode;
 using ep::mode_config;
@@ -55,6 +55,7 @@ using ChunkRow = trace::ChunkCsvRow;
 struct RunResult {
   std::string config;
   double device_memory_bytes = 0;
+  Mode reference = Mode::Baseline;  // speedups are over it (it always runs)
   std::vector<ModeRun> modes;
   std::vector<ChunkRow> chunks;
   trace::Trace trace;  // kTracedIterations iterations per distinct plan of the last mode, on one timeline
@@ -64,6 +65,7 @@ struct RunResult {
 
 struct RunOptions {
   std::vector<Mode> modes{std::begin(kAllModes), std::end(kAllModes)};
+  Mode reference = Mode::Baseline;  // speedups are over it; added to `modes` where missing
   bool exact = false;  // simulate every iteration instead of scaling the steady state
   int jobs = 0;        // simulations run at once; 0: one per core
   // Called as work completes (fraction in [0, 1]); may be empty.
@@ -99,8 +101,10 @@ struct RunOptions {
 [[nodiscard]] std::vector<double> simulate_chunk_iterations(const Config&, const CostModel& cost,
                                                             const std::vector<IterationProgram>&, Simulator&);
 
-// The CLI's summary: time per mode and speedup, then per epoch of the last
-// mode: frozen layers, K, replicas, M, throughput.
+// The CLI's summary: per mode its time, speedup over the reference, global
+// batch, updates, memory, utilisation and whether it fits (with a note
+// where a mode trains otherwise than the reference), then per epoch of the
+// last mode: frozen layers, K, replicas, M, throughput.
 [[nodiscard]] std::string format_result(const RunResult&);
 // summary.json, epochs.csv, chunks.csv, plan.json and (when traced)
 // trace.json in `dir`.

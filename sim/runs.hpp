@@ -40,6 +40,7 @@ struct Measured {
 class Runner {
  public:
   Runner(Simulator& sim, int jobs) : sim_(sim), jobs_(jobs) {}
+  [[nodiscard]] int jobs() const { return jobs_; }
 
   std::vector<Measured> run(const PlanContext& ctx, const std::vector<IterationProgram>& programs, int iterations) {
     std::vector<std::string> keys;

@@ -18,10 +18,16 @@ std::vector<std::string> sweep_values(const std::string& assignment) {
   std::vector<std::string> out;
   std::string cur;
   int depth = 0;
+  char quote = 0;  // inside a TOML string ("..." or '...'), a comma is text
   for (char ch : assignment.substr(eq + 1)) {
-    if (ch == '[') ++depth;
-    if (ch == ']') --depth;
-    if (ch == ',' && depth == 0) {
+    if (quote) {
+      if (ch == quote) quote = 0;
+    } else if (ch == '"' || ch == '\'') {
+      quote = ch;
+    }
+    if (!quote && ch == '[') ++depth;
+    if (!quote && ch == ']') --depth;
+    if (ch == ',' && depth == 0 && !quote) {
       out.push_back(key + cur);
       cur.clear();
     } else {
@@ -88,6 +94,7 @@ std::vector<std::vector<SweepModeResult>> run_sweep(const std::vector<Config>& c
   // The cores are shared by the groups running at once.
   const int inner_jobs = std::max(1, jobs / std::max(1, at_once));
 
+  const std::vector<Mode> modes = with_reference(opt.modes, opt.reference);
   std::vector<std::vector<SweepModeResult>> results(points.size());
   ChildPool pool;
   std::string error;
@@ -103,12 +110,14 @@ std::vector<std::vector<SweepModeResult>> run_sweep(const std::vector<Config>& c
               group.back().sim.trace = false;  // a sweep keeps each point's summary only
             }
             RunOptions ro;
-            ro.modes = opt.modes;
+            ro.modes = modes;
+            ro.reference = opt.reference;
             ro.exact = opt.exact;
             ro.jobs = inner_jobs;
             Simulator sim(group.front().cluster);
             for (const RunResult& r : simulate_trainings(group, ro, sim))
-              for (const trace::ModeSummary& m : r.summary.modes) w.put_all(m.total_s, m.speedup, m.samples_per_s);
+              for (const trace::ModeSummary& m : r.summary.modes)
+                w.put_all(m.total_s, m.speedup, m.samples_per_s, m.fits_memory, m.global_batch_max, m.updates);
           },
           next);
       ++next;
@@ -121,10 +130,10 @@ std::vector<std::vector<SweepModeResult>> run_sweep(const std::vector<Config>& c
       }
       ByteReader r(e.bytes);
       for (const std::size_t i : groups[e.id]) {
-        for (const Mode m : opt.modes) {
+        for (const Mode m : modes) {
           SweepModeResult s;
           s.mode = m;
-          r.get_into(s.total_s, s.speedup, s.samples_per_s);
+          r.get_into(s.total_s, s.speedup, s.samples_per_s, s.fits_memory, s.global_batch, s.updates);
           results[i].push_back(s);
         }
       }

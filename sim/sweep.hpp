@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <functional>
 #include <string>
 #include <vector>
@@ -21,7 +23,8 @@ namespace ep::sim {
 // mistake or a job for several runs.
 inline constexpr std::size_t kMaxSweepPoints = 1000;
 
-// "a=1,2,3" -> {"a=1", "a=2", "a=3"}; commas inside [] stay (TOML arrays).
+// "a=1,2,3" -> {"a=1", "a=2", "a=3"}; commas inside [] (TOML arrays) and
+// inside quotes (TOML strings) stay.
 // Throws ep::Error without '='.
 [[nodiscard]] std::vector<std::string> sweep_values(const std::string& assignment);
 
@@ -33,12 +36,17 @@ inline constexpr std::size_t kMaxSweepPoints = 1000;
 struct SweepModeResult {
   Mode mode = Mode::Baseline;
   double total_s = 0;
-  double speedup = 0;
+  std::optional<double> speedup;  // over the reference; none where it does not fit
   double samples_per_s = 0;
+  bool fits_memory = true;
+  std::int64_t global_batch = 0;  // the largest of the run
+  std::int64_t updates = 0;
 };
 
 struct SweepOptions {
-  std::vector<Mode> modes{Mode::Baseline, Mode::AutoCache};
+  // Per point; the reference is added where missing (with_reference).
+  std::vector<Mode> modes{Mode::Baseline, Mode::Configured};
+  Mode reference = Mode::Baseline;
   bool exact = false;
   int jobs = 0;  // simulations at once; 0: one per core
   // Called with the number of points done so far, as groups of points end.
@@ -47,7 +55,8 @@ struct SweepOptions {
 
 // Simulates every point: configs[i] is the config `points[i]` gives (same
 // file, the point's overrides). Points whose cluster.* overrides are equal
-// run together. Per point, one result per mode in options.modes order.
+// run together. Per point, one result per mode of with_reference(options.modes,
+// options.reference), in that order.
 // A failure throws ep::Error once the running groups have ended.
 [[nodiscard]] std::vector<std::vector<SweepModeResult>> run_sweep(const std::vector<Config>& configs,
                                                                   const std::vector<Overrides>& points,

@@ -51,7 +51,7 @@ expect_text "unknown objective names the key" "key 'planner.objective': expected
 expect_rc 0 "plan, global batch" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.objective=paper \
   --set 'training.batch_policy="global"'
 expect_text "plan shows the replicas splitting the global batch" \
-  "batch policy global: samples per pipeline, lr scale: T=0:400,1 T=1:400,1 T=2:400,1 T=3:200,1"
+  "batch policy global (the same global batch and updates in every plan): samples per pipeline, lr scale: T=0:400,1 T=1:400,1 T=2:400,1 T=3:200,1"
 expect_rc 0 "plan --json" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --json
 expect_text "plan --json schema" '"schema": "elasticpipe.plan/1"'
 expect_rc 0 "plan --set" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.compression=memory --set planner.alpha=0.5
@@ -85,19 +85,47 @@ expect_text "simulate prints speedup" "speedup"
 for f in summary.json epochs.csv chunks.csv plan.json trace.json; do
   if [ -s "$tmp/sim/$f" ]; then ok; else bad "simulate did not write $f"; fi
 done
-# The simulated run's plans are the planner's: on this config SimGrid's
-# timings lead to the decisions the cost model's do (the last mode,
-# autocache, is the config with every feature on: the cache auto).
-"$bin" plan "$small" --set data.num_train_samples=1024 --set planner.cache=auto --json > "$tmp/sim_planned.json"
-python3 - "$tmp/sim/plan.json" "$tmp/sim_planned.json" <<'PY' && ok || bad "simulate's plan.json decides otherwise than plan --json"
-import json, sys
-sim, planned = (json.load(open(f)) for f in sys.argv[1:])
-assert sim["schema"] == planned["schema"] == "elasticpipe.plan/1"
-keys = ("freeze_step", "epochs", "frozen_layers", "K", "M", "replicas", "stages")
-decisions = lambda p: [[plan[k] for k in keys] + [plan["cache"]["on"]] for plan in p["plans"]]
-assert decisions(sim) == decisions(planned), (decisions(sim), decisions(planned))
+# The simulated run carries out the planner's plans and nothing else: every
+# epoch of the last mode (configured: the config as train runs it) is its
+# plan's, as plan.json (the planner's to_json) has it.
+python3 - "$tmp/sim/plan.json" "$tmp/sim/epochs.csv" "$tmp/sim/summary.json" <<'PY' && ok || bad "simulate's epochs are not plan.json's plans"
+import csv, json, sys
+plan, rows, summary = json.load(open(sys.argv[1])), list(csv.DictReader(open(sys.argv[2]))), json.load(open(sys.argv[3]))
+assert plan["schema"] == "elasticpipe.plan/1"
+assert summary["reference"] == "baseline" and [m["mode"] for m in summary["modes"]][0] == "baseline"
+mine = [r for r in rows if r["mode"] == "configured"]
+for p in plan["plans"]:
+    for e in range(*p["epochs"]):
+        r = mine[e]
+        got = [int(r[k]) for k in ("frozen_layers", "K", "M", "replicas")]
+        assert got == [p["frozen_layers"], p["K"], p["M"], p["replicas"]], (e, got, p["frozen_layers"], p["K"])
+        assert p["frozen_layers"] <= p["frozen_allowed"]
 PY
-if [ "$(grep -c '^sim,' "$tmp/sim/epochs.csv")" -eq 15 ]; then ok; else bad "epochs.csv: expected 5 modes x 3 epochs"; fi
+if [ "$(grep -c '^sim,' "$tmp/sim/epochs.csv")" -eq 21 ]; then ok; else bad "epochs.csv: expected 7 modes x 3 epochs"; fi
+# Speedups over the best plan without freezing, which always runs; the
+# paper's baseline on request; every mode row says what it trains.
+expect_rc 0 "simulate one method mode" -- "$bin" simulate "$small" --mode autocache --out "$tmp/sim_ac" --set data.num_train_samples=1024
+expect_text "the reference runs too" "speedup: over baseline, the best plan without freezing"
+python3 - "$tmp/sim_ac/summary.json" <<'PY' && ok || bad "simulate --mode autocache: the summary lacks its reference"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert [m["mode"] for m in s["modes"]] == ["baseline", "autocache"] and s["reference"] == "baseline"
+assert s["modes"][0]["speedup"] == 1.0 and s["modes"][1]["speedup"] > 0
+assert all(m["final_accuracy"] is None and m["fits_memory"] for m in s["modes"])
+PY
+expect_rc 0 "simulate --reference gpipe" -- "$bin" simulate "$small" --mode autocache --reference gpipe --out "$tmp/sim_gp" --set data.num_train_samples=1024
+expect_text "the paper's reference, named" "speedup: over gpipe, the paper's baseline"
+expect_rc 2 "simulate --reference autocache" -- "$bin" simulate "$small" --reference autocache --out "$tmp/sim_bad"
+expect_text "reference refused" "ERROR: --reference: expected baseline (the best plan without freezing) or gpipe"
+# The paper's batch policy changes the training: said, with the numbers.
+expect_rc 0 "simulate per_pipeline" -- "$bin" simulate "$root/configs/paper/vit_imagenet.toml" --mode autocache --out "$tmp/sim_pp" \
+  --set 'training.batch_policy="per_pipeline"'
+expect_text "a mode that trains otherwise is named" "autocache trains otherwise than baseline: global batch"
+# A plan that does not fit says so in its row; its speedup is no answer.
+expect_rc 0 "simulate a model that does not fit" -- "$bin" simulate "$small" --mode autocache --out "$tmp/sim_oom" \
+  --set data.num_train_samples=1024 --set cluster.device.memory_bytes=1e6
+expect_text "does not fit, said" "baseline does not fit"
+expect_text "no speedup without a reference that fits" "no speedup: baseline does not fit"
 expect_rc 0 "simulate one mode" -- "$bin" simulate "$small" --mode baseline --out "$tmp/sim1" --set data.num_train_samples=1024
 expect_text "one mode" "baseline"
 expect_rc 2 "simulate bad mode" -- "$bin" simulate "$small" --mode fastest --out "$tmp/simx"
@@ -109,6 +137,14 @@ if [ "$(wc -l < "$tmp/sweep/sweep.csv")" -eq 3 ]; then ok; else bad "sweep.csv: 
 expect_rc 2 "sweep with a bad point runs nothing" -- "$bin" sweep "$small" --set planner.alpha=0.25,1.5 --out "$tmp/sweepbad"
 expect_text "sweep bad point" "planner.alpha"
 if [ ! -e "$tmp/sweepbad" ]; then ok; else bad "a sweep with a bad point wrote output"; fi
+# --mode all is every mode; a quoted value's comma is text, not a split.
+expect_rc 0 "sweep --mode all" -- "$bin" sweep "$small" --set planner.alpha=0.5 --set data.num_train_samples=1024 \
+  --mode all --out "$tmp/sweepall"
+head -1 "$tmp/sweepall/sweep.csv" | grep -q "baseline_total_s.*gpipe_total_s.*autocache_total_s.*configured_updates$" && ok ||
+  bad "sweep --mode all: not every mode in sweep.csv: $(head -1 "$tmp/sweepall/sweep.csv")"
+expect_rc 0 "sweep a quoted comma" -- "$bin" sweep "$small" --set 'cluster.name="a,b"' --set data.num_train_samples=1024 \
+  --mode baseline --out "$tmp/sweepname"
+expect_text "one point" "sweep: 1 point x 1 mode"
 
 # --- trace diff ---------------------------------------------------------------
 expect_rc 0 "trace diff" -- "$bin" trace diff "$tmp/sim/trace.json" "$tmp/sim/trace.json"
@@ -184,6 +220,24 @@ expect_text "trace diff sim vs exec per epoch" "per epoch (the epochs.csv beside
 # both runs' starts, in no epoch, side by side.
 expect_text "trace diff names the real run's chunk search" "second: its chunk search ran in its start ("
 expect_text "trace diff compares the starts" "start (before epoch 1, in no epoch): first "
+# simulate --mode configured carries out the config as train runs it: with
+# decisions that depend on no measurement (the paper's, a fixed M, the
+# cache on), both run the same layout in every epoch, and trace diff
+# compares like with like.
+same=("${small[@]}" --set planner.objective=paper --set planner.chunk_search=false --set planner.M=4 --set 'planner.cache="on"')
+expect_rc 0 "simulate as configured" -- "$bin" simulate "$fm" "${same[@]}" --mode configured --out "$tmp/sim_conf"
+expect_rc 0 "train the simulated config" -- "$bin" train "$fm" "${same[@]}" --out "$tmp/train_conf"
+python3 - "$tmp/sim_conf/epochs.csv" "$tmp/train_conf/epochs.csv" <<'PY' && ok || bad "simulate --mode configured and train ran other layouts"
+import csv, sys
+sim = [r for r in csv.DictReader(open(sys.argv[1])) if r["mode"] == "configured"]
+real = list(csv.DictReader(open(sys.argv[2])))
+keys = ("epoch", "frozen_layers", "K", "M", "replicas", "cache")
+assert len(sim) == len(real) == 2, (len(sim), len(real))
+for s, r in zip(sim, real):
+    assert [s[k] for k in keys] == [r[k] for k in keys], ([s[k] for k in keys], [r[k] for k in keys])
+PY
+expect_rc 0 "trace diff of the same run" -- "$bin" trace diff "$tmp/sim_conf/trace.json" "$tmp/train_conf/trace.json"
+grep -q "other layouts\|layouts differ" <<<"$out" && bad "trace diff found other layouts: $out" || ok
 # Fine-tuning from the weights a training wrote: a new classifier (head.)
 # keeps its seeded values; another model's file is a config error naming the key.
 # The new task: five held-apart classes, relabelled 0..4 (a 5-way head).
@@ -281,13 +335,13 @@ expect_text "both models named" "the profile was recorded on model 'vit L=4 H=16
 bert="$root/configs/small/tiny_bert_synthetic.toml"
 # Mode lists: an empty one is refused before anything is written; repeats count once.
 expect_rc 2 "simulate --mode ''" -- "$bin" simulate "$bert" --mode '' --out "$tmp/m0"
-expect_text "empty mode list" "ERROR: --mode: expected all|baseline|freeze|autopipe|autodp|autocache, found ''"
+expect_text "empty mode list" "ERROR: --mode: expected all|baseline|gpipe|freeze|autopipe|autodp|autocache|configured, found ''"
 [ ! -e "$tmp/m0" ] && ok || bad "simulate --mode '' created its output folder"
 expect_rc 2 "sweep --mode ''" -- "$bin" sweep "$bert" --mode '' --set planner.alpha=0.25 --out "$tmp/m1"
 [ ! -e "$tmp/m1/sweep.csv" ] && ok || bad "sweep --mode '' wrote sweep.csv"
 expect_rc 2 "simulate --mode baseline," -- "$bin" simulate "$bert" --mode baseline, --out "$tmp/m2"
 expect_rc 0 "simulate --mode all,all" -- "$bin" simulate "$bert" --mode all,all,baseline --out "$tmp/m3" --set data.num_train_samples=1024
-[ "$(grep -c '^sim,' "$tmp/m3/epochs.csv")" -eq 15 ] && ok || bad "--mode all,all: expected 5 modes x 3 epochs"
+[ "$(grep -c '^sim,' "$tmp/m3/epochs.csv")" -eq 21 ] && ok || bad "--mode all,all: expected 7 modes x 3 epochs"
 
 # A full disk: no "wrote", exit 2 naming the file, the previous run's files intact.
 cp -r "$tmp/sim" "$tmp/before"
@@ -373,7 +427,7 @@ hours=$(awk '$1 == "autocache" && $3 ~ /^[0-9.]+$/ { print int($3) }' <<<"$out" 
 expect_rc 0 "trace diff of the long run" -- "$bin" trace diff "$tmp/long/trace.json" "$tmp/long/trace.json"
 
 # trace diff with nothing to compare.
-printf '{"displayTimeUnit":"ms","otherData":{"schema":"elasticpipe.trace/1","source":"sim","config":"x","mode":"m","metadata":{}},"traceEvents":[]}' > "$tmp/empty.json"
+printf '{"displayTimeUnit":"ms","otherData":{"schema":"elasticpipe.trace/2","source":"sim","config":"x","mode":"m","metadata":{}},"traceEvents":[]}' > "$tmp/empty.json"
 expect_rc 2 "trace diff of an empty trace" -- "$bin" trace diff "$tmp/empty.json" "$tmp/sim/trace.json"
 expect_text "empty trace refused" "the first trace has no GPU spans to compare"
 expect_rc 0 "simulate the tiny ViT" -- "$bin" simulate "$root/configs/small/tiny_vit_fmnist.toml" --mode baseline --out "$tmp/vit" \

@@ -68,10 +68,11 @@ for r in 0 1 2 3; do [ -s "$tmp/dp/samples/rank$r.csv" ] && ok || bad "rank $r t
 "$bin" plan "$cfg" --json > "$tmp/planned.json" && cmp -s "$tmp/planned.json" "$tmp/dp/plan.json" && ok ||
   bad "the executor's plan.json differs from elasticpipe plan --json"
 
-# 1a. The time objective (the default) on the same job: pure data
-#     parallelism from the start, still the planner's plans byte for byte.
+# 1a. The time objective (the default) on the same job: its choice of K
+#     and replicas from the start (the global batch of 32 split among them),
+#     still the planner's plans byte for byte.
 run dp_time 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/dp_time" --set planner.objective=time
-has dp_time "frozen 0/4  K 1  M 1  x4"
+has dp_time "epoch 3/3"
 "$bin" plan "$cfg" --json --set planner.objective=time > "$tmp/planned_time.json" &&
   cmp -s "$tmp/planned_time.json" "$tmp/dp_time/plan.json" && ok ||
   bad "objective time: the executor's plan.json differs from elasticpipe plan --json"
@@ -115,13 +116,14 @@ fi
 # 2b. Resuming that mid-epoch checkpoint (4 replicas) with 2 replicas
 #     (AutoDP off: the initial pipelines shrink in place) still trains on
 #     every sample exactly once per epoch: the interrupted run's slots before
-#     the checkpoint (128 = 2 iterations x 4 replicas x 16) plus the resumed run's.
+#     the checkpoint (64 = 2 iterations x 4 replicas x 8: the global batch of
+#     32 split four ways) plus the resumed run's.
 if [ -n "$step10" ]; then
   run fewer 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/fewer" --resume "$step10" \
     --set planner.autodp=false --set exec.record_samples=true
   has fewer "2 replicas (saved with 4)"
   if awk -F, 'FILENAME ~ /fewer/ { if ($1 >= 1) seen[$1 "," $3]++; next }
-               $1 == 1 && $2 < 128 { seen[$1 "," $3]++ }
+               $1 == 1 && $2 < 64 { seen[$1 "," $3]++ }
                END { n = 0; for (k in seen) { n++; if (seen[k] != 1) { print "sample " k " seen " seen[k] " times"; bad = 1 } }
                      if (n != 2 * 250) { print n " (epoch, sample) pairs, expected 500"; bad = 1 }; exit bad }' \
     "$tmp"/dp/samples/rank*.csv "$tmp"/fewer/samples/rank*.csv; then ok; else bad "resume with 2 replicas: not exactly once"; fi

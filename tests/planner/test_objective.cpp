@@ -109,8 +109,11 @@ TEST_CASE("objective time: the chosen plan is the fastest confirmed alternative,
         CHECK(a.replicas == p.layout.replicas);
         CHECK(a.cache == p.cache.on);
         CHECK(a.confirmed);
+        // The least of the confirmed by the time to the end with the later
+        // steps in view (a kept plan among them).
+        CHECK(a.to_end_s > 0);
         for (const ep::Alternative& b : p.alternatives)
-          if (b.confirmed && b.fits_memory && a.fits_memory) CHECK(a.remaining_s <= b.remaining_s * (1 + 1e-12));
+          if (b.confirmed && b.fits_memory && a.fits_memory) CHECK(a.to_end_s <= b.to_end_s * (1 + 1e-12));
       }
       CHECK(chosen == 1);
       // K never grows and stays among the ones the run can reach (the
@@ -157,10 +160,11 @@ TEST_CASE("objective time: the chosen plan is the fastest confirmed alternative,
 }
 
 TEST_CASE("objective time: planner.K is the longest pipeline allowed; a shorter one with more replicas from the start") {
-  // The tiny BERT fits one device: pure data parallelism is predicted faster
-  // than the K = 4 pipeline the paper starts with.
-  const ep::RunPlan time = plan(tiny_bert());
-  const ep::RunPlan paper = plan(tiny_bert({"planner.objective=paper"}));
+  // The tiny BERT fits one device: pure data parallelism, each replica with
+  // its own batch (the paper's batch policy), is predicted faster than the
+  // K = 4 pipeline the paper starts with.
+  const ep::RunPlan time = plan(tiny_bert({"training.batch_policy=\"per_pipeline\""}));
+  const ep::RunPlan paper = plan(tiny_bert({"planner.objective=paper", "training.batch_policy=\"per_pipeline\""}));
   CHECK(paper.plans.front().K == 4);
   CHECK(time.plans.front().K == 1);
   CHECK(time.plans.front().layout.replicas == 4);
@@ -242,4 +246,35 @@ TEST_CASE("mode lists: each mode once in kAllModes order, the baseline first; em
   for (const char* bad : {"", ",", "baseline,", ",freeze", "baseline,,freeze", "fast"})
     CHECK_THROWS_WITH(parse_modes(bad), Catch::Contains("--mode: expected"));
   for (const Mode m : kAllModes) CHECK(parse_mode(to_string(m)) == m);
+  CHECK(kAllModes[0] == Mode::Baseline);
+  CHECK(std::end(kAllModes)[-1] == Mode::Configured);  // the last mode is traced: the config as train runs it
+  // The reference always runs.
+  CHECK(with_reference({Mode::AutoCache}, Mode::Baseline) == std::vector<Mode>{Mode::Baseline, Mode::AutoCache});
+  CHECK(with_reference({Mode::AutoCache}, Mode::GPipe) == std::vector<Mode>{Mode::GPipe, Mode::AutoCache});
+  CHECK(with_reference({Mode::Baseline}, Mode::Baseline) == std::vector<Mode>{Mode::Baseline});
+  CHECK(parse_reference("gpipe") == Mode::GPipe);
+  CHECK_THROWS_WITH(parse_reference("autocache"), Catch::Contains("--reference: expected baseline"));
+}
+
+TEST_CASE("mode configs: the best static plan weighs every K by time; configured is the config", "[modes]") {
+  using namespace ep;
+  const Config c = paper_config("vit_imagenet", {"planner.objective=\"paper\"", "planner.compression=\"none\"",
+                                                 "planner.autodp=false"});
+  const Config base = mode_config(c, Mode::Baseline);
+  CHECK(base.planner.freeze_policy == FreezePolicyKind::None);
+  CHECK(base.planner.objective == Objective::Time);
+  CHECK(base.planner.autopipe);
+  CHECK(base.planner.autodp);
+  CHECK(base.planner.compression != CompressionKind::None);
+  CHECK(base.planner.cache == CachePolicyKind::Off);
+  const Config gpipe = mode_config(c, Mode::GPipe);
+  CHECK(gpipe.planner.freeze_policy == FreezePolicyKind::None);
+  CHECK_FALSE(gpipe.planner.autopipe);
+  CHECK_FALSE(gpipe.planner.autodp);
+  CHECK(gpipe.planner.objective == Objective::Paper);  // as configured
+  const Config configured = mode_config(c, Mode::Configured);
+  CHECK(configured.planner.objective == c.planner.objective);
+  CHECK(configured.planner.autodp == c.planner.autodp);
+  CHECK(configured.planner.cache == c.planner.cache);
+  CHECK(configured.planner.freeze_policy == c.planner.freeze_policy);
 }

@@ -13,6 +13,7 @@
 #include "planner/config.hpp"
 #include "planner/cost_model.hpp"
 #include "planner/model_spec.hpp"
+#include "planner/run_plan.hpp"
 #include "planner/partition.hpp"
 #include "tests/planner/support.hpp"
 
@@ -430,8 +431,9 @@ TEST_CASE("compression on the paper configs: attempts halve K, accepted iff unde
             // Accepted strictly below M_GPU^(0); the first rejection at or above it.
             REQUIRE(a.accepted == (a.m_gpu < a.limit));
           } else {
-            const int M = std::min(c.training.batch_size, c.planner.M_max_factor * a.to_K);
-            REQUIRE(a.m_gpu == Approx(max_device_memory(ctx.spec, c.training, p, a.to_K, M, c.training.batch_size)));
+            const int batch = pipeline_batch(c, a.to_K);  // training.batch_policy's per-pipeline batch
+            const int M = std::min(batch, c.planner.M_max_factor * a.to_K);
+            REQUIRE(a.m_gpu == Approx(max_device_memory(ctx.spec, c.training, p, a.to_K, M, batch)));
             REQUIRE(a.accepted == (a.m_gpu <= a.limit));
           }
         }

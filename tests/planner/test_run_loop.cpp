@@ -119,10 +119,15 @@ TEST_CASE("the run loop walks every epoch once, under its plan, after entering i
     REQUIRE(static_cast<int>(plans.size()) == planner.freeze_steps() + 1);
     CHECK(only_walk(b.calls) == expected_epochs(plans));
     // Without measured norms the plans are plan_run's, apart from the
-    // cache decisions the probes informed.
+    // cache decisions the probes informed. The loop probes exactly where the
+    // planner says a step does, at the depth the policy allows, and only
+    // where AutoCache may.
     std::vector<int> want_probes;
     for (const Plan& p : plans)
-      if (p.freeze_step > 0 && probes_cache(c, p.frozen_layers)) want_probes.push_back(p.frozen_layers);
+      if (p.cache_probed) {
+        CHECK(probes_cache(c, p.frozen_allowed));
+        want_probes.push_back(p.frozen_allowed);
+      }
     CHECK(b.probed == want_probes);
     if (want_probes.empty()) {
       const RunPlan ahead = plan_run(c, cost);

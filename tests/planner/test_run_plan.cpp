@@ -64,14 +64,15 @@ TEST_CASE("the run plan is deterministic and consistent for every paper config a
           CHECK(p.layout.replicas == c.cluster.nodes * I / p.K);
           CHECK(p.M >= p.K);
           CHECK(p.M <= 6 * p.K);
-          CHECK(p.M <= c.training.batch_size);
+          CHECK(p.M <= p.batch);
           CHECK(p.iteration_s > 0);
           CHECK(p.bubble_fraction >= 0);
           CHECK(p.bubble_fraction < 1);
           // Every sample once per epoch: the slots are the samples plus the padding.
-          CHECK(p.iterations_per_epoch * p.layout.replicas * c.training.batch_size ==
+          CHECK(p.iterations_per_epoch * p.layout.replicas * p.batch ==
                 c.data.num_train_samples + p.padding_slots_per_epoch);
-          CHECK(p.samples_per_s == Approx(p.layout.replicas * c.training.batch_size / p.iteration_s));
+          CHECK(p.samples_per_s == Approx(p.layout.replicas * p.batch / p.iteration_s));
+          CHECK(p.frozen_layers <= p.frozen_allowed);
           if (i == 0) continue;
           const ep::Plan& prev = a.plans[i - 1];
           CHECK(p.first_epoch == prev.end_epoch);
@@ -496,23 +497,27 @@ TEST_CASE("RunPlanner stepped with measured frozen counts plans what plan_run pl
   // replaying those counts ahead of time must give the same plans.
   std::mt19937 rng(11);
   for (int trial = 0; trial < 6; ++trial) {
-    ep::Config c = paper_config(kPaperConfigs[trial % 4]);
-    const ep::AnalyticCostModel cost(c.cluster, c.training);
-    ep::RunPlanner stepped(c, cost);
+    const ep::Config c = paper_config(kPaperConfigs[trial % 4]);
     const int L = c.model.num_hidden_layers;
     std::vector<int> frozen{0};
-    for (int T = 1; T <= stepped.freeze_steps(); ++T)
+    for (int T = 1; T < c.training.epochs; ++T)
       frozen.push_back(std::min(L - c.planner.min_active_layers, frozen.back() + static_cast<int>(rng() % 4)));
-    for (const int f : frozen) stepped.next(f);
     std::string replay = "planner.replay_frozen=[";
     for (std::size_t T = 1; T < frozen.size(); ++T) replay += (T > 1 ? "," : "") + std::to_string(frozen[T]);
-    ep::Config r = paper_config(kPaperConfigs[trial % 4], {"planner.freeze_policy=\"replay\"", replay + "]"});
+    // The same config on both sides: its policy is what the planner expects
+    // of later steps when it decides whether to act on one.
+    const ep::Config r = paper_config(kPaperConfigs[trial % 4], {"planner.freeze_policy=\"replay\"", replay + "]"});
+    const ep::AnalyticCostModel cost(r.cluster, r.training);
+    ep::RunPlanner stepped(r, cost);
+    REQUIRE(stepped.freeze_steps() + 1 == static_cast<int>(frozen.size()));
+    for (const int f : frozen) stepped.next(f);
     const ep::RunPlan ahead = plan(r);
     REQUIRE(ahead.plans.size() == stepped.run().plans.size());
     for (std::size_t T = 0; T < frozen.size(); ++T) {
       const ep::Plan& a = ahead.plans[T];
       const ep::Plan& b = stepped.run().plans[T];
       CHECK(a.frozen_layers == b.frozen_layers);
+      CHECK(a.frozen_allowed == frozen[T]);
       CHECK(a.K == b.K);
       CHECK(a.M == b.M);
       CHECK(a.partition.bounds == b.partition.bounds);
@@ -564,7 +569,8 @@ TEST_CASE("global: the replicas split the global batch of planner.K's layout, so
         CHECK(p.iterations_per_epoch == r.plans.front().iterations_per_epoch);
       CHECK(p.samples_per_s == Approx(p.layout.replicas * static_cast<double>(p.batch) / p.iteration_s));
     }
-    for (const ep::Plan& p : plan(paper_config(name, {obj})).plans) CHECK(p.batch == c.training.batch_size);
+    for (const ep::Plan& p : plan(paper_config(name, {obj, "training.batch_policy=\"per_pipeline\""})).plans)
+      CHECK(p.batch == c.training.batch_size);
   });
 }
 
@@ -575,7 +581,8 @@ TEST_CASE("lr_scaled scales lr by the replicas over those of planner.K, from the
     for (const ep::Plan& p : r.plans)
       CHECK(p.lr_scale * reference == Approx(p.layout.replicas).epsilon(1e-12));
     if (c.planner.objective == ep::Objective::Paper) CHECK(r.plans.front().lr_scale == 1.0);
-    for (const ep::Plan& p : plan(paper_config(name, {obj})).plans) CHECK(p.lr_scale == 1.0);  // per_pipeline
+    for (const ep::Plan& p : plan(paper_config(name, {obj, "training.batch_policy=\"per_pipeline\""})).plans)
+      CHECK(p.lr_scale == 1.0);
   });
 }
 

@@ -86,13 +86,13 @@ def check_speedup_breakdown(fig, runs, _):
     check(len(lines) == len(modes(run)), f"{len(lines)} throughput series, expected one per mode {modes(run)}")
     for s, mode in zip(lines, modes(run)):
         check(close(s["y"], [float(r["samples_per_s"]) for r in epochs(run, mode)]), f"{mode}: y != samples_per_s")
-    # Speedup bars only when there is a baseline to be faster than (an executor run has one mode).
-    if "baseline" in modes(run):
-        check(len(modes(run)) == 5, "a simulated run has the five ablation modes")
+    # Speedup bars only when there is a reference to be faster than (an executor run has none).
+    if summary(run)["reference"] is not None:
+        check(len(modes(run)) == 7, "a simulated run has the seven modes")
         bars = series_of(fig, 1)
         check(close(bars[0]["y"], [m["speedup"] for m in summary(run)["modes"]]), "speedup bars != summary speedups")
     else:
-        check(len(fig["panels"]) == 1, "no speedup panel without a baseline")
+        check(len(fig["panels"]) == 1, "no speedup panel without a reference")
 
 
 def check_alpha_tuning(fig, runs, _):
@@ -170,6 +170,34 @@ def check_timeline(fig, runs, opts):
     check(drawn and boxes == len(drawn), f"{boxes} forward/backward boxes for {len(drawn)} spans")
     rows = fig["panels"][0]["yticks"]
     check(len(rows) == len({e["tid"] for e in drawn}), f"{len(rows)} rows for {len({e['tid'] for e in drawn})} GPUs")
+
+
+def check_where_it_pays(fig, runs, _):
+    with open(os.path.join(runs[0], "points.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    check(len(fig["panels"]) == len(models), f"{len(fig['panels'])} panels for models {models}")
+    for panel, model in zip(fig["panels"], models):
+        check(panel["title"] == model, f"panel {panel['title']!r} is not {model!r}")
+        lengths = sorted({int(r["epochs"]) for r in rows if r["model"] == model})
+        if not check(len(panel["series"]) == len(lengths), f"{model}: {len(panel['series'])} series for {lengths}"):
+            continue
+        for s, epochs in zip(panel["series"], lengths):
+            line = sorted((r for r in rows if r["model"] == model and int(r["epochs"]) == epochs),
+                          key=lambda r: int(r["gpus"]))
+            shown = [r for r in line if r["speedup"] != ""]
+            check(s["x"] == [int(r["gpus"]) for r in shown], f"{s['label']}: x != the gpus with a speedup")
+            check(close(s["y"], [float(r["speedup"]) for r in shown]), f"{s['label']}: y != the speedups")
+            # The crossover: the first cluster whose speedup shows as 1.000 or less.
+            first = next((i for i, r in enumerate(shown) if float(f"{float(r['speedup']):.3f}") <= 1.0), None)
+            check(s.get("marked", []) == ([] if first is None else [first]),
+                  f"{s['label']}: marked {s.get('marked')}, crossover at index {first}")
+            want = "pays everywhere" if first is None else f"{int(shown[first]['gpus']):,} GPUs"
+            check(want in s["label"], f"{s['label']}: does not say {want!r}")
+            hollow = [i for i, r in enumerate(shown) if r["method_fits"] == "0"]
+            check(s.get("faded", []) == hollow, f"{s['label']}: faded {s.get('faded')} != {hollow}")
+    sizes = {(r["model"], r["gpus"]) for r in rows}
+    check(len(fig["table"]["rows"]) == len(sizes), f"{len(fig['table']['rows'])} table rows for {len(sizes)} sizes")
 
 
 def main():

@@ -103,24 +103,32 @@ TEST_CASE("the same config gives byte-identical output twice", "[driver]") {
   std::filesystem::remove_all(b);
 }
 
-TEST_CASE("the ablation modes add one piece each", "[driver]") {
+TEST_CASE("the modes: the best static plan, the paper's baseline, one piece each, the config as written", "[driver]") {
   const Config c = test::paper_config("bert_base_sst2", {"data.num_train_samples=20000"});
   Simulator sim(c.cluster);
   const RunResult r = simulate_training(c, {}, sim);
-  REQUIRE(r.modes.size() == 5);
-  const auto& base = r.modes[0];
-  CHECK(base.mode == Mode::Baseline);
-  for (const auto& e : base.epochs) {
+  REQUIRE(r.modes.size() == 7);
+  const auto mode = [&](Mode m) -> const ModeRun& {
+    return *std::find_if(r.modes.begin(), r.modes.end(), [&](const ModeRun& x) { return x.mode == m; });
+  };
+  const ModeRun& base = mode(Mode::Baseline);
+  const ModeRun& gpipe = mode(Mode::GPipe);
+  CHECK(r.modes[0].mode == Mode::Baseline);
+  CHECK(r.reference == Mode::Baseline);
+  for (const auto& e : gpipe.epochs) {  // the paper's: planner.K and its replicas throughout
     CHECK(e.frozen_layers == 0);
     CHECK(e.K == c.planner.K);
     CHECK(e.replicas == 2);
   }
+  for (const auto& e : base.epochs) CHECK(e.frozen_layers == 0);
+  // The best plan without freezing weighs the paper's among others.
+  CHECK(base.total_s() <= gpipe.total_s() * 1.001);
   for (const auto& m : r.modes) {
     INFO(to_string(m.mode));
     for (const auto& e : m.epochs) {
       if (m.mode == Mode::Freeze) CHECK(e.K == c.planner.K);  // nothing moves
       if (m.mode == Mode::AutoPipe || m.mode == Mode::Freeze) CHECK(e.replicas == 2);
-      if (m.mode != Mode::AutoCache) CHECK_FALSE(e.cache);
+      if (m.mode != Mode::AutoCache && m.mode != Mode::Configured) CHECK_FALSE(e.cache);
       CHECK(e.epoch_s > 0);
       CHECK(e.iteration_s > 0);
       CHECK(e.bubble_fraction >= 0);
@@ -128,19 +136,24 @@ TEST_CASE("the ablation modes add one piece each", "[driver]") {
       CHECK(e.exposed_comm_s >= 0);
       CHECK(e.transition_s >= 0);
     }
-    if (m.mode != Mode::Baseline) {
-      // Freezing never adds work to an iteration; the same K, M, frozen depth
-      // and replicas means the same time.
-      CHECK(m.epochs.back().frozen_layers > 0);
-    }
   }
-  // The summary's speedups are over the baseline.
+  // The config asks for the full method: configured is autocache's run.
+  CHECK(mode(Mode::Configured).total_s() == mode(Mode::AutoCache).total_s());
+  // The summary's speedups are over the baseline, and every mode trains
+  // alike (the global batch policy): the same updates.
   for (const auto& s : r.summary.modes) {
     const auto& run = *std::find_if(r.modes.begin(), r.modes.end(), [&](const ModeRun& m) { return to_string(m.mode) == s.mode; });
     CHECK(s.total_s == Approx(run.total_s()));
-    CHECK(s.speedup == Approx(base.total_s() / run.total_s()));
+    REQUIRE(s.speedup);
+    CHECK(*s.speedup == Approx(base.total_s() / run.total_s()));
+    CHECK(s.fits_memory);
+    CHECK(s.updates == r.summary.modes[0].updates);
+    CHECK(s.global_batch_max == r.summary.modes[0].global_batch_max);
+    CHECK(s.utilisation > 0);
+    CHECK(s.utilisation < 1);
   }
-  CHECK(r.summary.modes[0].speedup == Approx(1.0));
+  CHECK(*r.summary.modes[0].speedup == Approx(1.0));
+  CHECK(r.summary.reference == "baseline");
   // Chunk search in simulation: one row per M in [K, 6K] for each K met, the chosen M the fastest that fits.
   for (const auto& row : r.chunks) {
     CHECK(row.M >= row.K);
@@ -157,7 +170,7 @@ TEST_CASE("an epoch's time is its iterations times the period plus its transitio
   RunOptions opt;
   opt.modes = {Mode::AutoCache};
   const RunResult r = simulate_training(c, opt, sim);
-  const ModeRun& m = r.modes.front();
+  const ModeRun& m = r.modes.back();
   for (const auto& e : m.epochs) {
     const Plan& p = m.plan.plans[e.plan_id];
     CHECK(e.epoch_s == Approx(p.iterations_per_epoch * e.iteration_s + e.transition_s));
@@ -172,12 +185,12 @@ TEST_CASE("an epoch's time is its iterations times the period plus its transitio
   const PlanContext ctx(c, cost);
   const double one = simulate_chunk_iterations(c, cost, {start_program(ctx, first, first.first_epoch)}, sim).at(0);
   CHECK(one < first.iteration_s);
-  CHECK(m.start.total_s() == Approx(c.cluster.transition.context_creation_s + c.cluster.transition.pipeline_warmup_s +
-                                    kStartIterations * one));
+  CHECK(m.start.total_s() == Approx(c.cluster.transition.context_creation_s +
+                                    c.cluster.transition.warmup_iterations * first.iteration_s + kStartIterations * one));
   double epochs = 0;
   for (const auto& e : m.epochs) epochs += e.epoch_s;
   CHECK(m.total_s() == Approx(m.start.total_s() + epochs));
-  CHECK(r.summary.modes.front().start_s == Approx(m.start.total_s()));
+  CHECK(r.summary.modes.back().start_s == Approx(m.start.total_s()));
   CHECK(std::stod(r.trace.metadata.at(trace::kStartKey)) == Approx(m.start.total_s()).epsilon(1e-4));
 }
 
@@ -191,9 +204,9 @@ TEST_CASE("an epoch's compute and bubble are those of the iteration it runs, fil
   opt.modes = {Mode::AutoCache};
   const RunResult r = simulate_training(c, opt, sim);
   int fills = 0;
-  for (const auto& e : r.modes.front().epochs) {
+  for (const auto& e : r.modes.back().epochs) {
     INFO("epoch " << e.epoch << " frozen " << e.frozen_layers << " K " << e.K);
-    const Plan& p = r.modes.front().plan.plans[e.plan_id];
+    const Plan& p = r.modes.back().plan.plans[e.plan_id];
     const CacheRole role = p.cache_role(e.epoch);
     fills += role == CacheRole::Fill || role == CacheRole::Advance;
     CHECK(e.compute_s > 0);
@@ -210,7 +223,7 @@ TEST_CASE("the trace is valid trace-event JSON with two iterations per distinct 
   write_outputs(r, dir.string());
   const trace::Trace t = trace::read_chrome_trace((dir / "trace.json").string());  // validates
   CHECK(t.source == "sim");
-  CHECK(t.mode == "autocache");
+  CHECK(t.mode == "configured");
   CHECK(t.events.size() == r.trace.events.size());
   int computes = 0;
   std::map<int, std::set<int>> iterations;  // per plan

@@ -12,9 +12,11 @@ using namespace ep;
 using namespace ep::sim;
 using Catch::Matchers::Contains;
 
-TEST_CASE("sweep_values splits a list and keeps TOML arrays whole", "[sweep]") {
+TEST_CASE("sweep_values splits a list and keeps TOML arrays and strings whole", "[sweep]") {
   CHECK(sweep_values("planner.alpha=0.25,0.5") == std::vector<std::string>{"planner.alpha=0.25", "planner.alpha=0.5"});
   CHECK(sweep_values("a.b=[1,2],[3]") == std::vector<std::string>{"a.b=[1,2]", "a.b=[3]"});
+  CHECK(sweep_values("cluster.name=\"a,b\"") == std::vector<std::string>{"cluster.name=\"a,b\""});
+  CHECK(sweep_values("a.b='x,]',\"y\"") == std::vector<std::string>{"a.b='x,]'", "a.b=\"y\""});
   CHECK(sweep_values("a.b=7") == std::vector<std::string>{"a.b=7"});
   CHECK_THROWS_WITH(sweep_values("planner.alpha"), Contains("expected KEY=V1,V2"));
 }
@@ -61,18 +63,21 @@ TEST_CASE("points run together give what each gives alone", "[sweep]") {
       RunOptions ro;
       ro.modes = opt.modes;
       for (const auto& m : simulate_training(configs[i], ro, sim).summary.modes)
-        w.put_all(m.total_s, m.speedup, m.samples_per_s);
+        w.put_all(m.total_s, m.speedup, m.samples_per_s, m.fits_memory, m.global_batch_max, m.updates);
     });
     ByteReader r(bytes);
     REQUIRE(results[i].size() == opt.modes.size());
     for (std::size_t m = 0; m < opt.modes.size(); ++m) {
       CHECK(results[i][m].mode == opt.modes[m]);
       CHECK(results[i][m].total_s == r.get<double>());  // bit-identical
-      CHECK(results[i][m].speedup == r.get<double>());
+      CHECK(results[i][m].speedup == r.get<std::optional<double>>());
       CHECK(results[i][m].samples_per_s == r.get<double>());
+      CHECK(results[i][m].fits_memory == r.get<bool>());
+      CHECK(results[i][m].global_batch == r.get<std::int64_t>());
+      CHECK(results[i][m].updates == r.get<std::int64_t>());
     }
   }
-  // The alphas differ in the autocache mode, not in the baseline.
+  // The alphas differ in the configured mode, not in the baseline.
   CHECK(results[0][0].total_s == results[2][0].total_s);
   CHECK(results[0][1].total_s != results[2][1].total_s);
 }

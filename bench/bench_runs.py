@@ -3,7 +3,7 @@ in their own process group with a log each (ended with the bench when it
 is stopped), a scratch folder in memory, elasticpipe `train` runs whose
 outputs are kept, config overrides on a command line, and the tiny CPU
 model of --smoke. Used by
-bench/gpu_vs_pytorch.py and bench/sim_vs_measured.py."""
+bench/gpu_vs_pytorch.py, bench/sim_vs_measured.py and bench/where_it_pays.py."""
 import os
 import shutil
 import signal
@@ -97,7 +97,6 @@ class Runner:
     def __init__(self, out):
         self.out = Path(out)
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
-        (self.out / "runs").mkdir(parents=True, exist_ok=True)
         # Each train run checkpoints every epoch (weights and optimizer state:
         # about 1 GB for ViT-B/16): written to memory when /dev/shm has room.
         shm = Path("/dev/shm")
@@ -144,7 +143,7 @@ class Runner:
         scratch = self.scratch / name
         self.run(name, with_sets([binary, "train", config, "--out", str(scratch)], sets))
         kept = self.out / "runs" / name
-        kept.mkdir(exist_ok=True)
+        kept.mkdir(parents=True, exist_ok=True)
         for f in keep:
             if (scratch / f).exists():
                 shutil.copy(scratch / f, kept / f)

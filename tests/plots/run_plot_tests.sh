@@ -81,6 +81,35 @@ plot exec_comm_compute_table comm_compute_table "$T/exec"
 plot exec_transition_table transition_table "$T/exec"
 plot exec_timeline timeline "$T/exec"
 
+# ---- where the method pays: bench/where_it_pays.py --smoke (two cluster sizes,
+# one length, a small data set, both models simulated), then a written table
+# with a crossover, a line that pays again after it, a method that does not
+# fit (hollow) and a baseline that does not fit (no speedup) ----
+if $PY "$ROOT/bench/where_it_pays.py" --smoke --bin "$BIN" --jobs 2 --out "$T/pays" >"$T/pays.log" 2>&1; then
+  grep -q '^- ViT-B/16, ImageNet-1k, 3 epochs: ' "$T/pays.log" && pass || fail "where_it_pays.py: no crossover line"
+  plot where_it_pays where_it_pays "$T/pays"
+  [[ -s $T/fig/where_it_pays.csv && -s $T/fig/where_it_pays.md ]] && pass || fail "where_it_pays: no table"
+else
+  fail "bench/where_it_pays.py --smoke: $(tail -3 "$T/pays.log")"
+fi
+mkdir -p "$T/pays_written"
+cat >"$T/pays_written/points.csv" <<'EOF'
+model,config,nodes,gpus,epochs,freeze_interval_epochs,baseline_s,method_s,speedup,baseline_fits,method_fits,global_batch,updates
+A,a.toml,2,16,3,1,10,5,2,1,1,128,300
+A,a.toml,4,32,3,1,10,9.9996,1.00004,1,1,256,150
+A,a.toml,8,64,3,1,10,9,1.11111,1,1,512,75
+A,a.toml,2,16,30,3,100,50,2,1,0,128,3000
+A,a.toml,4,32,30,3,100,60,,0,1,256,1500
+"B, with a comma",b.toml,2,16,3,1,10,11,0.909091,1,1,64,600
+EOF
+plot where_it_pays_written where_it_pays "$T/pays_written"
+# The bench's refusals: one ERROR line, exit code 2.
+for bad in "--nodes 2,x" "--nodes 2048" "--epochs 0" "--set cluster.nodes=4" "--config $T/none.toml" "--bin $T/none"; do
+  err=$($PY "$ROOT/bench/where_it_pays.py" $bad --out "$T/pays_bad" 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 2 && $err == ERROR:* && $err != *$'\n'* ]] && pass || fail "where_it_pays.py $bad: exit code $rc: $err"
+done
+
 # ---- bad input: exit code 2, one line "ERROR: ..." naming the problem, no traceback ----
 # expect_error NAME WANTED SCRIPT ARGS...: WANTED must appear in the message.
 expect_error() {
@@ -109,8 +138,8 @@ d=$(broken value) && sed -i '2s/^\([^,]*,[^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*/\1four/
 expect_error csv_value "value/epochs.csv:2: column 'K': expected an integer, found 'four'" cache_timing "$d"
 d=$(broken chunks) && sed -i '1s/chosen/picked/' "$d/chunks.csv"
 expect_error chunks_header "chunks/chunks.csv:1: header" optimal_chunks "$d"
-d=$(broken schema) && sed -i 's|elasticpipe.trace/1|elasticpipe.trace/2|' "$d/summary.json"
-expect_error schema_version "schema/summary.json: schema 'elasticpipe.trace/2'" freeze_curve "$d"
+d=$(broken schema) && sed -i 's|elasticpipe.trace/2|elasticpipe.trace/3|' "$d/summary.json"
+expect_error schema_version "schema/summary.json: schema 'elasticpipe.trace/3'" freeze_curve "$d"
 d=$(broken zero) && rm "$d/trace.json" && ln -s /dev/zero "$d/trace.json"
 expect_error zero_trace "zero/trace.json: not a regular file" timeline "$d"
 d=$(broken deep) && $PY -c "print('[' * 200000 + ']' * 200000)" >"$d/summary.json"
@@ -118,5 +147,10 @@ expect_error deep_summary "deep/summary.json: JSON nested too deep" freeze_curve
 expect_error unknown_mode "no rows for mode 'nosuch'" optimal_chunks "$RUN" --mode nosuch
 expect_error unknown_plan "no plan 99" timeline "$RUN" --plan 99
 expect_error bad_option "--plan: invalid int value" timeline "$RUN" --plan x
+expect_error pays_missing "no_such_run/points.csv" where_it_pays "$T/no_such_run"
+d=$T/pays_header && mkdir -p "$d" && sed '1s/,speedup,/,gain,/' "$T/pays_written/points.csv" >"$d/points.csv"
+expect_error pays_header "pays_header/points.csv:1: header: missing column 'speedup'" where_it_pays "$d"
+d=$T/pays_value && mkdir -p "$d" && sed '2s/,128,300$/,many,300/' "$T/pays_written/points.csv" >"$d/points.csv"
+expect_error pays_value "pays_value/points.csv:2: column 'global_batch': expected a non-negative integer, found 'many'" where_it_pays "$d"
 
 finish

@@ -67,8 +67,8 @@ def run(argv, expect_rc=0):
     return p
 
 
-def write_config(path, checkpoint, model="", data=None, training="", planner=""):
-    data = data or 'name = "synthetic-tokens"\nnum_train_samples = 8\nnum_test_samples = 8'
+def write_config(path, checkpoint, model="", data=None, training="", planner="", vit=False):
+    data = data or f'name = "synthetic-{"images" if vit else "tokens"}"\nnum_train_samples = 8\nnum_test_samples = 8'
     with open(path, "w") as f:
         f.write(CLUSTER + f'\n[model]\ncheckpoint = "{checkpoint}"\n{model}\n[data]\n{data}\n'
                 f'[training]\nepochs = 1\nbatch_size = 8\noptimizer = "adamw"\nlr = 1e-3\nseed = 3\n{training}\n'
@@ -77,7 +77,7 @@ def write_config(path, checkpoint, model="", data=None, training="", planner="")
 
 
 def ep_logits(w, name, checkpoint, x, lengths=None, model="", save=None):
-    cfg = write_config(os.path.join(w, name + ".toml"), checkpoint, model)
+    cfg = write_config(os.path.join(w, name + ".toml"), checkpoint, model, vit=lengths is None)
     inp, out = os.path.join(w, name + ".in"), os.path.join(w, name + ".out")
     x.numpy().tofile(inp)
     argv = [HF_CHECK, "logits", cfg, inp, out]
@@ -136,6 +136,9 @@ def logits_both_ways(w):
     for name, cls, config, extra in cases:
         folder, saved = os.path.join(w, name), os.path.join(w, name + "-saved")
         ref = cls(config)
+        with torch.no_grad():  # every parameter its own values: a LayerNorm's ones, a zero bias would hide a swap
+            for p in ref.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
         ref.save_pretrained(folder)
         bert = isinstance(config, BertConfig)
         if bert:
@@ -175,7 +178,7 @@ def tiny_bert_with_tokenizer(w):
 
 
 def samples_once(out, n, epochs):
-    rows = open(os.path.join(out, "samples", "rank0.csv")).read().split("\n")[1:]
+    rows = open(os.path.join(out, "samples", "rank0.csv")).read().split("\n")  # epoch,slot,sample
     seen = {}
     for r in filter(None, rows):
         epoch, _, sample = r.split(",")[:3]

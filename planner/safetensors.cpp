@@ -59,16 +59,21 @@ SafetensorsEntry parse_entry(const std::string& where, const std::string& name, 
   if (shape == v.end() || !shape->is_array() || shape->size() > kMaxDims)
     fail(where, "a shape of at most " + std::to_string(kMaxDims) + " dimensions",
          shape == v.end() ? "none" : shown(*shape));
-  // The product, checked against the data's size as it grows, so that it
-  // cannot overflow.
+  // The product, checked as it grows so that it cannot overflow (the
+  // offsets then say whether the file holds it).
+  constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 62;
   std::uint64_t bytes = element;
+  bool zero = false;
   for (const json& d : *shape) {
     if (!d.is_number_unsigned()) fail(where, "dimensions that are integers >= 0", shown(*shape));
     const auto n = d.get<std::uint64_t>();
-    e.shape.push_back(static_cast<std::int64_t>(std::min<std::uint64_t>(n, INT64_MAX)));
-    if (n != 0 && bytes > data_size / n) fail(where, "a shape whose bytes fit the file's data", shown(*shape));
-    bytes *= n;
+    zero = zero || n == 0;
+    if (n > kMaxBytes || (n != 0 && bytes > kMaxBytes / n))
+      fail(where, "a shape of at most 2^62 bytes", shown(*shape));
+    e.shape.push_back(static_cast<std::int64_t>(n));
+    bytes *= n == 0 ? 1 : n;
   }
+  if (zero) bytes = 0;
   const auto offsets = v.find("data_offsets");
   if (offsets == v.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
       !(*offsets)[1].is_number_unsigned())

@@ -77,7 +77,7 @@ TEST_CASE("safetensors: truncated and lying headers are refused naming the file 
   CHECK(bad(R"({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4).find("integers >= 0") !=
         std::string::npos);
   CHECK(bad(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 4)
-            .find("a shape whose bytes fit") != std::string::npos);
+            .find("expected a shape of at most 2^62 bytes") != std::string::npos);
   // Two tensors on the same bytes, a hole before one, bytes after the last.
   CHECK(bad(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
                 "b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4)
@@ -101,7 +101,7 @@ TEST_CASE("safetensors: a file on disk is read through its bounded header") {
   const std::string path = dir.write("m.safetensors", two_tensors());
   CHECK(ep::read_safetensors_header(path).tensors.size() == 2);
   CHECK(error_of([&] { (void)ep::read_safetensors_header(dir.write("short.safetensors", "abc")); })
-            .find("short.safetensors: expected a safetensors file") == 0);
+            .find("short.safetensors: expected a safetensors file") != std::string::npos);
   CHECK(error_of([&] { (void)ep::read_safetensors_header(dir.path()); }).find("a directory") != std::string::npos);
 }
 
@@ -200,7 +200,7 @@ TEST_CASE("model.checkpoint: config.json gives the model section, a key repeated
   CHECK(c.model.checkpoint == dir.path());
   CHECK(ep::parse_config(with_model(model + "hidden_size = 32\nnum_labels = 5\n"), "t.toml").model.num_labels == 5);
   CHECK(error_of([&] { (void)ep::parse_config(with_model(model + "hidden_size = 64\n"), "t.toml"); }) ==
-        "t.toml:36:15: key 'model.hidden_size': expected 32 (" + dir.file("config.json") + "), found 64");
+        "t.toml:31:15: key 'model.hidden_size': expected 32 (" + dir.file("config.json") + "), found 64");
   CHECK(error_of([&] { (void)ep::parse_config(with_model(model + "layer_norm_eps = 1e-5\n"), "t.toml"); })
             .find("key 'model.layer_norm_eps': expected 1e-12") != std::string::npos);
   CHECK(error_of([&] {

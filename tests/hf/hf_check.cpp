@@ -32,7 +32,7 @@ using namespace ep;
 
 at::Tensor read_raw(const std::string& path, at::ScalarType type, std::vector<std::int64_t> rest) {
   const std::string bytes = read_input_file(path, {"raw tensor", std::int64_t{1} << 30, "a test input"});
-  std::int64_t per = static_cast<std::int64_t>(at::elementSize(type));
+  std::int64_t per = static_cast<std::int64_t>(c10::elementSize(type));
   for (const std::int64_t d : rest) per *= d;
   if (bytes.empty() || bytes.size() % per != 0)
     throw Error(path + ": expected a multiple of " + std::to_string(per) + " bytes, found " + std::to_string(bytes.size()));

@@ -135,24 +135,7 @@ def build_files(w):
         write(os.path.join("fmnist", f"{split}-labels-idx1-ubyte"), bytes([0, 0, 8, 1, 0, 0, 0, 10]) + bytes(10), "wb")
 
 
-HF_CLUSTER = """[cluster]
-nodes = 1
-gpus_per_node = 1
-[cluster.device]
-peak_flops_per_s = 50e9
-memory_bytes = 4e9
-memory_bandwidth_bytes_per_s = 10e9
-[cluster.intra_node]
-bandwidth_bytes_per_s = 5e9
-latency_s = 20e-6
-[cluster.inter_node]
-bandwidth_bytes_per_s = 1e9
-latency_s = 50e-6
-[cluster.host]
-memory_bytes = 2e9
-memory_bandwidth_bytes_per_s = 5e9
-disk_bandwidth_bytes_per_s = 500e6
-"""
+HF_CLUSTER = '[cluster]\npreset = "paper"\nnodes = 1\ngpus_per_node = 1\n'
 
 
 def hf_files(w):
@@ -202,8 +185,7 @@ def hf_files(w):
         with open(os.path.join(w, name + ".toml"), "w") as f:
             f.write(HF_CLUSTER + f'[model]\ncheckpoint = "{os.path.join(w, "hf-ok")}"\nseq_length = {P}\n'
                     f'[data]\n{data}num_train_samples = 4\nnum_test_samples = 4\n[training]\nepochs = 1\n'
-                    'batch_size = 4\noptimizer = "sgd"\nlr = 0.1\nseed = 1\n[planner]\nchunk_search = false\n'
-                    'M = 1\n')
+                    'batch_size = 4\noptimizer = "sgd"\nlr = 0.1\nseed = 1\n[planner]\nchunk_search = false\nM = 1\n')
 
 
 def cases(bin_, root, w):

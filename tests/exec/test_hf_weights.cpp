@@ -12,30 +12,14 @@
 #include "exec/model.hpp"
 #include "planner/hf_model.hpp"
 #include "planner/safetensors.hpp"
+#include "tests/exec/support.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace {
 
 using namespace ep;
 
-ModelConfig tiny(ModelFamily family) {
-  ModelConfig m;
-  m.family = family;
-  m.num_hidden_layers = 2;
-  m.hidden_size = 8;
-  m.intermediate_size = 12;
-  m.num_attention_heads = 2;
-  m.num_labels = 3;
-  if (family == ModelFamily::ViT) {
-    m.image_size = 8;
-    m.patch_size = 4;
-    m.num_channels = 3;
-  } else {
-    m.seq_length = m.max_position_embeddings = 6;
-    m.vocab_size = 20;
-  }
-  return m;
-}
+using exec::testing::tiny;  // 4 layers, hidden 16, 5 labels
 
 // A checkpoint folder of `model`, as train writes one.
 std::string write_checkpoint(const test::TempDir& dir, const exec::Model& model) {
@@ -124,19 +108,19 @@ TEST_CASE("a checkpoint's tensor missing, extra, of another shape or dtype is re
     throw Error("no " + name);
   };
   CHECK(refused([&](auto& ts) { std::erase_if(ts, [](const Stored& t) { return t.entry.name == "bert.pooler.dense.bias"; }); }) ==
-        file + "'bert.pooler.dense.bias': expected F32 [8] (BertForSequenceClassification has it), found none");
+        file + "'bert.pooler.dense.bias': expected F32 [16] (BertForSequenceClassification has it), found none");
   CHECK(refused([&](auto& ts) { ts.push_back({{"bert.extra", "F32", {1}, 0, 0}, std::string(4, '\0')}); }) ==
         file + "'bert.extra': expected none (BertForSequenceClassification has no such tensor), found F32 [1]");
   CHECK(refused([&](auto& ts) {
           Stored& t = named(ts, "bert.encoder.layer.1.attention.self.key.weight");
-          t.entry.shape = {4, 16};
-        }) == file + "'bert.encoder.layer.1.attention.self.key.weight': expected shape [8, 8] (the checkpoint's "
-                     "config.json), found [4, 16]");
+          t.entry.shape = {8, 32};
+        }) == file + "'bert.encoder.layer.1.attention.self.key.weight': expected shape [16, 16] (the checkpoint's "
+                     "config.json), found [8, 32]");
   CHECK(refused([&](auto& ts) {
           Stored& t = named(ts, "classifier.weight");
-          t.entry.shape = {4, 8};
-          t.bytes += std::string(32, '\0');
-        }).find(file + "'classifier.weight': expected shape [3, 8] (model.num_labels; or keep a new classifier") == 0);
+          t.entry.shape = {6, 16};
+          t.bytes += std::string(64, '\0');
+        }).find(file + "'classifier.weight': expected shape [5, 16] (model.num_labels; or keep a new classifier") == 0);
   CHECK(refused([&](auto& ts) { named(ts, "bert.embeddings.LayerNorm.bias").entry.dtype = "I32"; }) ==
         file + "'bert.embeddings.LayerNorm.bias': expected dtype F32, F16, BF16 or F64, found I32");
   // Nothing was copied by any refusal.
@@ -145,8 +129,8 @@ TEST_CASE("a checkpoint's tensor missing, extra, of another shape or dtype is re
   write_checkpoint(dir, source);
   rewrite(dir, [&](auto& ts) {
     Stored& t = named(ts, "classifier.weight");
-    t.entry.shape = {4, 8};
-    t.bytes += std::string(32, '\0');
+    t.entry.shape = {6, 16};
+    t.bytes += std::string(64, '\0');
   });
   CHECK(exec::load_hf_weights(model, dir.path(), {"head.classifier."}).seeded ==
         std::vector<std::string>{"head.classifier.weight", "head.classifier.bias"});
@@ -174,8 +158,8 @@ TEST_CASE("half-precision tensors load as float32, an unused ViT pooler is skipp
       t.bytes.assign(static_cast<const char*>(h.data_ptr()), h.numel() * 2);
       t.entry.dtype = "BF16";
     }
-    ts.push_back({{"pooler.dense.weight", "F32", {8, 8}, 0, 0}, std::string(256, '\0')});
-    ts.push_back({{"pooler.dense.bias", "F32", {8}, 0, 0}, std::string(32, '\0')});
+    ts.push_back({{"pooler.dense.weight", "F32", {16, 16}, 0, 0}, std::string(1024, '\0')});
+    ts.push_back({{"pooler.dense.bias", "F32", {16}, 0, 0}, std::string(64, '\0')});
   });
   exec::Model model(m, 2);
   const exec::HfLoaded loaded = exec::load_hf_weights(model, dir.path());
@@ -187,7 +171,7 @@ TEST_CASE("half-precision tensors load as float32, an unused ViT pooler is skipp
 
   // Padding: a sample's logits do not depend on what its padded tokens are.
   const exec::Model bert(tiny(ModelFamily::Bert), 3);
-  at::Tensor ids = at::randint(1, 20, {2, 6}, at::kLong);
+  at::Tensor ids = at::randint(1, 30, {2, 6}, at::kLong);
   const at::Tensor lengths = at::tensor(std::vector<std::int64_t>{6, 3});
   const at::Tensor before = bert.forward({0, bert.num_sublayers()}, ids, lengths);
   ids.index_put_({1, at::indexing::Slice(3)}, 7);

@@ -11,7 +11,8 @@
 2. scripts/prepare_data.py's text and image sets read back as written, and
    `elasticpipe train` fine-tunes from a checkpoint on each (pipelined, the
    cache on, every sample once per epoch); its hf/ output opens in
-   transformers with ElasticPipe's logits.
+   transformers with ElasticPipe's logits, and a resume from its first
+   epoch's checkpoint records the same losses and ends with the same logits.
 3. prepare_data.py refuses an image that does not decode, a label outside
    the classes and an empty file: one ERROR line, exit 2, nothing written.
 """
@@ -32,26 +33,9 @@ TOL = 1e-4
 PREPARE = os.path.join(SRC, "scripts", "prepare_data.py")
 failures = []
 
-CLUSTER = """
-[cluster]
-nodes = 1
-gpus_per_node = 2
-shared_cores = 2
-[cluster.device]
-peak_flops_per_s = 50e9
-memory_bytes = 4294967296
-memory_bandwidth_bytes_per_s = 10e9
-[cluster.intra_node]
-bandwidth_bytes_per_s = 5e9
-latency_s = 20e-6
-[cluster.inter_node]
-bandwidth_bytes_per_s = 1e9
-latency_s = 50e-6
-[cluster.host]
-memory_bytes = 2147483648
-memory_bandwidth_bytes_per_s = 5e9
-disk_bandwidth_bytes_per_s = 500e6
-"""
+# The paper's node type (the planner's numbers only), two devices: each run
+# trains one pipeline of K = 2 CPU workers.
+CLUSTER = '[cluster]\npreset = "paper"\nnodes = 1\ngpus_per_node = 2\n'
 
 
 def check(ok, what):
@@ -204,6 +188,15 @@ def train_and_open(w, name, checkpoint, data, model, back_cls, x, lengths=None):
     ours = ep_logits(w, name + "-trained", os.path.join(out, "hf"), x, lengths, model)
     d = diff(ours, hf_logits(back, x, lengths))
     check(d <= TOL, f"{name}: train's hf/ output gives ElasticPipe's logits in transformers (max abs diff {d:.2e})")
+    # Resumed from the first epoch's checkpoint: the uninterrupted run's losses and weights.
+    first = sorted(d for d in os.listdir(os.path.join(out, "checkpoints")) if d.startswith("step-"))[0]
+    again = os.path.join(w, name + "-resumed")
+    run([ELASTICPIPE, "train", cfg, "--out", again, "--resume", os.path.join(out, "checkpoints", first)])
+    losses = [np.loadtxt(os.path.join(o, "iterations.csv"), delimiter=",", skiprows=1) for o in (out, again)]
+    resumed = ep_logits(w, name + "-resumed", os.path.join(again, "hf"), x, lengths, model)
+    check(losses[0].shape == losses[1].shape and np.allclose(losses[0], losses[1], rtol=1e-6, atol=0)
+          and diff(ours, resumed) <= TOL,
+          f"{name}: resumed after epoch 1, the same losses and logits (max abs diff {diff(ours, resumed):.2e})")
     return back
 
 

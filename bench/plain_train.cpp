@@ -1,7 +1,8 @@
 // The training loop a LibTorch user writes by hand, the first baseline of
 // bench/bench_tta.py: the same model (exec::Model), data (exec::load_data,
 // data.classes included), initial weights and learning-rate schedule
-// (exec::learning_rate) as `elasticpipe train`, run by a plain loop: shuffle,
+// (exec::learning_rate; a Hugging Face checkpoint's, model.checkpoint) as
+// `elasticpipe train`, run by a plain loop: shuffle,
 // forward, cross-entropy, backward, torch::optim (AdamW, Adam or SGD with
 // the config's hyper-parameters), and test accuracy after every epoch. One
 // process, one intra-op thread pool over all cores, no pipeline.
@@ -26,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec/hf_weights.hpp"
 #include "exec/job.hpp"
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
@@ -66,7 +68,7 @@ double accuracy(const ep::exec::Model& model, const ep::exec::Dataset& test, int
   std::int64_t correct = 0;
   for (std::int64_t first = 0; first < test.size; first += batch) {
     const auto mb = ep::exec::make_batch(test, range(first, std::min(test.size, first + batch)));
-    correct += model.forward(all, mb.input).argmax(1).eq(mb.labels).sum().item<std::int64_t>();
+    correct += model.forward(all, mb.input, mb.lengths).argmax(1).eq(mb.labels).sum().item<std::int64_t>();
   }
   return 100.0 * static_cast<double>(correct) / static_cast<double>(test.size);
 }
@@ -90,6 +92,7 @@ int run(int argc, char** argv) {
   const ep::exec::Data data = ep::exec::load_data(c);
   ep::exec::Model model(c.model, t.seed);
   if (!t.init_weights.empty()) model.load(t.init_weights, t.init_keep);
+  if (!c.model.checkpoint.empty()) (void)ep::exec::load_hf_weights(model, c.model.checkpoint, t.init_keep);
   std::vector<at::Tensor> params;
   for (auto& p : model.named_params()) params.push_back(p.tensor.requires_grad_(true));
   const auto opt = make_optimizer(t, params);
@@ -111,7 +114,7 @@ int run(int argc, char** argv) {
       const auto mb = ep::exec::make_batch(data.train, idx);
       set_lr(*opt, ep::exec::learning_rate(t, step, total));
       opt->zero_grad();
-      const at::Tensor loss = at::cross_entropy_loss(model.forward(all, mb.input), mb.labels);
+      const at::Tensor loss = at::cross_entropy_loss(model.forward(all, mb.input, mb.lengths), mb.labels);
       torch::autograd::backward({loss});
       opt->step();
       loss_sum += loss.item<double>();

@@ -190,7 +190,8 @@ int run_train(const TrainArgs& a, int argc, char** argv) {
   std::printf("trained %d epochs in %.1f s, final test accuracy %.2f%%\n", config.training.epochs, r.total_s,
               100 * r.final_accuracy);
   std::cout << "wrote " << out
-            << "/{summary.json,epochs.csv,trace.json,grad_norms.csv,plan.json,transitions.json,iterations.csv,weights.bin,checkpoints}\n";
+            << "/{summary.json,epochs.csv,trace.json,grad_norms.csv,plan.json,transitions.json,iterations.csv,weights.bin,"
+            << (config.model.checkpoint.empty() ? "" : "hf,") << "checkpoints}\n";
   return 0;
 }
 

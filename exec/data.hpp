@@ -25,10 +25,20 @@ struct Dataset {
   // std ~1 over the training set for real data).
   int channels = 0, height = 0, width = 0;
   std::vector<float> pixels;  // size * channels * height * width
-  // Tokens: seq_length int64 ids per sample, id 0 is [CLS] at position 0.
+  // A prepared image set's pixels as bytes (size * channels * height *
+  // width), normalised per channel, (byte / 255 - mean) / std, when batched;
+  // empty where `pixels` holds the images.
+  std::vector<std::uint8_t> image_bytes;
+  std::vector<float> channel_mean, channel_std;
+  // Tokens: seq_length int64 ids per sample, id 0 is [CLS] at position 0
+  // in the synthetic set (a tokenizer's own ids in a prepared one).
   int seq_length = 0;
   std::vector<std::int64_t> tokens;                 // size * seq_length
+  // Each sample's real tokens, in [1, seq_length], the rest right padding
+  // (a prepared text set); empty: none padded.
+  std::vector<std::int32_t> lengths;
   std::vector<std::int64_t> labels;                 // size, each in [0, num_classes)
+  std::vector<std::string> class_names;             // num_classes names where the data has them; else empty
   [[nodiscard]] std::int64_t sample_numel() const;  // C*H*W or seq_length
 };
 

@@ -201,7 +201,8 @@ void Trainer::rebuild_cache() {
       for (std::size_t at = 0; at < idx.size(); at += chunk) {
         const std::vector<std::int64_t> part(idx.begin() + at, idx.begin() + std::min(idx.size(), at + chunk));
         const MicroBatch mb = make_batch(data_.train, part);
-        cache_->write(part, model_.forward(ModelSpec::frozen_prefix(depth), mb.input.to(dev)), depth);
+        const at::Tensor lengths = mb.lengths.defined() ? mb.lengths.to(dev) : at::Tensor();
+        cache_->write(part, model_.forward(ModelSpec::frozen_prefix(depth), mb.input.to(dev), lengths), depth);
       }
     }
   });

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "exec/cache.hpp"
+#include "exec/prepared_data.hpp"
 #include "exec/streams.hpp"
 #include "exec/trainer.hpp"
 #include "planner/random.hpp"
@@ -34,8 +35,8 @@ namespace {
 // was checked at load (planner/datasets.hpp).
 void check_trainable_dataset(const Config& c) {
   const std::string& name = c.data.name;
-  if (name != "fashion-mnist" && name != "synthetic-images" && name != "synthetic-tokens")
-    throw c.error("data.name", "fashion-mnist|synthetic-images|synthetic-tokens to train", "\"" + name + "\"");
+  if (name != "fashion-mnist" && name != "synthetic-images" && name != "synthetic-tokens" && name != "prepared")
+    throw c.error("data.name", "fashion-mnist|synthetic-images|synthetic-tokens|prepared to train", "\"" + name + "\"");
 }
 
 void check_memory(const Config& c) {
@@ -43,7 +44,7 @@ void check_memory(const Config& c) {
   const std::string& name = c.data.name;
   // Synthetic data sets live in memory: a size beyond this machine's is
   // refused before any allocation (which would otherwise swap or be killed).
-  if (name != "fashion-mnist") {
+  if (name != "fashion-mnist" && name != "prepared") {  // those two are files, read with their bounds
     const double per_sample = vit ? 4.0 * c.model.num_channels * c.model.image_size * c.model.image_size
                                   : 8.0 * c.model.seq_length;
     const double bytes = per_sample * static_cast<double>(c.data.num_train_samples + c.data.num_test_samples);
@@ -126,9 +127,51 @@ void check_gpus_not_shared(const Config& c, int visible) {
   }
 }
 
+namespace {
+
+// A prepared split against the config: its kind, shape and classes are the
+// model's, refused as a config error of data.path naming the file.
+void check_prepared(const Config& c, const Dataset& d, const std::string& file) {
+  const auto& m = c.model;
+  const bool vit = m.family == ModelFamily::ViT;
+  if ((d.kind == SampleKind::Image) != vit)
+    throw c.error("data.path", std::string(vit ? "images" : "tokens") + " for model.family = \"" + to_string(m.family) + "\"",
+                  std::string(d.kind == SampleKind::Image ? "images" : "tokens") + " in " + file);
+  const std::string found = d.kind == SampleKind::Image ? std::to_string(d.channels) + " x " + std::to_string(d.height) +
+                                                              " x " + std::to_string(d.width)
+                                                        : std::to_string(d.seq_length) + " tokens";
+  if (vit && (d.channels != m.num_channels || d.height != m.image_size || d.width != m.image_size))
+    throw c.error("data.path",
+                  "images of " + std::to_string(m.num_channels) + " x " + std::to_string(m.image_size) + " x " +
+                      std::to_string(m.image_size) + " (model.num_channels, model.image_size)",
+                  found + " in " + file);
+  if (!vit && d.seq_length != m.seq_length)
+    throw c.error("data.path", std::to_string(m.seq_length) + " tokens per sample (model.seq_length)", found + " in " + file);
+  if (d.num_classes != m.num_labels)
+    throw c.error("model.num_labels", std::to_string(d.num_classes) + ", the classes of " + file,
+                  std::to_string(m.num_labels));
+}
+
+Dataset load_prepared_split(const Config& c, bool train) {
+  const std::string file = prepared_file(c.data.path, train);
+  Dataset d = load_prepared(file, train ? c.data.num_train_samples : c.data.num_test_samples,
+                            c.model.family == ModelFamily::Bert ? c.model.vocab_size : 0);
+  check_prepared(c, d, file);
+  return d;
+}
+
+}  // namespace
+
 Data load_data(const Config& c) {
   const auto& m = c.model;
   const std::uint64_t seed = c.training.seed;
+  if (c.data.name == "prepared") {
+    Data d{load_prepared_split(c, true), load_prepared_split(c, false)};
+    if (d.test.class_names != d.train.class_names)
+      throw c.error("data.path", "the same classes in both splits (prepare them together)",
+                    "others in " + prepared_file(c.data.path, false));
+    return d;
+  }
   if (c.data.name == "fashion-mnist") {
     const std::string dir = fashion_mnist_dir(c.data.path);
     return {load_fashion_mnist(dir, true, m.image_size, c.data.num_train_samples, c.data.classes),
@@ -140,6 +183,28 @@ Data load_data(const Config& c) {
   return {synthetic_tokens(c.data.num_train_samples, m.seq_length, m.vocab_size, m.num_labels, seed, true),
           synthetic_tokens(c.data.num_test_samples, m.seq_length, m.vocab_size, m.num_labels, seed, false)};
 }
+
+namespace {
+
+// A prepared image set's samples `indices` as floats, (byte / 255 - mean) /
+// std per channel; a masked slot (-1) is zeros.
+void normalise(const Dataset& d, const std::vector<std::int64_t>& indices, float* out) {
+  const std::int64_t plane = std::int64_t{d.height} * d.width, numel = d.channels * plane;
+  for (std::size_t i = 0; i < indices.size(); ++i, out += numel) {
+    if (indices[i] < 0) {
+      std::fill_n(out, numel, 0.0F);
+      continue;
+    }
+    const std::uint8_t* in = d.image_bytes.data() + indices[i] * numel;
+    for (int c = 0; c < d.channels; ++c) {
+      const float mean = d.channel_mean[c], inv_std = 1.0F / d.channel_std[c];
+      for (std::int64_t j = 0; j < plane; ++j)
+        out[c * plane + j] = (static_cast<float>(in[c * plane + j]) / 255.0F - mean) * inv_std;
+    }
+  }
+}
+
+}  // namespace
 
 MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool pinned, bool with_input) {
   const auto n = static_cast<std::int64_t>(indices.size());
@@ -159,7 +224,8 @@ MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool 
   };
   if (with_input && d.kind == SampleKind::Image) {
     mb.input = at::empty({n, d.channels, d.height, d.width}, host(at::kFloat));
-    fill(d.pixels, mb.input.data_ptr<float>());
+    if (d.image_bytes.empty()) fill(d.pixels, mb.input.data_ptr<float>());
+    else normalise(d, indices, mb.input.data_ptr<float>());
   } else if (with_input) {
     mb.input = at::empty({n, d.seq_length}, host(at::kLong));
     fill(d.tokens, mb.input.data_ptr<std::int64_t>());
@@ -167,6 +233,11 @@ MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool 
   for (std::int64_t i = 0; i < n; ++i) {
     labels[i] = indices[i] >= 0 ? d.labels[indices[i]] : 0;
     weights[i] = indices[i] >= 0 ? 1.0F : 0.0F;
+  }
+  if (!d.lengths.empty()) {  // a masked slot counts as unpadded: attention over no key would be NaN
+    mb.lengths = at::empty({n}, host(at::kLong));
+    auto* lengths = mb.lengths.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < n; ++i) lengths[i] = indices[i] >= 0 ? d.lengths[indices[i]] : d.seq_length;
   }
   mb.indices = std::move(indices);
   return mb;

@@ -48,6 +48,13 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor
   return at::layer_norm(x, {x.size(-1)}, w, b, eps);
 }
 
+// Where each sample's padding starts: bool [B, 1, 1, S], true for a real
+// token (a key attention may look at); undefined where nothing is padded.
+at::Tensor key_mask(const at::Tensor& lengths, std::int64_t S) {
+  if (!lengths.defined()) return {};
+  return at::arange(S, lengths.options()).unsqueeze(0).lt(lengths.unsqueeze(1)).view({lengths.size(0), 1, 1, S});
+}
+
 // Multi-head self-attention on [B, S, H] with a fused QKV projection.
 // q, k and v come from one unbind, as torch.nn code splits them: its
 // backward stacks their three gradients into the projection's once, where
@@ -55,19 +62,20 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 // size and autograd would add the three (per layer about 1 GB of memory
 // traffic more at ViT-B/16, batch 128, bf16).
 at::Tensor attention(const at::Tensor& x, const at::Tensor& qkv_w, const at::Tensor& qkv_b,
-                     const at::Tensor& out_w, const at::Tensor& out_b, int heads) {
+                     const at::Tensor& out_w, const at::Tensor& out_b, int heads, const at::Tensor& lengths) {
   const std::int64_t B = x.size(0), S = x.size(1), H = x.size(2), d = H / heads;
   const std::vector<at::Tensor> qkv =
       at::linear(x, qkv_w, qkv_b).view({B, S, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);
   const at::Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];  // [B, heads, S, d]
-  const at::Tensor context = compat::attention(q, k, v).transpose(1, 2).reshape({B, S, H});
+  const at::Tensor context = compat::attention(q, k, v, key_mask(lengths, S)).transpose(1, 2).reshape({B, S, H});
   return at::linear(context, out_w, out_b);
 }
 
 struct Dims {
   std::int64_t H, I, heads, classes;
-  bool pre_ln;     // ViT: pre-LN, eps 1e-12 as HF's ViT; BERT: post-LN
-  double ln_eps = 1e-12;
+  bool pre_ln;  // ViT: pre-LN; BERT: post-LN
+  double ln_eps;
+  bool gelu_tanh;
 };
 
 class Attention final : public Sublayer {
@@ -80,10 +88,10 @@ class Attention final : public Sublayer {
     add("ln.weight", {d.H}, Init::Ones, seed);
     add("ln.bias", {d.H}, Init::Zeros, seed);
   }
-  at::Tensor forward(const at::Tensor& x) const override {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths) const override {
     const auto& p = params();
     const auto attn = [&](const at::Tensor& in) {
-      return attention(in, p[0].tensor, p[1].tensor, p[2].tensor, p[3].tensor, static_cast<int>(d_.heads));
+      return attention(in, p[0].tensor, p[1].tensor, p[2].tensor, p[3].tensor, static_cast<int>(d_.heads), lengths);
     };
     if (d_.pre_ln) return x + attn(layer_norm(x, p[4].tensor, p[5].tensor, d_.ln_eps));
     return layer_norm(x + attn(x), p[4].tensor, p[5].tensor, d_.ln_eps);
@@ -103,10 +111,11 @@ class Mlp final : public Sublayer {
     add("ln.weight", {d.H}, Init::Ones, seed);
     add("ln.bias", {d.H}, Init::Zeros, seed);
   }
-  at::Tensor forward(const at::Tensor& x) const override {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/) const override {
     const auto& p = params();
     const auto mlp = [&](const at::Tensor& in) {
-      return at::linear(at::gelu(at::linear(in, p[0].tensor, p[1].tensor)), p[2].tensor, p[3].tensor);
+      const at::Tensor h = at::linear(in, p[0].tensor, p[1].tensor);
+      return at::linear(d_.gelu_tanh ? at::gelu(h, "tanh") : at::gelu(h), p[2].tensor, p[3].tensor);
     };
     if (d_.pre_ln) return x + mlp(layer_norm(x, p[4].tensor, p[5].tensor, d_.ln_eps));
     return layer_norm(x + mlp(x), p[4].tensor, p[5].tensor, d_.ln_eps);
@@ -124,7 +133,7 @@ class VitStem final : public Sublayer {
     add("cls_token", {1, 1, d.H}, Init::Normal, seed);
     add("position", {1, m.tokens(), d.H}, Init::Normal, seed);
   }
-  at::Tensor forward(const at::Tensor& x) const override {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/) const override {
     const auto& p = params();
     const at::Tensor patches = at::conv2d(x, p[0].tensor, p[1].tensor, {patch_, patch_})
                                    .flatten(2)
@@ -146,8 +155,9 @@ class BertStem final : public Sublayer {
     add("ln.weight", {d.H}, Init::Ones, seed);
     add("ln.bias", {d.H}, Init::Zeros, seed);
   }
-  // Token types are all 0: single-segment inputs.
-  at::Tensor forward(const at::Tensor& ids) const override {
+  // Token types are all 0: single-segment inputs. Padding is embedded as
+  // any token (attention then skips it), as Hugging Face's BERT does.
+  at::Tensor forward(const at::Tensor& ids, const at::Tensor& /*lengths*/) const override {
     const auto& p = params();
     const std::int64_t S = ids.size(1);
     const at::Tensor positions = at::arange(S, ids.options().dtype(at::kLong));
@@ -168,7 +178,7 @@ class VitHead final : public Sublayer {
     add("classifier.weight", {d.classes, d.H}, Init::Normal, seed);
     add("classifier.bias", {d.classes}, Init::Zeros, seed);
   }
-  at::Tensor forward(const at::Tensor& x) const override {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/) const override {
     const auto& p = params();
     const at::Tensor cls = x.select(1, 0);
     return at::linear(layer_norm(cls, p[0].tensor, p[1].tensor, d_.ln_eps), p[2].tensor, p[3].tensor);
@@ -186,7 +196,7 @@ class BertHead final : public Sublayer {
     add("classifier.weight", {d.classes, d.H}, Init::Normal, seed);
     add("classifier.bias", {d.classes}, Init::Zeros, seed);
   }
-  at::Tensor forward(const at::Tensor& x) const override {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/) const override {
     const auto& p = params();
     const at::Tensor pooled = at::tanh(at::linear(x.select(1, 0), p[0].tensor, p[1].tensor));
     return at::linear(pooled, p[2].tensor, p[3].tensor);
@@ -227,7 +237,8 @@ at::Tensor Sublayer::add(const std::string& local_name, std::vector<std::int64_t
 
 Model::Model(const ModelConfig& m, std::uint64_t seed) : spec_(build_model_spec(m, Precision::FP32)) {
   const bool vit = m.family == ModelFamily::ViT;
-  const Dims d{m.hidden_size, m.intermediate_size, m.num_attention_heads, m.num_labels, vit};
+  const Dims d{m.hidden_size, m.intermediate_size, m.num_attention_heads, m.num_labels, vit, m.layer_norm_eps,
+               m.hidden_act == Activation::GeluTanh};
   if (vit) sublayers_.push_back(std::make_unique<VitStem>(m, d, seed));
   else sublayers_.push_back(std::make_unique<BertStem>(m, d, seed));
   for (int l = 0; l < m.num_hidden_layers; ++l) {
@@ -242,8 +253,8 @@ Model::Model(const ModelConfig& m, std::uint64_t seed) : spec_(build_model_spec(
                   "', the planner's is '" + spec_.sublayers[i].name + "'");
 }
 
-at::Tensor Model::forward(SublayerRange range, at::Tensor x) const {
-  for (int i = range.first; i < range.last; ++i) x = sublayers_[i]->forward(x);
+at::Tensor Model::forward(SublayerRange range, at::Tensor x, const at::Tensor& lengths) const {
+  for (int i = range.first; i < range.last; ++i) x = sublayers_[i]->forward(x, lengths);
   return x;
 }
 

@@ -11,8 +11,11 @@
 //   BERT (post-LN): stem = LN(word + position + type embedding);
 //     att = LN(x + Attn(x)); mlp = LN(x + FC2(GELU(FC1(x))));
 //     head = Linear(tanh(Linear(x[:, 0]))) (pooler + classifier).
-// No dropout: runs are deterministic, and a pipelined run equals a
-// single-device one.
+// BERT's attention skips each sample's padding when its micro-batch says
+// how many of its tokens are real (`lengths`, right padding, as a Hugging
+// Face tokenizer pads). The GELU (exact or tanh) and the LayerNorm epsilon
+// are the config's (a checkpoint's). No dropout: runs are deterministic,
+// and a pipelined run equals a single-device one.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -41,7 +44,10 @@ class Sublayer {
   [[nodiscard]] const std::string& name() const { return name_; }
   // ViT stem: float [B, C, H, W]; BERT stem: int64 token ids [B, S];
   // att/mlp: [B, S, H]; head: [B, S, H] -> logits [B, classes].
-  [[nodiscard]] virtual at::Tensor forward(const at::Tensor& x) const = 0;
+  // `lengths`: int64 [B] on x's device, the real tokens of each sample
+  // (the rest is padding attention ignores); undefined: none padded.
+  [[nodiscard]] virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths) const = 0;
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x) const { return forward(x, {}); }
   [[nodiscard]] std::vector<NamedTensor>& params() { return params_; }
   [[nodiscard]] const std::vector<NamedTensor>& params() const { return params_; }
   [[nodiscard]] std::int64_t num_params() const;
@@ -72,8 +78,9 @@ class Model {
   [[nodiscard]] int num_sublayers() const { return static_cast<int>(sublayers_.size()); }
   [[nodiscard]] Sublayer& sublayer(int i) { return *sublayers_.at(i); }
   [[nodiscard]] const Sublayer& sublayer(int i) const { return *sublayers_.at(i); }
-  // Sublayers [range.first, range.last) applied in order.
-  [[nodiscard]] at::Tensor forward(SublayerRange range, at::Tensor x) const;
+  // Sublayers [range.first, range.last) applied in order; `lengths` as
+  // Sublayer::forward's.
+  [[nodiscard]] at::Tensor forward(SublayerRange range, at::Tensor x, const at::Tensor& lengths = {}) const;
   [[nodiscard]] std::vector<NamedTensor> named_params() const;
 
   // Binary weights file keyed by parameter name (layout in model.cpp). load

@@ -399,8 +399,18 @@ struct Pipeline::DeviceRun {
   const at::Device dev = pipe.options_.devices[device];
   const bool has_frozen_model = part.bounds.front() > 0;  // F_frozen on device 0
   std::map<int, at::Tensor> frozen_in, frozen_out;         // per micro-batch
+  std::map<int, at::Tensor> lengths_here;                  // per micro-batch, on this device
 
   DeviceRun(Pipeline& p, Job& j, int d) : pipe(p), job(j), device(d) {}
+
+  // Micro-batch m's real tokens per sample on this device (undefined: no
+  // padding). From pinned memory on a GPU: queued, the host goes on (torch's
+  // host allocator keeps the block until the copy has run).
+  const at::Tensor& lengths(int m) {
+    const auto [it, fresh] = lengths_here.try_emplace(m);
+    if (fresh && job.batches[m].lengths.defined()) it->second = job.batches[m].lengths.to(dev, /*non_blocking=*/true);
+    return it->second;
+  }
 
   // The program's recomputation, per micro-batch.
   [[nodiscard]] bool recompute(int m) const { return job.program->recomputes(m); }
@@ -413,7 +423,7 @@ struct Pipeline::DeviceRun {
   [[nodiscard]] bool advancing() const { return job.cache_valid_layers > 0; }
 
   at::Tensor active_forward(int s, int m, Saved& saved) {
-    at::Tensor out = pipe.model_.forward(part.active(s), saved.input);
+    at::Tensor out = pipe.model_.forward(part.active(s), saved.input, lengths(m));
     if (s == stages - 1) {
       const MicroBatch& mb = job.batches[m];
       const at::Tensor labels = mb.labels.to(dev), weights = mb.weights.to(dev);
@@ -450,7 +460,7 @@ struct Pipeline::DeviceRun {
     at::Tensor in = advancing() ? frozen_in.at(m) : job.batches[m].input.to(dev);
     const SublayerRange run{advancing() ? ModelSpec::first_sublayer_of_layer(job.cache_valid_layers) : 0,
                             part.bounds.front()};
-    at::Tensor out = pipe.model_.forward(run, in);
+    at::Tensor out = pipe.model_.forward(run, in, lengths(m));
     frozen_in.erase(m);
     frozen_out[m] = out;
     job.mailbox.put({Message::FrozenOutput, 0, m}, out);
@@ -473,7 +483,7 @@ struct Pipeline::DeviceRun {
     const SublayerRange inner = inner_frozen(s);
     if (!inner.empty()) {
       c10::NoGradGuard no_grad;
-      x = pipe.model_.forward(inner, x);
+      x = pipe.model_.forward(inner, x, lengths(m));
     }
     Saved& saved = job.saved[s][m];
     saved.input = x.detach().requires_grad_(needs_input_grad(s));
@@ -648,13 +658,14 @@ void Pipeline::run_device(int device, Job& job) {
   job.marks[device] = std::move(marks);
 }
 
-at::Tensor Pipeline::infer(const at::Tensor& input) {
+at::Tensor Pipeline::infer(const at::Tensor& input, const at::Tensor& lengths) {
   c10::NoGradGuard no_grad;
-  at::Tensor x = input;
+  at::Tensor x = input, n = lengths;
   for (int i = 0; i < model_.num_sublayers(); ++i) {
     const at::Device dev = device_of_sublayer(i);
     if (x.device() != dev) x = x.to(dev);
-    x = model_.sublayer(i).forward(x);
+    if (n.defined() && n.device() != dev) n = n.to(dev);
+    x = model_.sublayer(i).forward(x, n);
   }
   return x;
 }

@@ -85,6 +85,9 @@ struct MicroBatch {
   at::Tensor labels;   // int64 [n]
   at::Tensor weights;  // float [n]: 1 for a real sample, 0 for a masked sampler slot
   std::vector<std::int64_t> indices;  // dataset index per sample, -1 when masked
+  // Token inputs with padding: int64 [n], each sample's real tokens (CPU;
+  // every stage takes it to its device); undefined where none is padded.
+  at::Tensor lengths;
   // The activation cache's rows of `indices` at depth `cached_depth`, read
   // ahead with the batch onto the first device (ActivationCache::
   // read_ahead); undefined where they were not, and the CacheRead reads them.
@@ -198,8 +201,9 @@ class Pipeline {
   void prepare_step(const IterationProgram& program);
 
   // Forward only, no autograd, all sublayers in order on their devices: the
-  // logits of `input` (evaluation), on the calling thread: inside on_worker.
-  [[nodiscard]] at::Tensor infer(const at::Tensor& input);
+  // logits of `input` (evaluation; `lengths` as MicroBatch's), on the
+  // calling thread: inside on_worker.
+  [[nodiscard]] at::Tensor infer(const at::Tensor& input, const at::Tensor& lengths = {});
 
   // Runs `task` on stage 0's worker thread, with `threads` intra-op threads
   // and the worker's autocast, between iterations; returns when it is done

@@ -22,7 +22,7 @@ namespace {
 // counts, possibly with another replica count.)
 json fingerprint(const Config& c) {
   const auto& m = c.model;
-  return {{"model.family", to_string(m.family)},
+  json f = {{"model.family", to_string(m.family)},
           {"model.num_hidden_layers", m.num_hidden_layers},
           {"model.hidden_size", m.hidden_size},
           {"model.num_attention_heads", m.num_attention_heads},
@@ -42,6 +42,15 @@ json fingerprint(const Config& c) {
           {"training.optimizer", to_string(c.training.optimizer)},
           {"training.seed", c.training.seed},
           {"planner.freeze_interval_epochs", c.planner.freeze_interval_epochs}};
+  // Recorded where they may differ from the seeded models' (whose
+  // checkpoints, written before these keys, stay resumable): a
+  // checkpoint's architecture and a user's data set.
+  if (!m.checkpoint.empty()) {
+    f["model.hidden_act"] = to_string(m.hidden_act);
+    f["model.layer_norm_eps"] = m.layer_norm_eps;
+  }
+  if (c.data.name == "prepared") f["data.path"] = c.data.path;
+  return f;
 }
 
 void check_fingerprint(const json& saved, const Config& c, const std::string& path) {

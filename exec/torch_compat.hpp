@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -156,14 +157,19 @@ inline void adam_step(const std::vector<at::Tensor>& params, const std::vector<a
 #endif
 }
 
-// Softmax attention over [B, heads, S, d]. torch 2.x has fused kernels (flash
-// and memory-efficient attention on CUDA, a blocked loop on CPU) that never
-// hold the S x S scores; 1.13 has none, so there it is two products and a softmax.
-inline at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+// Softmax attention over [B, heads, S, d]; `keys` (bool, broadcast to
+// [B, heads, S, S], true where a query may look at a key) masks padding,
+// undefined: none. torch 2.x has fused kernels (flash and memory-efficient
+// attention on CUDA, a blocked loop on CPU) that never hold the S x S
+// scores; 1.13 has none, so there it is two products and a softmax.
+inline at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& keys = {}) {
 #if TORCH_VERSION_MAJOR >= 2
+  if (keys.defined()) return at::scaled_dot_product_attention(q, k, v, keys);
   return at::scaled_dot_product_attention(q, k, v);
 #else
-  const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  if (keys.defined()) scores = scores.masked_fill(keys.logical_not(), -std::numeric_limits<float>::infinity());
   return at::matmul(at::softmax(scores, -1), v);
 #endif
 }

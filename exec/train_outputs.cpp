@@ -5,11 +5,14 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "exec/hf_weights.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/freeze.hpp"
+#include "planner/hf_model.hpp"
 #include "planner/run_figures.hpp"
 #include "traces/action_event.hpp"
 #include "traces/atomic_file.hpp"
+#include "traces/output_dir.hpp"
 #include "traces/run_outputs.hpp"
 
 namespace ep::exec {
@@ -70,7 +73,7 @@ void TraceRecorder::transition(double start_s, double end_s, int epoch, const st
 
 void write_run_outputs(const std::string& out_dir, const Config& c, const TraceRecorder& timeline,
                        const TrainResult& result, const RunPlanner& planner, std::int64_t train_samples,
-                       const Model& model) {
+                       const Model& model, const std::vector<std::string>& class_names) {
   const std::filesystem::path out(out_dir);
   const auto file = [&](const char* name) { return (out / name).string(); };
   AtomicFile trace(file("trace.json")), summary_file(file("summary.json")), grad_norms(file("grad_norms.csv")),
@@ -103,7 +106,19 @@ void write_run_outputs(const std::string& out_dir, const Config& c, const TraceR
   trace::write_transitions_json(result.transitions, transitions.stream(), transitions.path());
   trace::write_iterations_csv(result.iteration_losses, iterations.stream(), iterations.path());
   weights.write_with([&](const std::string& temp) { model.save(temp); });
-  commit_together({&trace, &summary_file, &grad_norms, &plan, &transitions, &iterations, &weights});
+  if (c.model.checkpoint.empty())
+    return commit_together({&trace, &summary_file, &grad_norms, &plan, &transitions, &iterations, &weights});
+  // The checkpoint's config.json with this model's labels: the data's class
+  // names, else the checkpoint's own when there are as many.
+  const HfConfig source = read_hf_config(c.model.checkpoint);
+  const std::vector<std::string>& labels =
+      !class_names.empty() ? class_names
+      : static_cast<int>(source.labels.size()) == c.model.num_labels ? source.labels : std::vector<std::string>{};
+  create_output_dir((out / "hf").string());
+  AtomicFile hf_config((out / "hf" / "config.json").string()), hf_weights((out / "hf" / "model.safetensors").string());
+  hf_config.stream() << hf_config_json(c.model, source.text, labels);
+  write_hf_weights(model, hf_weights.stream(), hf_weights.path());
+  commit_together({&trace, &summary_file, &grad_norms, &plan, &transitions, &iterations, &weights, &hf_config, &hf_weights});
 }
 
 }  // namespace ep::exec

@@ -32,11 +32,14 @@ class TraceRecorder {
 };
 
 // trace.json, summary.json, grad_norms.csv, plan.json, transitions.json,
-// iterations.csv and weights.bin in `out_dir`: every file written before
-// any is renamed into place, so a failure (a full disk) leaves the previous
-// run's set, never a mix or a partial file.
+// iterations.csv and weights.bin in `out_dir`, and where the model came
+// from a Hugging Face checkpoint (model.checkpoint) hf/config.json and
+// hf/model.safetensors (its classification architecture, labelled with
+// `class_names` where the data has them): every file written before any is
+// renamed into place, so a failure (a full disk) leaves the previous run's
+// set, never a mix or a partial file.
 void write_run_outputs(const std::string& out_dir, const Config& config, const TraceRecorder& timeline,
                        const TrainResult& result, const RunPlanner& planner, std::int64_t train_samples,
-                       const Model& model);
+                       const Model& model, const std::vector<std::string>& class_names);
 
 }  // namespace ep::exec

@@ -13,8 +13,10 @@
 #include <thread>
 #include <utility>
 
+#include "exec/hf_weights.hpp"
 #include "exec/torch_compat.hpp"
 #include "exec/trainer_impl.hpp"
+#include "planner/hf_model.hpp"
 #include "planner/transition.hpp"
 #include "traces/output_dir.hpp"
 
@@ -73,6 +75,7 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
 }
 
 void Trainer::load_initial_weights() {
+  if (!c_.model.checkpoint.empty()) return load_checkpoint_weights();
   if (c_.training.init_weights.empty()) return;
   try {
     model_.check_keep(c_.training.init_keep);
@@ -86,6 +89,34 @@ void Trainer::load_initial_weights() {
                    "(those not kept by training.init_keep)", e.what());
   }
   log("initial weights from " + c_.training.init_weights);
+}
+
+// A Hugging Face checkpoint's weights; what stays seeded, what goes unused
+// and the dropout this executor does not apply are said, not hidden.
+void Trainer::load_checkpoint_weights() {
+  try {
+    model_.check_keep(c_.training.init_keep);
+  } catch (const Error& e) {
+    throw c_.error("training.init_keep", "prefixes of this model's parameter names", e.what());
+  }
+  const HfLoaded loaded = load_hf_weights(model_, c_.model.checkpoint, c_.training.init_keep);
+  const auto list = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  };
+  log("initial weights from " + c_.model.checkpoint + " (" + loaded.architecture + ")" +
+      (loaded.seeded.empty() ? "" : "; seeded, not from it: " + list(loaded.seeded)) +
+      (loaded.unused.empty() ? "" : "; unused: " + list(loaded.unused)));
+  const HfConfig hf = read_hf_config(c_.model.checkpoint);
+  if (hf.hidden_dropout > 0 || hf.attention_dropout > 0) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "note: the checkpoint's dropout (hidden %g, attention %g) is not applied: ElasticPipe trains "
+                  "without dropout",
+                  hf.hidden_dropout, hf.attention_dropout);
+    log(buf);
+  }
 }
 
 TrainResult Trainer::run() {
@@ -107,7 +138,7 @@ TrainResult Trainer::run() {
   // norms, where none are computed): weights.bin is of finite weights.
   if (rank0() && !opt_.out_dir.empty() && ever_active_) check_finite_weights();
   if (rank0() && !opt_.out_dir.empty())
-    write_run_outputs(opt_.out_dir, c_, timeline_, result, planner_, data_.train.size, model_);
+    write_run_outputs(opt_.out_dir, c_, timeline_, result, planner_, data_.train.size, model_, data_.train.class_names);
   loader_.settle();  // a read ahead of an epoch that will not come, done before the cache goes
   if (cache_ && leader_) cache_->remove();
   drop_cache_ahead();  // a run that ended before a step took it
@@ -440,7 +471,7 @@ double Trainer::evaluate() {
       std::vector<std::int64_t> idx;
       for (std::int64_t i = first; i < std::min(hi, first + batch); ++i) idx.push_back(i);
       const MicroBatch mb = make_batch(test, idx);
-      const at::Tensor logits = pipeline_->infer(mb.input);
+      const at::Tensor logits = pipeline_->infer(mb.input, mb.lengths);
       correct += static_cast<double>((logits.argmax(-1).cpu() == mb.labels).sum().item<std::int64_t>());
     }
   });

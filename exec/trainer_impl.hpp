@@ -106,9 +106,11 @@ class Trainer final : RunBackend {
   // resume.cpp: checkpoints.
   void checkpoint(double running_s = 0);
   void resume();
-  // training.init_weights into the model before the first step; a file that
-  // does not fit is an error of that key.
+  // training.init_weights (or model.checkpoint's weights) into the model
+  // before the first step; a file that does not fit is an error of that
+  // key (of the checkpoint's file and tensor).
   void load_initial_weights();
+  void load_checkpoint_weights();
 
   const Config& c_;
   const TrainOptions& opt_;

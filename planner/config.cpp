@@ -13,6 +13,7 @@
 #include "planner/config_overrides.hpp"
 #include "planner/config_reader.hpp"
 #include "planner/datasets.hpp"
+#include "planner/hf_model.hpp"
 #include "planner/input_file.hpp"
 
 namespace ep {
@@ -23,6 +24,7 @@ using namespace config_reader;
 // One table per enum, used for parsing and printing alike.
 constexpr EnumName<ModelFamily> kFamilies[] = {{ModelFamily::ViT, "vit"},
                                                {ModelFamily::Bert, "bert"}};
+constexpr EnumName<Activation> kActivations[] = {{Activation::Gelu, "gelu"}, {Activation::GeluTanh, "gelu_tanh"}};
 constexpr EnumName<Optimizer> kOptimizers[] = {
     {Optimizer::SGD, "sgd"}, {Optimizer::Adam, "adam"}, {Optimizer::AdamW, "adamw"}};
 constexpr EnumName<LrSchedule> kLrSchedules[] = {{LrSchedule::Constant, "constant"},
@@ -130,14 +132,59 @@ void read_cluster(Reader& r, ClusterSpec& c) {
   r.latency("cluster.topology.uplink_latency_s", t.uplink_latency_s, false);
 }
 
+// The model keys a checkpoint's config.json sets, each with its field, so
+// that a key repeated in the file is checked against the checkpoint.
+template <class Field>
+struct CheckpointKey {
+  const char* key;
+  Field ModelConfig::*field;
+};
+constexpr CheckpointKey<int> kCheckpointInts[] = {
+    {"model.num_hidden_layers", &ModelConfig::num_hidden_layers},
+    {"model.hidden_size", &ModelConfig::hidden_size},
+    {"model.intermediate_size", &ModelConfig::intermediate_size},
+    {"model.num_attention_heads", &ModelConfig::num_attention_heads},
+    {"model.image_size", &ModelConfig::image_size},
+    {"model.patch_size", &ModelConfig::patch_size},
+    {"model.num_channels", &ModelConfig::num_channels},
+    {"model.vocab_size", &ModelConfig::vocab_size},
+    {"model.max_position_embeddings", &ModelConfig::max_position_embeddings},
+    {"model.type_vocab_size", &ModelConfig::type_vocab_size}};
+
+// A key the file repeats from the checkpoint's config.json must agree with it.
+void check_against_checkpoint(Reader& r, const ModelConfig& m, const ModelConfig& ck) {
+  const std::string from = " (" + hf_config_path(ck.checkpoint) + ")";
+  for (const auto& [key, field] : kCheckpointInts)
+    if (r.has(key) && m.*field != ck.*field) r.fail(key, std::to_string(ck.*field) + from, std::to_string(m.*field));
+  if (m.family != ck.family) r.fail("model.family", "\"" + to_string(ck.family) + "\"" + from, "\"" + to_string(m.family) + "\"");
+  if (m.hidden_act != ck.hidden_act)
+    r.fail("model.hidden_act", "\"" + to_string(ck.hidden_act) + "\"" + from, "\"" + to_string(m.hidden_act) + "\"");
+  if (m.layer_norm_eps != ck.layer_norm_eps)
+    r.fail("model.layer_norm_eps", fmt(ck.layer_norm_eps) + from, fmt(m.layer_norm_eps));
+}
+
 void read_model(Reader& r, ModelConfig& m) {
-  r.choice("model.family", m.family, kFamilies, true);
-  r.integer("model.num_hidden_layers", m.num_hidden_layers, true, 1, 1024,
+  // With a checkpoint its config.json gives the sizes (and they are
+  // defaults the file may repeat); without one, the file gives them.
+  r.path("model.checkpoint", m.checkpoint);
+  std::optional<ModelConfig> ck;
+  if (!m.checkpoint.empty()) {
+    ck = read_hf_config(m.checkpoint).model;
+    ck->checkpoint = m.checkpoint;
+    m = *ck;
+  }
+  const bool required = !ck;
+  r.choice("model.family", m.family, kFamilies, required);
+  r.integer("model.num_hidden_layers", m.num_hidden_layers, required, 1, 1024,
             "the deepest Transformers have a few hundred layers");
-  r.integer("model.hidden_size", m.hidden_size, true, 1, 1 << 17, "the widest Transformers have 2^15");
-  r.integer("model.intermediate_size", m.intermediate_size, true, 1, 1 << 19, "4 x the widest hidden size");
-  r.integer("model.num_attention_heads", m.num_attention_heads, true, 1, 4096, "heads of one layer");
-  r.integer("model.num_labels", m.num_labels, true, 1, 1 << 24, "classes of a classifier");
+  r.integer("model.hidden_size", m.hidden_size, required, 1, 1 << 17, "the widest Transformers have 2^15");
+  r.integer("model.intermediate_size", m.intermediate_size, required, 1, 1 << 19, "4 x the widest hidden size");
+  r.integer("model.num_attention_heads", m.num_attention_heads, required, 1, 4096, "heads of one layer");
+  // A checkpoint with a classifier gives its label count; a base model's
+  // (BertModel, ViTModel) is the file's, for the new classifier.
+  r.integer("model.num_labels", m.num_labels, m.num_labels == 0, 1, 1 << 24, "classes of a classifier");
+  r.choice("model.hidden_act", m.hidden_act, kActivations, false);
+  r.quantity("model.layer_norm_eps", m.layer_norm_eps, false, 1e-30, 0.5, "added to a variance; 1e-12 to 1e-5 in practice");
   if (m.hidden_size % m.num_attention_heads != 0)
     r.fail("model.num_attention_heads", "a divisor of model.hidden_size = " + std::to_string(m.hidden_size),
            std::to_string(m.num_attention_heads));
@@ -151,8 +198,8 @@ void read_model(Reader& r, ModelConfig& m) {
   constexpr std::int64_t kMaxTokens = 1 << 20;
   constexpr const char* kTokensWhy = "tokens per sample, 2^20 at most";
   if (vit) {
-    r.integer("model.image_size", m.image_size, true, 1, 1 << 16, "pixels per side");
-    r.integer("model.patch_size", m.patch_size, true, 1, 1 << 16, "pixels per side");
+    r.integer("model.image_size", m.image_size, required, 1, 1 << 16, "pixels per side");
+    r.integer("model.patch_size", m.patch_size, required, 1, 1 << 16, "pixels per side");
     r.integer("model.num_channels", m.num_channels, false, 1, 1024, "channels of an image");
     if (m.image_size < m.patch_size || m.image_size % m.patch_size != 0)
       r.fail("model.image_size", "a multiple of model.patch_size = " + std::to_string(m.patch_size),
@@ -164,11 +211,15 @@ void read_model(Reader& r, ModelConfig& m) {
              std::to_string(m.image_size) + " (" + std::to_string(side * side + 1) + " tokens)");
   } else {
     r.integer("model.seq_length", m.seq_length, true, 1, kMaxTokens, kTokensWhy);
-    r.integer("model.vocab_size", m.vocab_size, true, 1, 1 << 24, "tokens of a vocabulary");
-    m.max_position_embeddings = m.seq_length;
+    r.integer("model.vocab_size", m.vocab_size, required, 1, 1 << 24, "tokens of a vocabulary");
+    if (!ck) m.max_position_embeddings = m.seq_length;
     r.integer("model.max_position_embeddings", m.max_position_embeddings, false, m.seq_length, kMaxTokens, kTokensWhy);
     r.integer("model.type_vocab_size", m.type_vocab_size, false, 1, 1024, "segment types");
+    if (m.seq_length > m.max_position_embeddings)
+      r.fail("model.seq_length", "at most max_position_embeddings = " + std::to_string(m.max_position_embeddings),
+             std::to_string(m.seq_length));
   }
+  if (ck) check_against_checkpoint(r, m, *ck);
 }
 
 void read_data(Reader& r, DataConfig& d) {
@@ -186,7 +237,7 @@ void read_data(Reader& r, DataConfig& d) {
   }
 }
 
-void read_training(Reader& r, TrainingConfig& t) {
+void read_training(Reader& r, TrainingConfig& t, const ModelConfig& m) {
   r.integer("training.epochs", t.epochs, true, 1, 10000,
             "passes over the data; the longest published trainings run a few thousand");
   r.integer("training.batch_size", t.batch_size, true, 1, 1 << 24, "samples per pipeline and iteration");
@@ -204,9 +255,13 @@ void read_training(Reader& r, TrainingConfig& t) {
   r.choice("training.batch_policy", t.batch_policy, kBatchPolicies, false);
   r.path("training.init_weights", t.init_weights);
   r.string_list("training.init_keep", t.init_keep);
-  if (!t.init_keep.empty() && t.init_weights.empty())
-    r.fail("training.init_keep", "no init_keep without training.init_weights (nothing is loaded to keep from)",
+  if (!t.init_keep.empty() && t.init_weights.empty() && m.checkpoint.empty())
+    r.fail("training.init_keep",
+           "no init_keep without training.init_weights or model.checkpoint (nothing is loaded to keep from)",
            std::to_string(t.init_keep.size()) + " prefixes");
+  if (!t.init_weights.empty() && !m.checkpoint.empty())
+    r.fail("training.init_weights", "none with model.checkpoint (training starts from the checkpoint's weights)",
+           "\"" + t.init_weights + "\"");
   if (!(t.lr > 0)) r.fail("training.lr", "a number > 0", fmt(t.lr));
   if (!(t.momentum >= 0 && t.momentum < 1)) r.fail("training.momentum", "a number in [0, 1)", fmt(t.momentum));
   if (!(t.weight_decay >= 0)) r.fail("training.weight_decay", "a number >= 0", fmt(t.weight_decay));
@@ -389,7 +444,7 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
   read_transition(r, c.cluster.transition);
   read_model(r, c.model);
   read_data(r, c.data);
-  read_training(r, c.training);
+  read_training(r, c.training, c.model);
   read_planner(r, c, c.planner);
   read_sim(r, c.sim);
   read_exec(r, c.exec);
@@ -434,6 +489,7 @@ Config load_config(const std::string& path, const Overrides& overrides) {
 }
 
 std::string to_string(ModelFamily v) { return enum_name(kFamilies, v); }
+std::string to_string(Activation v) { return enum_name(kActivations, v); }
 std::string to_string(Optimizer v) { return enum_name(kOptimizers, v); }
 std::string to_string(ExecDevice v) { return enum_name(kExecDevices, v); }
 std::string to_string(CollectiveModel v) { return enum_name(kCollectiveModels, v); }

@@ -98,6 +98,9 @@ struct ClusterSpec {
 };
 
 enum class ModelFamily { ViT, Bert };
+// The MLP's GELU: exact (erf), or the tanh approximation (Hugging Face's
+// gelu_new, gelu_pytorch_tanh, gelu_fast).
+enum class Activation { Gelu, GeluTanh };
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::ViT;
@@ -115,6 +118,12 @@ struct ModelConfig {
   int vocab_size = 0;
   int max_position_embeddings = 0;
   int type_vocab_size = 2;
+  Activation hidden_act = Activation::Gelu;
+  double layer_norm_eps = 1e-12;
+  // A Hugging Face checkpoint folder (config.json, model.safetensors; see
+  // planner/hf_model.hpp): the model's sizes come from its config.json, and
+  // training starts from its weights. Empty: none.
+  std::string checkpoint;
 
   // Tokens per sample: ViT (image/patch)^2 + class token; BERT seq_length.
   [[nodiscard]] int tokens() const {
@@ -291,6 +300,7 @@ Config parse_config(const std::string& toml_text, const std::string& origin,
 
 // Names as written in config files, for printing.
 std::string to_string(ModelFamily);
+std::string to_string(Activation);
 std::string to_string(Optimizer);
 std::string to_string(LrSchedule);
 std::string to_string(Precision);

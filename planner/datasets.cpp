@@ -14,6 +14,8 @@ void check_dataset(const Config& c) {
     throw c.error("data.name", "a token data set for model.family = \"bert\"", "\"" + name + "\" (images)");
   if (name == "synthetic-tokens" && vit)
     throw c.error("data.name", "an image data set for model.family = \"vit\"", "\"synthetic-tokens\"");
+  if (name == "prepared" && c.data.path.empty())
+    throw c.error("data.path", "the folder scripts/prepare_data.py wrote (data.name = \"prepared\")", "none");
   const auto& classes = c.data.classes;
   if (!fashion) {
     if (!classes.empty())

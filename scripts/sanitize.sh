@@ -15,15 +15,17 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DELASTICPIPE_SANITIZE=
 cmake --build "$build" -j"$(nproc)" --target planner_tests sim_tests trace_tests elasticpipe
 
 # halt_on_error: the first report fails the test that caused it.
-export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1
+# No use-after-return check: its fake stacks mistake a live frame of one
+# SimGrid ucontext actor for a returned one of another (a known false
+# positive of swapcontext, google/sanitizers#189; it struck the traced
+# all-reduce rings and the random what-ifs). Use after scope stays checked.
+export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The sanitizers slow a simulation about eightfold (shadow memory across the
 # simulator's forks): the fuzzing's per-command limit grows with it. The
 # normal build's fuzzing holds every command to 5 s.
 export FUZZ_LIMIT_S=40
 # The exhaustive chunk-search comparisons on the paper configs stay in the
-# normal build: their traced all-reduce rings switch SimGrid's ucontext
-# actors so often that ASan's fake stacks (detect_stack_use_after_return)
-# report a frame of another actor as returned, a known false positive of
-# swapcontext (google/sanitizers#189); they also take a minute each here.
+# normal build: they take minutes each here and exercise no code the other
+# simulator tests do not.
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -E "^chunk search shortlist vs exhaustive"

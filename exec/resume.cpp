@@ -91,11 +91,22 @@ void Trainer::resume() {
   (void)unpack_state(ck.state, model_, optimizer_, ck.path);
   p_ = trace::parse_run_state(meta.at("progress").dump(), "checkpoint " + ck.path + ": progress");
   // The same plans as the interrupted run: its frozen counts, chunk
-  // timings and cache measurements, replayed through the RunPlanner.
-  for (const int frozen : p_.frozen_history) {
-    if (const auto it = p_.cache_measurements.find(frozen); it != p_.cache_measurements.end())
-      planner_.measured_cache(frozen, it->second);
-    planner_.next(frozen);
+  // timings and cache measurements, replayed through the RunPlanner. A
+  // resume of another layout may time a K the interrupted run never did:
+  // rank 0 replays first and hands every timing it then holds to the others.
+  const auto replay = [&] {
+    for (const int frozen : p_.frozen_history) {
+      if (const auto it = p_.cache_measurements.find(frozen); it != p_.cache_measurements.end())
+        planner_.measured_cache(frozen, it->second);
+      planner_.next(frozen);
+    }
+  };
+  if (rank0()) {
+    replay();
+    if (dist_) dist_->control("resume/chunk_times", chunk_times_json());
+  } else {
+    if (dist_) take_chunk_times(dist_->control("resume/chunk_times"));
+    replay();
   }
   const Plan& plan = planner_.run().plans.back();  // the run loop enters it afresh
   resumed_ = true;

@@ -120,10 +120,7 @@ std::string step_key(int step) { return "step/" + std::to_string(step); }
 // Rank 0: the step's inputs, and every chunk timing it holds (the step may
 // have timed several K: its finalists, its probe's), to every other process.
 void Trainer::publish(int step, const StepInputs& in, const Plan&) {
-  json msg = {{"frozen", in.frozen_layers}};
-  json times = json::object();
-  for (const auto& [K, t] : p_.chunk_times) times[std::to_string(K)] = t;
-  msg["chunk_times"] = std::move(times);
+  json msg = {{"frozen", in.frozen_layers}, {"chunk_times", chunk_times_json()}};
   if (in.cache) msg["cache"] = {in.cache->read_s, in.cache->frozen_forward_s};
   if (dist_) dist_->control(step_key(step), msg);
   p_.frozen_history.push_back(in.frozen_layers);
@@ -140,9 +137,19 @@ StepInputs Trainer::follow(int step) {
     in.cache = MeasuredCache{msg["cache"][0], msg["cache"][1]};
     p_.cache_measurements[in.frozen_layers] = *in.cache;
   }
-  for (const auto& [K, t] : msg.at("chunk_times").items()) p_.chunk_times.emplace(std::stoi(K), t.get<std::vector<double>>());
+  take_chunk_times(msg.at("chunk_times"));
   p_.frozen_history.push_back(in.frozen_layers);
   return in;
+}
+
+json Trainer::chunk_times_json() const {
+  json times = json::object();
+  for (const auto& [K, t] : p_.chunk_times) times[std::to_string(K)] = t;
+  return times;
+}
+
+void Trainer::take_chunk_times(const json& times) {
+  for (const auto& [K, t] : times.items()) p_.chunk_times.emplace(std::stoi(K), t.get<std::vector<double>>());
 }
 
 std::string Trainer::cache_file(CacheTier tier, const std::string& name) const {

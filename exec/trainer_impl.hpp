@@ -56,6 +56,10 @@ class Trainer final : RunBackend {
   // run_backend.cpp: the chunk search's timings.
   std::vector<IterationPrediction> predict(const std::vector<IterationProgram>& programs, PredictionUse use);
   std::vector<double> chunk_times(const std::vector<IterationProgram>& programs);
+  // Every chunk timing this process holds (K -> per candidate M), as rank 0
+  // hands them to the others; take_chunk_times adds those it lacks.
+  [[nodiscard]] nlohmann::json chunk_times_json() const;
+  void take_chunk_times(const nlohmann::json& times);
   [[nodiscard]] std::string cache_file(CacheTier tier, const std::string& name) const;
   [[nodiscard]] std::string node_cache_file(CacheTier tier) const { return cache_file(tier, "node" + std::to_string(node_)); }
   std::vector<std::int64_t> entry_shape();

@@ -129,6 +129,23 @@ if [ -n "$step10" ]; then
     "$tmp"/dp/samples/rank*.csv "$tmp"/fewer/samples/rank*.csv; then ok; else bad "resume with 2 replicas: not exactly once"; fi
 fi
 
+# 2c. With the chunk search timed for real and the time objective, a job
+#     resumed in another layout (AutoDP off) meets K the interrupted run
+#     never timed: rank 0 times them as it replays, and hands its timings to
+#     the others before they replay (none waits for a timing that never comes).
+timed=(--set exec.chunk_search_iterations=1 --set planner.objective=time --set "exec.chunk_memo=\"$tmp/memo.json\"")
+run timed 0 -- "$bin" train "$cfg" --nproc 2 --out "$tmp/timed" "${timed[@]}" --set cluster.gpus_per_node=2 \
+  --set exec.checkpoint_every=2 --set exec.checkpoint_keep=100
+last=$(ls -d "$tmp"/timed/checkpoints/step-* 2> /dev/null | tail -1)
+if [ -n "$last" ]; then
+  rm -f "$tmp/memo.json"
+  run timed_other 0 -- "$bin" train "$cfg" --nproc 2 --out "$tmp/timed_other" --resume "$last" "${timed[@]}" \
+    --set cluster.gpus_per_node=2 --set planner.autodp=false
+  has timed_other "resumed from"
+else
+  bad "no checkpoint in $tmp/timed/checkpoints"
+fi
+
 # 3. The cached path (fill, then advance) gives the same losses as recomputing
 #    the frozen layers, from host memory and from the disk tier.
 run nocache 0 -- "$bin" train "$cfg" --nproc 4 --out "$tmp/nocache" --set 'planner.cache="off"'

@@ -3,11 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "exec/launch.hpp"
 #include "planner/error.hpp"
@@ -74,6 +76,22 @@ void set_command_line(int argc, char** argv) {
 }
 
 const std::string& command_line() { return g_command_line; }
+
+void check_runnable_here(const Config& c) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (c.exec.threads_per_worker > cores)
+    throw c.error("exec.threads_per_worker", "at most this machine's " + std::to_string(cores) + " cores (0: cores / K)",
+                  std::to_string(c.exec.threads_per_worker));
+}
+
+void refuse_output_over_input(const std::string& output, const std::string& flag,
+                              const std::vector<std::string>& inputs) {
+  std::error_code ec;
+  for (const std::string& in : inputs)
+    if (std::filesystem::equivalent(output, in, ec) && !ec)
+      throw Error(flag + " " + output + ": this is the input " + in +
+                  " of the command; writing it would destroy what the command reads. Name another file");
+}
 
 std::string default_out(const std::string& config, const std::string& what) {
   return (std::filesystem::path("out") / what / std::filesystem::path(config).stem()).string();

@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "planner/config.hpp"
 #include "planner/cost_model.hpp"
@@ -46,6 +47,18 @@ void set_command_line(int argc, char** argv);
 
 // out/<what>/<config's file name without extension>
 [[nodiscard]] std::string default_out(const std::string& config, const std::string& what);
+
+// Refuses (a config error) what cannot run on this machine though the
+// config is valid elsewhere: more intra-op threads per stage worker than
+// the machine has cores (they only wait for each other; 4,096 took 74 s
+// and 2.3 GB for one 64-sample iteration).
+void check_runnable_here(const Config&);
+
+// Refuses (ep::Error) an output file that is one of the command's inputs:
+// writing it would destroy what the command reads. Inputs that do not
+// exist are left to the command's own error.
+void refuse_output_over_input(const std::string& output, const std::string& flag,
+                              const std::vector<std::string>& inputs);
 
 // A bar on stderr, only when stdout is a terminal; empty otherwise.
 [[nodiscard]] std::function<void(double)> progress_bar(const std::string& label);

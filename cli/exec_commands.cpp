@@ -37,6 +37,7 @@ Command handed_over(CLI::App* cmd, std::shared_ptr<const ExecArgs> a,
                     std::function<void(const Config&)> also = {}) {
   return {cmd, [a = std::move(a), also = std::move(also)](int, char** argv) {
             const Config config = load_config(a->config, a->overrides);
+            check_runnable_here(config);
             if (also) also(config);
             return hand_over(argv);
           }};

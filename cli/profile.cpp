@@ -19,12 +19,14 @@ namespace {
 
 int run_profile(const ProfileArgs& a) {
   const Config config = load_config(a.config, a.overrides);
+  check_runnable_here(config);
   const std::string out =
       a.out.empty() ? (std::filesystem::path("out") / "profile" / (std::filesystem::path(a.config).stem().string() + ".json")).string()
                     : a.out;
   exec::ProfileOptions o;
   o.repeats = a.repeats;
   o.log = [](const std::string& line) { std::cout << line << std::endl; };
+  refuse_output_over_input(out, "--out", {a.config});
   const std::string dir = std::filesystem::path(out).parent_path().string();
   if (!dir.empty()) create_output_dir(dir, "--out");  // before measuring: a bad --out loses nothing
   if (const std::string w = exec::blas_warning(); !w.empty()) std::cerr << "WARNING: " << w << "\n";

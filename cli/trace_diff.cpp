@@ -29,6 +29,11 @@ Command add_trace_diff(CLI::App& app) {
   cmd->add_option("--csv", a->csv, "Also write the per-epoch table and the runs' starts to this CSV file")
       ->check(non_empty("a CSV file"));
   return {cmd, [a](int, char**) {
+            const auto epochs_of = [](const std::string& trace_path) {
+              return (std::filesystem::path(trace_path).parent_path() / "epochs.csv").string();
+            };
+            if (!a->csv.empty())
+              refuse_output_over_input(a->csv, "--csv", {a->first, a->second, epochs_of(a->first), epochs_of(a->second)});
             const trace::Trace x = trace::read_chrome_trace(a->first);
             const trace::Trace y = trace::read_chrome_trace(a->second);
             trace::TraceDiff d;
@@ -40,9 +45,6 @@ Command add_trace_diff(CLI::App& app) {
             std::cout << trace::format_diff(d, x, y);
             // Each run's epochs.csv, where it sits beside the trace (what
             // train and simulate write into one folder).
-            const auto epochs_of = [](const std::string& trace_path) {
-              return (std::filesystem::path(trace_path).parent_path() / "epochs.csv").string();
-            };
             const std::string ea = epochs_of(a->first), eb = epochs_of(a->second);
             std::error_code ec;
             const bool have_a = std::filesystem::exists(ea, ec), have_b = std::filesystem::exists(eb, ec);

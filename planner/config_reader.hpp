@@ -275,9 +275,41 @@ class Reader {
           continue;
         }
       }
+      const std::string near = nearest_known(key, prefix);
       throw config_error(source(v, key), key, "a known key of [" + prefix + "] (see docs/CONFIG.md)",
-                         "unknown key");
+                         near.empty() ? "unknown key" : "unknown key (did you mean " + near + "?)");
     }
+  }
+
+  // The known key of [prefix] nearest `key` by edit distance of their last
+  // names, where a slip of about a quarter of the name (at least two
+  // characters) explains the difference; empty where none does.
+  std::string nearest_known(const std::string& key, const std::string& prefix) const {
+    const std::string name = key.substr(prefix.size() + 1);
+    std::string best;
+    std::size_t best_d = std::max<std::size_t>(2, name.size() / 4) + 1;
+    for (const std::string& u : used_) {
+      if (u.size() <= prefix.size() + 1 || u.compare(0, prefix.size() + 1, prefix + ".") != 0) continue;
+      const std::string other = u.substr(prefix.size() + 1);
+      if (other.find('.') != std::string::npos) continue;
+      if (const std::size_t d = edit_distance(name, other); d < best_d) best_d = d, best = u;
+    }
+    return best;
+  }
+
+  static std::size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+      std::size_t diag = row[0];
+      row[0] = i;
+      for (std::size_t j = 1; j <= b.size(); ++j) {
+        const std::size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
   }
 
   const toml::table& root_;

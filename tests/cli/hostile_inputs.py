@@ -121,6 +121,7 @@ def build_files(w):
     with open(os.path.join(w, "big.toml"), "wb") as f:  # sparse: 2 MB of nothing
         f.truncate(2 << 20)
     write("memo.json", '{"entries": [1]}')
+    write("trace-a.json", '{"traceEvents": []}')
     write("garbage.csv", b"step,layer,grad_norm\n\x01\xff\r\x1b[2J,0,1\n", "wb")
     os.makedirs(os.path.join(w, "ckpt-zero"))
     os.symlink("/dev/zero", os.path.join(w, "ckpt-zero", "latest"))
@@ -286,6 +287,19 @@ def cases(bin_, root, w):
              "cluster.intra_node.latency_s=1e-300"], "key 'cluster.intra_node.latency_s'"),
         Case("an efficiency of 1e-300", [bin_, "plan", bert, "--set", "cluster.device.efficiency=1e-300"],
              "key 'cluster.device.efficiency'"),
+        # An output that is one of the command's inputs is refused before it is written.
+        Case("trace diff --csv onto its own input", [bin_, "trace", "diff", p("trace-a.json"), p("trace-a.json"),
+                                                     "--csv", p("trace-a.json")],
+             "--csv " + p("trace-a.json") + ": this is the input",
+             check=lambda: None if open(p("trace-a.json")).read() == '{"traceEvents": []}' else "the input changed"),
+        Case("profile --out onto its config", [bin_, "profile", p("own.toml"), "--out", p("own.toml")],
+             "--out " + p("own.toml") + ": this is the input", exec_=True,
+             check=lambda: None if open(p("own.toml")).read() == open(bert).read() else "the config changed"),
+        Case("more threads per worker than cores", [bin_, "train", bert, "--out", p("t9"), "--set",
+                                                    "exec.threads_per_worker=4096"] + small,
+             "key 'exec.threads_per_worker': expected at most this machine's", exec_=True),
+        Case("a misspelled key gets the key meant", [bin_, "plan", bert, "--set", "planner.alfa=0.3"],
+             "unknown key (did you mean planner.alpha?)"),
     ]
     # Hugging Face checkpoints and prepared data: one line naming the file and the tensor or sample.
     hf = p("hf.toml")
@@ -345,6 +359,7 @@ def run_hostile(bin_, root, keep=None, slowdown=1.0):
     os.makedirs(w, exist_ok=True)
     build_files(w)
     hf_files(w)
+    shutil.copy(os.path.join(root, "configs", "small", "tiny_bert_synthetic.toml"), os.path.join(w, "own.toml"))
     has_exec = os.access(os.path.join(os.path.dirname(bin_), "elasticpipe-exec"), os.X_OK)
     notes = [] if has_exec else ["skipped train and validate: no elasticpipe-exec beside " + bin_]
     todo = cases(bin_, root, w)

@@ -156,7 +156,12 @@ TEST_CASE("an unknown key is rejected with its line") {
   const std::string text = with("alpha = 0.25", "alpah = 0.25");
   const std::string msg = error_of(text);
   check_names(msg, line_of(text, "alpah"), "planner.alpah");
-  CHECK(msg.find("unknown key") != std::string::npos);
+  CHECK(msg.find("unknown key (did you mean planner.alpha?)") != std::string::npos);
+  // A name no known key is near gets no suggestion.
+  const std::string far = error_of(with("alpha = 0.25", "alpha = 0.25\nbanana = 1"));
+  CHECK(far.find("planner.banana") != std::string::npos);
+  CHECK(far.find("unknown key") != std::string::npos);
+  CHECK(far.find("did you mean") == std::string::npos);
 }
 
 TEST_CASE("an unknown section is rejected") {
@@ -166,7 +171,9 @@ TEST_CASE("an unknown section is rejected") {
 
 TEST_CASE("an unknown key in a nested table is rejected") {
   const std::string text = with("latency_s = 20e-6", "latency_s = 20e-6\nlatency_ms = 1");
-  check_names(error_of(text), line_of(text, "latency_ms"), "cluster.intra_node.latency_ms");
+  const std::string msg = error_of(text);
+  check_names(msg, line_of(text, "latency_ms"), "cluster.intra_node.latency_ms");
+  CHECK(msg.find("did you mean cluster.intra_node.latency_s?") != std::string::npos);
 }
 
 TEST_CASE("a wrong type names what was expected and found") {

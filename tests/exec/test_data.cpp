@@ -335,7 +335,7 @@ TEST_CASE("load_fashion_mnist checks counts, labels and image dims") {
 TEST_CASE("The real Fashion-MNIST files load with the expected sizes and statistics") {
   const std::string root = "/usr/share/datasets/fashion-mnist";
   if (!fs::is_directory(root)) {
-    WARN("skipped: " << root << " is absent (apt-get install dataset-fashion-mnist)");
+    WARN("skipped: no dataset: " << root << " is absent (apt-get install dataset-fashion-mnist)");
     return;
   }
   CHECK(fashion_mnist_dir("") == root);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -178,6 +179,9 @@ class RunPlanner {
   // frozen depth; plans at that depth decide the cache on them.
   void measured_cache(int frozen_layers, const MeasuredCache& m) { measured_cache_[frozen_layers] = m; }
   [[nodiscard]] const RunPlan& run() const { return run_; }
+  // The plans, moved out once the training is walked (a plan per freeze
+  // step: thousands of steps would otherwise be held twice).
+  [[nodiscard]] RunPlan take() && { return std::move(run_); }
   [[nodiscard]] const PlanContext& context() const { return ctx_; }
 
  private:

@@ -316,7 +316,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   RunPlanner planner(mc, cost, predict);
   SimWalk walk;
   run_training(planner, walk);
-  run.plan = planner.run();
+  run.plan = std::move(planner).take();
   if (exact) check_exact(run.plan.plans);
   const bool traced = last && mc.sim.trace;
   const std::vector<Plan>& plans = run.plan.plans;
@@ -582,15 +582,26 @@ std::string format_result(const RunResult& r) {
   std::snprintf(line, sizeof line, "\n%s, the run's start (before epoch 1): %.3f s\n", to_string(last.mode).c_str(),
                 last.start.total_s());
   os << line;
-  os << to_string(last.mode) << ", per epoch:\n";
-  std::snprintf(line, sizeof line, "  %5s %7s %3s %8s %4s %-5s %11s %9s %7s %10s %11s\n", "epoch", "frozen", "K",
+  // Epochs that print alike (a plan's steady epochs) are one row, "7-19".
+  os << to_string(last.mode) << ", per epoch (alike epochs in one row):\n";
+  std::snprintf(line, sizeof line, "  %9s %7s %3s %8s %4s %-5s %11s %9s %7s %10s %11s\n", "epoch", "frozen", "K",
                 "replicas", "M", "cache", "samples/s", "iter (s)", "bubble", "epoch (s)", "transit (s)");
   os << line;
-  for (const auto& e : last.epochs) {
-    std::snprintf(line, sizeof line, "  %5d %7d %3d %8d %4d %-5s %11.1f %9.4f %7.3f %10.1f %11.2f\n", e.epoch,
-                  e.frozen_layers, e.K, e.replicas, e.M, !e.cache ? "off" : e.cache_hit_ratio > 0 ? "read" : "fill",
-                  e.samples_per_s, e.iteration_s, e.bubble_fraction, e.epoch_s, e.transition_s);
-    os << line;
+  const auto row = [&](const trace::EpochMetrics& e) {
+    std::snprintf(line, sizeof line, " %7d %3d %8d %4d %-5s %11.1f %9.4f %7.3f %10.1f %11.2f\n", e.frozen_layers, e.K,
+                  e.replicas, e.M, !e.cache ? "off" : e.cache_hit_ratio > 0 ? "read" : "fill", e.samples_per_s,
+                  e.iteration_s, e.bubble_fraction, e.epoch_s, e.transition_s);
+    return std::string(line);
+  };
+  for (std::size_t i = 0; i < last.epochs.size();) {
+    const std::string text = row(last.epochs[i]);
+    std::size_t j = i + 1;
+    while (j < last.epochs.size() && row(last.epochs[j]) == text) ++j;
+    const int first = last.epochs[i].epoch, end = last.epochs[j - 1].epoch;
+    const std::string epochs = first == end ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(end);
+    std::snprintf(line, sizeof line, "  %9s", epochs.c_str());
+    os << line << text;
+    i = j;
   }
   // A plan whose fullest device exceeds its memory is simulated all the
   // same (infeasible is a result), but said so.

@@ -13,7 +13,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-SCHEMA = "elasticpipe.trace/2"
+SCHEMA = "elasticpipe.trace/3"
 SOURCES = ("sim", "exec")
 CATEGORIES = ("forward", "backward", "frozen_forward", "cache_read", "cache_write",
               "send", "recv", "allreduce", "optimizer", "transition")
@@ -200,8 +200,8 @@ def _check_header(obj, where):
     _get(obj, "config", where, "string")
     metadata = _get(obj, "metadata", where, "object")
     for k, v in metadata.items():
-        if not isinstance(v, str):
-            raise TraceError(f"{where}: metadata '{k}': expected a string, found {json.dumps(v)[:60]}")
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            raise TraceError(f"{where}: metadata '{k}': expected a string or a number, found {json.dumps(v)[:60]}")
 
 
 MODE_FIELDS = ("mode", "start_s", "total_s", "samples_per_s", "speedup", "final_accuracy", "fits_memory",

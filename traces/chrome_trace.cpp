@@ -321,7 +321,7 @@ void write_chrome_trace(const Trace& t, std::ostream& out, const std::string& pa
                     {"source", t.source},
                     {"config", t.config},
                     {"mode", t.mode},
-                    {"metadata", t.metadata}},
+                    {"metadata", metadata_json(t.metadata)}},
                    ctx, "otherData")
       << ",\n\"traceEvents\":[\n";
   EventWriter w(t, out, ctx);
@@ -390,7 +390,7 @@ class ChromeTraceReader {
     check_source(t_.source, ow);
     t_.config = get_string(other, "config", ow);
     t_.mode = get_string(other, "mode", ow);
-    t_.metadata = get_string_map(other, "metadata", ow);
+    t_.metadata = get_metadata(other, "metadata", ow);
     have_other_ = true;
   }
 

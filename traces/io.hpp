@@ -88,12 +88,25 @@ inline const json& get_array(const json& obj, const std::string& key, const std:
   return v;
 }
 
-inline std::map<std::string, std::string> get_string_map(const json& obj, const std::string& key,
-                                                         const std::string& where) {
+// Metadata: text held as text, written with its numbers as JSON numbers
+// (a script reads "alpha": 0.5, not "0.5"). A value is written as a number
+// only where the number prints back as the same text, so reading it back
+// (number_text) gives the text that was held.
+inline json metadata_json(const std::map<std::string, std::string>& m) {
+  json out = json::object();
+  for (const auto& [k, v] : m) {
+    json n = json::parse(v, nullptr, false);
+    out[k] = n.is_number() && !n.is_discarded() && n.dump() == v ? std::move(n) : json(v);
+  }
+  return out;
+}
+
+inline std::map<std::string, std::string> get_metadata(const json& obj, const std::string& key,
+                                                       const std::string& where) {
   std::map<std::string, std::string> m;
   for (const auto& [k, v] : get_object(obj, key, where).items()) {
-    if (!v.is_string()) bad_field(where + ": " + key, k, "a string", v);
-    m[k] = v.get<std::string>();
+    if (!v.is_string() && !v.is_number()) bad_field(where + ": " + key, k, "a string or a number", v);
+    m[k] = v.is_string() ? v.get<std::string>() : v.dump();
   }
   return m;
 }

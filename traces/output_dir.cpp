@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -40,25 +41,36 @@ OutputDirLock::OutputDirLock(const std::string& dir, const std::string& command,
   }
   create_output_dir(dir, flag);
   const std::string path = (fs::path(dir) / ".elasticpipe.lock").string();
-  const bool new_lock = !fs::exists(fs::symlink_status(path, ec));
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw Error(path + ": cannot open the output folder's lock: " + std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    char buf[512] = {};
-    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+  // A lock file is removed by the job that holds it when it ends: a job
+  // that opened it just before may then hold a lock on a removed file, so
+  // the lock counts only while the path still names the file locked.
+  for (int attempt = 0;; ++attempt) {
+    const bool new_lock = !fs::exists(fs::symlink_status(path, ec));
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error(path + ": cannot open the output folder's lock: " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      char buf[512] = {};
+      const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+      ::close(fd_);
+      fd_ = -1;
+      if (err != EWOULDBLOCK) throw Error(path + ": cannot lock the output folder: " + std::strerror(err));
+      std::string holder = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "a job that has not said who it is";
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+      throw Error(named(dir, flag) + ": the output folder is in use by another job (" + holder +
+                  "); wait for it to finish or choose another folder");
+    }
+    struct stat held {}, named_now {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &named_now) == 0 && held.st_ino == named_now.st_ino &&
+        held.st_dev == named_now.st_dev) {
+      if (new_lock) created_ = std::move(missing);
+      break;
+    }
     ::close(fd_);
     fd_ = -1;
-    if (err != EWOULDBLOCK) throw Error(path + ": cannot lock the output folder: " + std::strerror(err));
-    std::string holder = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "a job that has not said who it is";
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-    throw Error(named(dir, flag) + ": the output folder is in use by another job (" + holder +
-                "); wait for it to finish or choose another folder");
+    if (attempt == 100) throw Error(path + ": cannot lock the output folder: its lock file keeps being replaced");
   }
-  if (new_lock) {
-    lock_path_ = path;
-    created_ = std::move(missing);
-  }
+  lock_path_ = path;
   const std::string text = "pid " + std::to_string(::getpid()) + ": " + command + "\n";
   // Who holds it is for the message above only: a failure to record it
   // does not stop the job.
@@ -69,20 +81,12 @@ OutputDirLock::OutputDirLock(const std::string& dir, const std::string& command,
 
 OutputDirLock::~OutputDirLock() {
   if (fd_ < 0) return;
-  // Nothing written beside a lock file this job created: it and the folders
-  // created for it go, removed while the lock is held (a job started on the
-  // same folder meanwhile was refused, not queued).
-  if (!lock_path_.empty()) {
-    std::error_code ec;
-    const std::filesystem::path dir = std::filesystem::path(lock_path_).parent_path();
-    std::vector<std::filesystem::path> entries;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) entries.push_back(e.path());
-    if (!ec && entries.size() == 1 && entries[0].filename() == ".elasticpipe.lock") {
-      ::unlink(lock_path_.c_str());
-      for (const std::string& d : created_)
-        if (::rmdir(d.c_str()) != 0) break;
-    }
-  }
+  // The lock file goes while the lock is held (a job started on the folder
+  // meanwhile was refused, not queued), and the folders created for the job
+  // with it where nothing was written into them.
+  ::unlink(lock_path_.c_str());
+  for (const std::string& d : created_)
+    if (::rmdir(d.c_str()) != 0) break;
   ::close(fd_);  // drops the lock
 }
 

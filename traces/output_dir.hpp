@@ -17,8 +17,9 @@ void create_output_dir(const std::string& dir, const std::string& flag = "");
 // when the process exits, however it exits (the kernel drops the lock), so
 // a killed job never leaves a folder locked. Creates `dir` first. A second
 // job on the same folder gets ep::Error naming the folder, `flag` and the
-// holder. A job that ends with nothing written (refused after taking the
-// lock) leaves no trace: the lock file and the folders it created go.
+// holder. A job that ends removes the lock file, and the folders it created
+// where nothing was written (refused after taking the lock): no trace.
+// A job killed leaves the lock file, unlocked: the next job takes it.
 class OutputDirLock {
  public:
   OutputDirLock(const std::string& dir, const std::string& command, const std::string& flag = "");

@@ -104,7 +104,7 @@ void write_summary_json(const RunSummary& s, std::ostream& out, const std::strin
                     {"config", s.config},
                     {"reference", s.reference ? json(*s.reference) : json(nullptr)},
                     {"modes", std::move(modes)},
-                    {"metadata", s.metadata}};
+                    {"metadata", metadata_json(s.metadata)}};
   try {
     out << doc.dump(2) << "\n";
   } catch (const json::exception& e) {  // e.g. a name that is not UTF-8
@@ -126,7 +126,7 @@ RunSummary read_summary_json(const std::string& path) {
   s.source = get_string(doc, "source", path);
   s.config = get_string(doc, "config", path);
   if (!field(doc, "reference", path).is_null()) s.reference = get_string(doc, "reference", path);
-  s.metadata = get_string_map(doc, "metadata", path);
+  s.metadata = get_metadata(doc, "metadata", path);
   const json& modes = get_array(doc, "modes", path);
   for (std::size_t i = 0; i < modes.size(); ++i) {
     const std::string mw = path + ": modes[" + std::to_string(i) + "]";

@@ -16,7 +16,7 @@
 
 namespace ep::trace {
 
-inline constexpr const char* kSchemaVersion = "elasticpipe.trace/2";
+inline constexpr const char* kSchemaVersion = "elasticpipe.trace/3";
 
 // Event::category takes one of these; readers and writers reject others.
 inline constexpr std::array<std::string_view, 10> kEventCategories = {

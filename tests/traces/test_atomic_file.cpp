@@ -189,9 +189,22 @@ TEST_CASE("output folder: a job that wrote nothing leaves nothing, one that wrot
     const ep::OutputDirLock wrote(out, "elasticpipe simulate a.toml --out a/b/run");
     ep::write_file_atomically(out + "/summary.json", "{}\n");
   }
-  CHECK(listing(out) == std::vector<std::string>{".elasticpipe.lock", "summary.json"});
-  // A folder that was there before, with its lock, stays as it was.
+  CHECK(listing(out) == std::vector<std::string>{"summary.json"});  // no lock file left
+  // A folder that was there before stays, empty or not.
   std::filesystem::remove(out + "/summary.json");
   { const ep::OutputDirLock again(out, "elasticpipe simulate a.toml --out a/b/run"); }
-  CHECK(listing(out) == std::vector<std::string>{".elasticpipe.lock"});
+  CHECK(std::filesystem::is_directory(out));
+  CHECK(listing(out).empty());
+}
+
+TEST_CASE("output folder: the lock file a killed job left is taken, then removed", "[atomic]") {
+  TempDir dir;
+  const std::string out = dir.file("run");
+  std::filesystem::create_directories(out);
+  ep::write_file_atomically(out + "/.elasticpipe.lock", "pid 1: elasticpipe train a.toml\n");
+  {
+    const ep::OutputDirLock next(out, "elasticpipe train a.toml --out run");
+    CHECK(listing(out) == std::vector<std::string>{".elasticpipe.lock"});
+  }
+  CHECK(listing(out).empty());
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iostream>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -122,8 +123,10 @@ std::optional<FittedCostModel> fitted_model(const std::string& profile_path, con
                                             const CostModel& analytic) {
   if (profile_path.empty()) return std::nullopt;
   const Profile profile = read_profile(profile_path);
-  check_profile_model(profile, profile_path, config.model, config.source);
-  return std::optional<FittedCostModel>(std::in_place, profile, analytic);
+  check_profile_model(profile, profile_path, config);
+  std::optional<FittedCostModel> model(std::in_place, profile, analytic);
+  for (const std::string& c : model->cautions()) std::cerr << "note: " << profile_path << ": " << c << "\n";
+  return model;
 }
 
 }  // namespace ep::cli

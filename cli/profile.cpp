@@ -32,7 +32,10 @@ int run_profile(const ProfileArgs& a) {
   const Profile profile = exec::profile_executor(config, o);
   write_file_atomically(out, [&](const std::string& temp) { write_profile(profile, temp); });
   const AnalyticCostModel analytic(config.cluster, config.training);
-  std::cout << FittedCostModel(profile, analytic).describe() << "wrote " << out << "\n";
+  const FittedCostModel fitted(profile, analytic);
+  std::cout << fitted.describe();
+  for (const std::string& c : fitted.cautions()) std::cout << "note: " << c << "\n";
+  std::cout << "wrote " << out << "\n";
   return 0;
 }
 

@@ -16,6 +16,7 @@ Command add_trace_diff(CLI::App& app) {
   struct Args {
     std::string first, second;
     std::string csv;  // the per-epoch table as CSV too
+    bool any_workload = false;
   };
   auto a = std::make_shared<Args>();
   auto* trace = app.add_subcommand("trace", "Work with trace files");
@@ -28,6 +29,8 @@ Command add_trace_diff(CLI::App& app) {
   cmd->add_option("second", a->second, "trace.json (e.g. real; the reference for MAPE)")->required();
   cmd->add_option("--csv", a->csv, "Also write the per-epoch table and the runs' starts to this CSV file")
       ->check(non_empty("a CSV file"));
+  cmd->add_flag("--any-workload", a->any_workload,
+                "Compare traces of other sizes or batches as well (the model family and depth must match)");
   return {cmd, [a](int, char**) {
             const auto epochs_of = [](const std::string& trace_path) {
               return (std::filesystem::path(trace_path).parent_path() / "epochs.csv").string();
@@ -38,7 +41,7 @@ Command add_trace_diff(CLI::App& app) {
             const trace::Trace y = trace::read_chrome_trace(a->second);
             trace::TraceDiff d;
             try {
-              d = trace::diff_traces(x, y);
+              d = trace::diff_traces(x, y, a->any_workload);
             } catch (const Error& e) {
               throw e.with_context("trace diff " + a->first + " " + a->second);
             }

@@ -52,8 +52,9 @@ int run_validate(const ValidateArgs& a) {
   std::cout << "simulating them..." << std::endl;
   sim::Simulator sim(config.cluster);
   const std::vector<double> simulated = sim::simulate_steady_iterations(config, fitted, programs, sim);
+  const std::vector<ValidationRow> rows = profile_rows(plans, measured, simulated);
   std::cout << "\npredicted from the profile alone (no fitted factor: every plan is held out):\n"
-            << format_validation(profile_rows(plans, measured, simulated));
+            << format_validation(rows);
   if (config.exec.device == ExecDevice::CUDA)  // on a CPU the host runs the work: every plan would be "paced"
     std::cout << "\n" << format_host_queuing(plans, measured, combine_rounds(queued).median_s);
   if (a.rounds > 1) {
@@ -62,6 +63,13 @@ int run_validate(const ValidateArgs& a) {
                 "most (%s)\n",
                 a.rounds, 100 * median(combined.spread), 100 * *worst,
                 plans[static_cast<std::size_t>(worst - combined.spread.begin())].name.c_str());
+    // An error smaller than the measurements' own disagreement is noise,
+    // not the model's: said, so that nobody tunes the model to it.
+    const double error = mape(rows), noise = median(combined.spread);
+    if (noise > error)
+      std::printf("warning: the passes disagree (%.1f%%, median over plans) more than the error above (MAPE %.1f%%): "
+                  "this machine was too noisy to tell how good the prediction is; validate again on a quiet one\n",
+                  100 * noise, 100 * error);
   }
   if (!a.fit_factors) return 0;
   const FactorFit fit = fit_group_factors(plans, measured, simulated);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -496,13 +497,14 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
                   (dev.is_cuda() ? " (" + std::to_string(at::getNumGPUs()) + " GPU(s) visible)" : std::string()) +
                   ", " + to_string(c.training.precision) + ", libtorch " + TORCH_VERSION + ", " +
                   std::to_string(threads) + " intra-op threads, BLAS " + blas_library().name;
-  p.model = profile_model(c.model);
+  p.model = profile_model(c);
   log("a run's start and AutoCache's probe set-up on " + dev.str() + "...");
   // As a run meets them: model work on a stage worker, this thread on one
   // intra-op thread (as Trainer's), so that no second OpenMP team beside
   // the worker's stops libgomp spinning (the probe ran 24-32% slower here
   // than in a run on a 2-core CPU).
   compat::set_thread_count(1);
+  const SettledTimings settled;  // this thread's medians repeat until they settle
   profile_device_context(dev, p);
   const std::vector<std::int64_t> row_shape = profile_run_start(c, o, dev, p);
   compat::set_thread_count(threads);  // the rest runs on this thread
@@ -519,6 +521,14 @@ Profile profile_executor(const Config& c, const ProfileOptions& o) {
   profile_optimizer(c, o, dev, p);
   log("state pack and unpack...");
   profile_state_transfer(c, o, p);
+  const TimingSpread& spread = settled.spread();
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "timings: %d medians, %d of them spread more than %.0f%% (interquartile range over the median) "
+                "after up to %dx the repeats; the largest spread %.0f%%%s",
+                spread.medians, spread.unsettled, 100 * kSettledSpread, kMaxRunsFactor, 100 * spread.worst,
+                spread.unsettled ? ": this machine is noisy, the fits below say how much it shows" : "");
+  log(buf);
   return p;
 }
 

@@ -6,7 +6,9 @@
 // the work.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <vector>
 
 #include "exec/torch_compat.hpp"
@@ -40,8 +42,47 @@ double seconds_of(const c10::Device& device, Run&& run) {
   return std::chrono::duration<double>(marks.times().back() - empty.host).count();
 }
 
+// Timings that know when they cannot be trusted (`profile`): while a
+// SettledTimings lives on a thread, each median taken there takes more
+// timed runs, up to kMaxRunsFactor x `runs`, until their interquartile
+// range is within kSettledSpread of the median, and the medians that never
+// settle are counted. Per thread: ranks timed as threads (a collective)
+// must take the same number of runs.
+inline constexpr double kSettledSpread = 0.10;
+inline constexpr int kMaxRunsFactor = 4;
+struct TimingSpread {
+  int medians = 0, unsettled = 0;
+  double worst = 0;  // the largest spread left (IQR / median)
+};
+inline thread_local TimingSpread* settling = nullptr;
+class SettledTimings {
+ public:
+  SettledTimings() { settling = &spread_; }
+  ~SettledTimings() { settling = nullptr; }
+  SettledTimings(const SettledTimings&) = delete;
+  SettledTimings& operator=(const SettledTimings&) = delete;
+  [[nodiscard]] const TimingSpread& spread() const { return spread_; }
+
+ private:
+  TimingSpread spread_;
+};
+
+// (q3 - q1) / median of `t` (linear interpolation between order statistics).
+inline double relative_spread(std::vector<double> t) {
+  if (t.size() < 2) return 0;
+  std::sort(t.begin(), t.end());
+  const auto q = [&](double f) {
+    const double x = f * static_cast<double>(t.size() - 1);
+    const auto i = static_cast<std::size_t>(x);
+    return i + 1 < t.size() ? t[i] + (x - static_cast<double>(i)) * (t[i + 1] - t[i]) : t[i];
+  };
+  const double mid = q(0.5);
+  return mid > 0 ? (q(0.75) - q(0.25)) / mid : 0;
+}
+
 // `prepare` untimed, then `timed()` (its seconds), kWarmupRuns + `runs`
-// times (at least one timed): the median of the timed ones.
+// times (at least one timed), more while settling (above): the median of
+// the timed ones.
 template <class Prepare, class Timed>
 double median_of_runs(int runs, Prepare&& prepare, Timed&& timed) {
   std::vector<double> t;
@@ -49,6 +90,18 @@ double median_of_runs(int runs, Prepare&& prepare, Timed&& timed) {
     prepare();
     const double s = timed();
     if (i >= kWarmupRuns) t.push_back(s);
+  }
+  if (TimingSpread* s = settling) {
+    const auto cap = static_cast<std::size_t>(kMaxRunsFactor * std::max(1, runs));
+    double spread = relative_spread(t);
+    while (spread > kSettledSpread && t.size() < cap) {
+      prepare();
+      t.push_back(timed());
+      spread = relative_spread(t);
+    }
+    ++s->medians;
+    if (spread > kSettledSpread) ++s->unsettled;
+    s->worst = std::max(s->worst, spread);
   }
   return median(std::move(t));
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 
@@ -284,6 +285,44 @@ double FittedCostModel::grad_norms_s(double params) const {
   return affine_or(fits_.grad_norms, params, [] { return 0.0; });
 }
 
+namespace {
+
+// Every term in the report's order: its fit, or nullptr where no sample
+// fits it ("compute */forward_again" times as forward; "gradient norms"
+// are inside the optimizer step; the others the fallback times).
+void each_term(const FittedCoefficients& fits, const std::function<void(const std::string&, const LinearFit*)>& f) {
+  for (const auto& per_kind : fits.compute)
+    for (const LinearFit& fit : per_kind)
+      if (!fit.name.empty()) f(fit.name, &fit);
+  if (!fits.forward_again) f("compute */forward_again", nullptr);
+  f("p2p", fits.p2p ? &*fits.p2p : nullptr);
+  f("allreduce", fits.allreduce ? &*fits.allreduce : nullptr);
+  for (CacheTier tier : {CacheTier::HostMemory, CacheTier::Disk})
+    for (CacheOp op : {CacheOp::Read, CacheOp::Write}) {
+      const auto& fit = fits.cache_fit(tier, op);
+      f("cache " + tier_name(tier) + "/" + op_name(op), fit ? &*fit : nullptr);
+    }
+  f("optimizer", fits.optimizer ? &*fits.optimizer : nullptr);
+  f("gradient norms", fits.grad_norms ? &*fits.grad_norms : nullptr);
+}
+
+bool timed_by_fallback(const std::string& term) { return term != "compute */forward_again" && term != "gradient norms"; }
+
+}  // namespace
+
+std::vector<std::string> FittedCostModel::cautions() const {
+  std::vector<std::string> out;
+  each_term(fits_, [&](const std::string& name, const LinearFit* f) {
+    if (!f && timed_by_fallback(name))
+      out.push_back(name + ": no samples in the profile: timed by the " + fallback_.name() + " model");
+    if (f && f->rms_rel_residual > kTrustedRmsRelResidual)
+      out.push_back(name + ": its fit (" + f->form + ") misses its samples by " + sci(100 * f->rms_rel_residual) +
+                    "% rms (R^2 " + sci(f->r2) + "), more than the " + sci(100 * kTrustedRmsRelResidual) +
+                    "% a fit is trusted within: the samples disagree (a noisy machine?); profile again on a quiet one");
+  });
+  return out;
+}
+
 std::string FittedCostModel::describe() const {
   std::string out = "fitted cost model\n";
   out += "  environment: " + (environment_.empty() ? std::string("(not given)") : environment_) + "\n";
@@ -293,29 +332,18 @@ std::string FittedCostModel::describe() const {
   constexpr std::size_t w_term = 34, w_form = 28, w_num = 11, w_n = 4, w_stat = 9;
   out += "  " + pad("term", w_term) + pad("form", w_form) + pad("a", w_num) + pad("c", w_num) +
          pad("n", w_n) + pad("R^2", w_stat) + pad("rms rel", w_stat) + "max rel\n";
-  const auto row = [&](const LinearFit& f) {
-    out += "  " + pad(f.name, w_term) + pad(f.form, w_form) + pad(sci(f.a), w_num) +
-           pad(sci(f.c) + (f.clamped ? "*" : ""), w_num) + pad(std::to_string(f.samples), w_n) +
-           pad(sci(f.r2), w_stat) + pad(sci(f.rms_rel_residual), w_stat) + sci(f.max_rel_residual) +
-           "\n";
-  };
-  const auto fallback_row = [&](const std::string& name) {
-    out += "  " + pad(name, w_term) + "no samples: " + fallback_.name() + " model\n";
-  };
-  for (const auto& per_kind : fits_.compute)
-    for (const LinearFit& f : per_kind)
-      if (!f.name.empty()) row(f);
-  if (!fits_.forward_again) out += "  " + pad("compute */forward_again", w_term) + "no samples: forward\n";
-  fits_.p2p ? row(*fits_.p2p) : fallback_row("p2p");
-  fits_.allreduce ? row(*fits_.allreduce) : fallback_row("allreduce");
-  for (CacheTier tier : {CacheTier::HostMemory, CacheTier::Disk})
-    for (CacheOp op : {CacheOp::Read, CacheOp::Write}) {
-      const auto& f = fits_.cache_fit(tier, op);
-      f ? row(*f) : fallback_row("cache " + tier_name(tier) + "/" + op_name(op));
+  each_term(fits_, [&](const std::string& name, const LinearFit* f) {
+    if (f) {
+      out += "  " + pad(f->name, w_term) + pad(f->form, w_form) + pad(sci(f->a), w_num) +
+             pad(sci(f->c) + (f->clamped ? "*" : ""), w_num) + pad(std::to_string(f->samples), w_n) +
+             pad(sci(f->r2), w_stat) + pad(sci(f->rms_rel_residual), w_stat) + sci(f->max_rel_residual) + "\n";
+      return;
     }
-  fits_.optimizer ? row(*fits_.optimizer) : fallback_row("optimizer");
-  if (fits_.grad_norms) row(*fits_.grad_norms);
-  else out += "  " + pad("gradient norms", w_term) + "no samples: inside the optimizer step\n";
+    const std::string instead = name == "gradient norms"            ? "inside the optimizer step"
+                                : name == "compute */forward_again" ? "forward"
+                                                                    : fallback_.name() + " model";
+    out += "  " + pad(name, w_term) + "no samples: " + instead + "\n";
+  });
 
   // Derived quantities a reader checks first against the hardware's sheet.
   const auto bandwidth = [](const LinearFit& f) {

@@ -127,6 +127,11 @@ class FittedCostModel final : public CostModel {
   // number of samples, R², RMS and max relative residual, or the fallback
   // that stands in; then the measured transitions.
   [[nodiscard]] std::string describe() const;
+  // What a user of this model must know, one line each: the terms no
+  // sample times (the fallback's), and the fits whose samples their form
+  // explains worse than kTrustedRmsRelResidual (rms relative residual).
+  static constexpr double kTrustedRmsRelResidual = 0.25;
+  [[nodiscard]] std::vector<std::string> cautions() const;
 
  private:
   [[nodiscard]] double compute_s(const Sublayer&, ComputeOp, int samples) const;

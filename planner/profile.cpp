@@ -33,6 +33,17 @@ std::string found_text(const json& v) {
   return s;
 }
 
+// The physical ranges of a profile's values.
+struct Limit {
+  double at_most;
+  const char* text;
+  const char* why;
+};
+constexpr Limit kSeconds{3600, "3600", "one measured operation; an hour is beyond any"};
+constexpr Limit kBytes{1e15, "1e15", "a petabyte"};
+constexpr Limit kParams{1e13, "1e13", "ten trillion parameters"};
+constexpr Limit kTransitionSeconds{1e6, "1e6", "eleven days: a petabyte's cache file is made in two"};
+
 // One JSON value and the path that reached it, for the error messages.
 class Node {
  public:
@@ -84,13 +95,15 @@ class Node {
     throw error("one of " + list);
   }
 
-  // > 0 (`positive`) or >= 0; JSON cannot hold NaN or infinity, but a
-  // literal like 1e999 parses to infinity.
-  [[nodiscard]] double number(bool positive) const {
-    const char* expected = positive ? "a number > 0" : "a number >= 0";
+  // > 0 (`positive`) or >= 0, and at most `limit` (a physical bound: a
+  // measurement beyond is a damaged file, and would give totals of 1e33 s);
+  // JSON cannot hold NaN or infinity, but a literal like 1e999 parses to
+  // infinity.
+  [[nodiscard]] double number(bool positive, const Limit& limit) const {
+    const std::string expected = std::string(positive ? "a number > 0" : "a number >= 0") + " and <= " + limit.text + " (" + limit.why + ")";
     if (!value_.is_number()) throw error(expected);
     const double v = value_.get<double>();
-    if (!std::isfinite(v) || (positive ? !(v > 0) : !(v >= 0))) throw error(expected);
+    if (!std::isfinite(v) || (positive ? !(v > 0) : !(v >= 0)) || v > limit.at_most) throw error(expected);
     return v;
   }
 
@@ -187,32 +200,32 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
     n.require_object({"sublayer_kind", "op", "samples", "seconds"});
     p.compute.push_back({n["sublayer_kind"].one_of({"stem", "attention", "mlp", "head"}),
                          n["op"].one_of(kComputeOps),
-                         n["samples"].integer_at_least(1), n["seconds"].number(true)});
+                         n["samples"].integer_at_least(1), n["seconds"].number(true, kSeconds)});
   });
   if (j.contains("model_chain"))
     root["model_chain"].for_each(false, [&](const Node& n) {
       n.require_object({"op", "samples", "seconds"});
       p.model_chain.push_back({n["op"].one_of(kComputeOps),
-                               n["samples"].integer_at_least(1), n["seconds"].number(true)});
+                               n["samples"].integer_at_least(1), n["seconds"].number(true, kSeconds)});
     });
   root["p2p"].for_each(false, [&](const Node& n) {
     n.require_object({"bytes", "seconds"});
-    p.p2p.push_back({n["bytes"].number(false), n["seconds"].number(true)});
+    p.p2p.push_back({n["bytes"].number(false, kBytes), n["seconds"].number(true, kSeconds)});
   });
   root["allreduce"].for_each(false, [&](const Node& n) {
     n.require_object({"bytes", "ranks", "seconds"});
     p.allreduce.push_back(
-        {n["bytes"].number(false), n["ranks"].integer_at_least(1), n["seconds"].number(true)});
+        {n["bytes"].number(false, kBytes), n["ranks"].integer_at_least(1), n["seconds"].number(true, kSeconds)});
   });
   root["cache"].for_each(false, [&](const Node& n) {
     n.require_object({"tier", "op", "bytes", "seconds"});
     p.cache.push_back({n["tier"].one_of({"host", "disk"}), n["op"].one_of({"read", "write"}),
-                       n["bytes"].number(false), n["seconds"].number(true)});
+                       n["bytes"].number(false, kBytes), n["seconds"].number(true, kSeconds)});
   });
   const auto per_params = [&](const char* key, std::vector<OptimizerSample>& out) {
     root[key].for_each(false, [&](const Node& n) {
       n.require_object({"params", "seconds"});
-      out.push_back({n["params"].number(false), n["seconds"].number(true)});
+      out.push_back({n["params"].number(false, kParams), n["seconds"].number(true, kSeconds)});
     });
   };
   per_params("optimizer", p.optimizer);
@@ -221,31 +234,32 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
     n.require_object({"what", "ranks", "bytes", "seconds"});
     // 0 s is a measurement: one-off work that cost nothing measurable.
     p.transitions.push_back({n["what"].text(false), n["ranks"].integer_at_least(1),
-                             n["bytes"].number(false), n["seconds"].number(false)});
+                             n["bytes"].number(false, kBytes), n["seconds"].number(false, kTransitionSeconds)});
   });
   if (j.contains("cache_probes"))
     root["cache_probes"].for_each(false, [&](const Node& n) {
       n.require_object({"frozen_layers", "samples", "seconds"});
       p.cache_probes.push_back(
-          {n["frozen_layers"].integer_at_least(1), n["samples"].integer_at_least(1), n["seconds"].number(true)});
+          {n["frozen_layers"].integer_at_least(1), n["samples"].integer_at_least(1), n["seconds"].number(true, kSeconds)});
     });
   return p;
 }
 
-std::string profile_model(const ModelConfig& m) {
+std::string profile_model(const Config& c) {
+  const ModelConfig& m = c.model;
   return to_string(m.family) + " L=" + std::to_string(m.num_hidden_layers) + " H=" + std::to_string(m.hidden_size) +
          " heads=" + std::to_string(m.num_attention_heads) + " I=" + std::to_string(m.intermediate_size) +
          (m.family == ModelFamily::ViT ? " image=" + std::to_string(m.image_size) + "/" + std::to_string(m.patch_size)
-                                       : " seq=" + std::to_string(m.seq_length));
+                                       : " seq=" + std::to_string(m.seq_length)) +
+         ", " + to_string(c.training.precision) + " on " + to_string(c.exec.device);
 }
 
-void check_profile_model(const Profile& p, const std::string& profile_source, const ModelConfig& model,
-                         const std::string& config_source) {
-  const std::string want = profile_model(model);
+void check_profile_model(const Profile& p, const std::string& profile_source, const Config& config) {
+  const std::string want = profile_model(config);
   if (p.model != want)
-    throw Error(profile_source + ": the profile was recorded on model '" + p.model + "', but " + config_source +
-                " has model '" + want + "': its compute timings do not hold for another model (profile this one: "
-                "elasticpipe profile " + config_source + ")");
+    throw Error(profile_source + ": the profile was recorded on '" + p.model + "', but " + config.source +
+                " trains '" + want + "': its timings do not hold for another model, precision or device (profile "
+                "this one: elasticpipe profile " + config.source + ")");
 }
 
 void check_profile(const Profile& p, const std::string& source) {

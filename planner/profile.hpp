@@ -148,17 +148,17 @@ inline constexpr const char* kDeviceContextWhat = "device_context";
 // (CostModel::freeze_warmup_s).
 inline constexpr const char* kFreezeWarmupWhat = "freeze_warmup";
 
-struct ModelConfig;  // planner/config.hpp
+struct Config;  // planner/config.hpp
 
-// How a profile names the model it was recorded on (Profile::model): the
-// family and the shapes its compute timings depend on, e.g.
-// "vit L=4 H=64 heads=4 I=256 image=32/8".
-[[nodiscard]] std::string profile_model(const ModelConfig&);
-// A profile's compute fits hold for the model it was recorded on only (a
-// fitted model would otherwise time another model with them): throws
-// ep::Error naming both files and both models when `model` is another.
-void check_profile_model(const Profile&, const std::string& profile_source, const ModelConfig& model,
-                         const std::string& config_source);
+// How a profile names what it was recorded on (Profile::model): the model
+// family and the shapes its compute timings depend on, the precision and
+// the device, e.g. "vit L=4 H=64 heads=4 I=256 image=32/8, fp32 on cpu".
+[[nodiscard]] std::string profile_model(const Config&);
+// A profile's compute fits hold for what it was recorded on only (a fitted
+// model would otherwise time another model, precision or device with
+// them): throws ep::Error naming both files and both when `config` trains
+// another.
+void check_profile_model(const Profile&, const std::string& profile_source, const Config& config);
 
 [[nodiscard]] nlohmann::json to_json(const Profile&);
 // `source` prefixes every error (a file path, or "profile" for one built in

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 
 #include "planner/error.hpp"
@@ -124,15 +125,18 @@ std::optional<double> relative_error(double a, double b) {
 
 }  // namespace
 
-TraceDiff diff_traces(const Trace& first, const Trace& second) {
+TraceDiff diff_traces(const Trace& first, const Trace& second, bool any_workload) {
   // Nothing to compare is refused rather than reported as no error.
-  const auto model = [](const Trace& t) {
-    const auto it = t.metadata.find("model");
+  const auto meta = [](const Trace& t, const char* key) {
+    const auto it = t.metadata.find(key);
     return it == t.metadata.end() ? std::string() : it->second;
   };
-  if (!model(first).empty() && !model(second).empty() && model(first) != model(second))
-    throw Error("the traces are of different models: the first of '" + model(first) + "', the second of '" +
-                model(second) + "'");
+  for (const char* key : {"model", "workload", "batch_size"}) {
+    const std::string a = meta(first, key), b = meta(second, key);
+    if (a.empty() || b.empty() || a == b || (any_workload && std::string_view(key) != "model")) continue;
+    throw Error(std::string("the traces are of different workloads: ") + key + " '" + a + "' in the first, '" + b +
+                "' in the second" + (std::string_view(key) == "model" ? "" : " (--any-workload compares them all the same)"));
+  }
   const auto a = mean_durations(first), b = mean_durations(second);
   for (const auto& [which, m] : {std::pair{"first", &a}, std::pair{"second", &b}})
     if (m->empty()) throw Error(std::string("the ") + which + " trace has no GPU spans to compare (an empty trace)");

@@ -47,9 +47,10 @@ struct TraceDiff {
 };
 
 // Throws ep::Error when there is nothing to compare: a trace without GPU
-// spans, traces of different models (metadata "model"), or no action in
-// common.
-[[nodiscard]] TraceDiff diff_traces(const Trace& first, const Trace& second);
+// spans, traces of different workloads (metadata "model", "workload" and
+// "batch_size", unless `any_workload`: an action's time depends on them),
+// or no action in common.
+[[nodiscard]] TraceDiff diff_traces(const Trace& first, const Trace& second, bool any_workload = false);
 // A table for the terminal.
 [[nodiscard]] std::string format_diff(const TraceDiff&, const Trace& first, const Trace& second);
 

@@ -330,7 +330,7 @@ TEST_CASE("fitting refuses profiles that cannot determine the model", "[profile]
     Profile p = good;
     p.compute[2].seconds = 0;
     CHECK_THAT(test::error_of([&] { FittedCostModel f(p, truth); }),
-               Catch::Contains("profile: compute[2].seconds: expected a number > 0, found 0"));
+               Catch::Contains("profile: compute[2].seconds: expected a number > 0 and <= 3600 (one measured operation; an hour is beyond any), found 0"));
     p = good;
     p.cache[1].tier = "ssd";
     CHECK_THAT(test::error_of([&] { FittedCostModel f(p, truth); }),
@@ -460,15 +460,19 @@ TEST_CASE("the gradients' norms cost a step only where the freeze policy reads t
 TEST_CASE("malformed profiles are refused naming path, expected and found", "[profile]") {
   using Catch::Contains;
   CHECK_THAT(parse_error([](json& j) { j["compute"][3]["seconds"] = "abc"; }),
-             Contains("p.json: compute[3].seconds: expected a number > 0, found \"abc\""));
+             Contains("p.json: compute[3].seconds: expected a number > 0 and <= 3600 (one measured operation; an hour is beyond any), found \"abc\""));
   CHECK_THAT(parse_error([](json& j) { j["compute"][0]["seconds"] = 0; }),
-             Contains("compute[0].seconds: expected a number > 0, found 0"));
+             Contains("compute[0].seconds: expected a number > 0 and <= 3600 (one measured operation; an hour is beyond any), found 0"));
   CHECK_THAT(parse_error([](json& j) { j["p2p"][1]["seconds"] = -1e-3; }),
-             Contains("p2p[1].seconds: expected a number > 0, found -0.001"));
+             Contains("p2p[1].seconds: expected a number > 0 and <= 3600 (one measured operation; an hour is beyond any), found -0.001"));
   CHECK_THAT(parse_error([](json& j) { j["p2p"][0]["bytes"] = -1; }),
-             Contains("p2p[0].bytes: expected a number >= 0, found -1"));
+             Contains("p2p[0].bytes: expected a number >= 0 and <= 1e15 (a petabyte), found -1"));
   CHECK_THAT(parse_error([](json& j) { j["cache"][2]["bytes"] = nullptr; }),
-             Contains("cache[2].bytes: expected a number >= 0, found null"));
+             Contains("cache[2].bytes: expected a number >= 0 and <= 1e15 (a petabyte), found null"));
+  // Beyond physics: a damaged number, not a slow machine.
+  CHECK_THAT(parse_error([](json& j) { j["optimizer"][0]["seconds"] = 1e30; }),
+             Contains("optimizer[0].seconds: expected a number > 0 and <= 3600") && Contains("found 1e+30"));
+  CHECK_THAT(parse_error([](json& j) { j["p2p"][0]["bytes"] = 1e300; }), Contains("p2p[0].bytes: expected"));
   CHECK_THAT(parse_error([](json& j) { j["compute"][1]["samples"] = 2.5; }),
              Contains("compute[1].samples: expected an integer >= 1, found 2.5"));
   CHECK_THAT(parse_error([](json& j) { j["compute"][1]["samples"] = 0; }),
@@ -519,7 +523,7 @@ TEST_CASE("malformed profiles are refused naming path, expected and found", "[pr
   CHECK_THAT(parse_error([](json& j) { j["cache_probes"] = json::array({{{"frozen_layers", 0}, {"samples", 8}, {"seconds", 1}}}); }),
              Contains("cache_probes[0].frozen_layers: expected an integer >= 1, found 0"));
   CHECK_THAT(parse_error([](json& j) { j["cache_probes"] = json::array({{{"frozen_layers", 2}, {"samples", 8}, {"seconds", 0}}}); }),
-             Contains("cache_probes[0].seconds: expected a number > 0, found 0"));
+             Contains("cache_probes[0].seconds: expected a number > 0 and <= 3600 (one measured operation; an hour is beyond any), found 0"));
   CHECK_THAT(parse_error([](json& j) { j["cache_probes"] = json::array({{{"frozen_layers", 2}, {"seconds", 1}}}); }),
              Contains("cache_probes[0].samples: expected a value"));
   CHECK_THAT(parse_error([](json& j) { j = json::array({1, 2}); }),
@@ -555,20 +559,26 @@ TEST_CASE("a profile recorded on another model is refused, naming both", "[profi
   const Config vit = test::paper_config("vit_imagenet");
   const Config bert = test::paper_config("bert_large_squad");
   Profile p;
-  p.model = profile_model(vit.model);
-  CHECK(p.model == "vit L=12 H=768 heads=12 I=3072 image=224/16");
-  CHECK_NOTHROW(check_profile_model(p, "vit.json", vit.model, "vit.toml"));
+  p.model = profile_model(vit);
+  CHECK(p.model == "vit L=12 H=768 heads=12 I=3072 image=224/16, fp32 on cpu");
+  CHECK_NOTHROW(check_profile_model(p, "vit.json", vit));
   try {
-    check_profile_model(p, "vit.json", bert.model, "bert.toml");
+    check_profile_model(p, "vit.json", bert);
     FAIL("a ViT profile was accepted for BERT-Large");
   } catch (const Error& e) {
     const std::string msg = e.what();
     CHECK(msg.rfind("vit.json: ", 0) == 0);
-    CHECK(msg.find("'vit L=12 H=768 heads=12 I=3072 image=224/16'") != std::string::npos);
-    CHECK(msg.find("bert.toml has model 'bert L=24 H=1024") != std::string::npos);
+    CHECK(msg.find("'vit L=12 H=768 heads=12 I=3072 image=224/16, fp32 on cpu'") != std::string::npos);
+    CHECK(msg.find(bert.source + " trains 'bert L=24 H=1024") != std::string::npos);
   }
   // Another shape of the same family is another model too.
-  ModelConfig wider = vit.model;
-  wider.hidden_size = 1024;
-  CHECK_THROWS_AS(check_profile_model(p, "vit.json", wider, "wide.toml"), Error);
+  Config wider = vit;
+  wider.model.hidden_size = 1024;
+  CHECK_THROWS_AS(check_profile_model(p, "vit.json", wider), Error);
+  // A CPU fp32 profile times no CUDA bf16 training.
+  Config gpu = vit;
+  gpu.exec.device = ExecDevice::CUDA;
+  gpu.training.precision = Precision::BF16;
+  CHECK_THROWS_WITH(check_profile_model(p, "vit.json", gpu), Catch::Contains("trains 'vit L=12 H=768 heads=12 I=3072 "
+                                                                            "image=224/16, bf16 on cuda'"));
 }

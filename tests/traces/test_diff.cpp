@@ -109,10 +109,20 @@ TEST_CASE("diff refuses traces with nothing to compare instead of reporting no e
   Trace vit = run(1, 1e-3), bert = run(1, 1e-3);
   vit.metadata["model"] = "vit L=12";
   bert.metadata["model"] = "bert L=24";
-  CHECK_THROWS_WITH(diff_traces(vit, bert), Contains("different models") && Contains("'vit L=12'") &&
+  CHECK_THROWS_WITH(diff_traces(vit, bert), Contains("different workloads: model") && Contains("'vit L=12'") &&
                                                  Contains("'bert L=24'"));
+  CHECK_THROWS(diff_traces(vit, bert, true));  // another family is never alike
   bert.metadata["model"] = "vit L=12";
   CHECK_NOTHROW(diff_traces(vit, bert));
+  // Another size or batch: refused unless asked.
+  vit.metadata["workload"] = "hidden 512, intermediate 2048, heads 8, tokens 65, fp32";
+  bert.metadata["workload"] = "hidden 64, intermediate 256, heads 2, tokens 65, fp32";
+  CHECK_THROWS_WITH(diff_traces(vit, bert), Contains("workload 'hidden 512") && Contains("--any-workload"));
+  bert.metadata["workload"] = vit.metadata["workload"];
+  vit.metadata["batch_size"] = "256";
+  bert.metadata["batch_size"] = "64";
+  CHECK_THROWS_WITH(diff_traces(vit, bert), Contains("batch_size '256' in the first, '64' in the second"));
+  CHECK_NOTHROW(diff_traces(vit, bert, true));
   Trace other = run(1, 1e-3);
   for (Event& e : other.events) e.plan_id = 7;  // another run's plans: nothing in common
   CHECK_THROWS_WITH(diff_traces(run(1, 1e-3), other), Contains("no action of the first trace matches"));

@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "cli/common.hpp"
 #include "planner/error.hpp"
@@ -30,6 +33,27 @@ int hand_over(char** argv) {
               "): build with -DELASTICPIPE_EXEC=ON (LibTorch)");
 }
 
+// OpenMP reads OMP_NUM_THREADS when LibTorch loads and, given a value it
+// cannot use, warns on stderr and runs on its own default: refused here,
+// before it loads.
+void check_thread_env() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (!v) return;
+  const std::string text = v;
+  bool ok = !text.empty();
+  for (std::size_t i = 0, start = 0; ok && i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') {
+      ok = std::isdigit(static_cast<unsigned char>(text[i])) && i - start < 6;
+      continue;
+    }
+    ok = i > start && std::stol(text.substr(start, i - start)) >= 1;
+    start = i + 1;
+  }
+  if (!ok)
+    throw Error("environment variable OMP_NUM_THREADS: expected a positive number of threads (or a list of them, "
+                "one per nesting level), or unset, found '" + text + "'");
+}
+
 // Runs `cmd` here as far as its input goes: the config with its overrides
 // (and `also` on it), then hands it over. elasticpipe-exec loads the same
 // files again; they are small and bounded.
@@ -38,6 +62,7 @@ Command handed_over(CLI::App* cmd, std::shared_ptr<const ExecArgs> a,
   return {cmd, [a = std::move(a), also = std::move(also)](int, char** argv) {
             const Config config = load_config(a->config, a->overrides);
             check_runnable_here(config);
+            check_thread_env();
             if (also) also(config);
             return hand_over(argv);
           }};
@@ -60,7 +85,9 @@ CLI::App* add_train_options(CLI::App& app, TrainArgs& a) {
       ->check(in_range(1, kMaxLocalProcesses,
                        "each rank is a LibTorch process with its own threads and memory; a larger job spans "
                        "machines: use torchrun or mpirun"));
-  cmd->add_option("--resume", a.resume, "Continue from a checkpoint directory (e.g. OUT/checkpoints)")
+  cmd->add_option("--resume", a.resume,
+                  "Continue from a checkpoint directory (e.g. OUT/checkpoints); auto: from OUT/checkpoints when it "
+                  "holds one, else from the beginning (for a launcher's restarts)")
       ->check(non_empty("a checkpoint directory"));
   return cmd;
 }

@@ -20,10 +20,13 @@ struct ExecArgs {
   std::vector<std::string> overrides;
 };
 
+// --resume auto: the run's own last checkpoint, where there is one.
+inline constexpr const char* kResumeAuto = "auto";
+
 struct TrainArgs : ExecArgs {
   std::string out;
   int nproc = 0;
-  std::string resume;
+  std::string resume;  // a checkpoint directory, or kResumeAuto
 };
 
 struct ProfileArgs : ExecArgs {

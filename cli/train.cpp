@@ -170,6 +170,17 @@ int run_train(const TrainArgs& a, int argc, char** argv) {
   opt.out_dir = out;
   opt.process = env;
   opt.resume = a.resume;
+  if (a.resume == kResumeAuto) {
+    // A launcher's restart (torchrun --max-restarts) runs the same command
+    // again: it continues from the run's last checkpoint, where there is one.
+    std::error_code ec;
+    const std::string dir = (std::filesystem::path(out) / "checkpoints").string();
+    opt.resume = std::filesystem::exists(std::filesystem::path(dir) / "latest", ec) ? dir : "";
+    if (env.rank == 0)
+      std::cout << (opt.resume.empty() ? "--resume auto: no checkpoint in " + dir + " yet, starting from the beginning"
+                                       : "--resume auto: continuing from " + dir)
+                << std::endl;
+  }
   if (env.rank == 0) {
     opt.progress = progress_bar("training");
     opt.log = [](const std::string& line) { std::cout << line << std::endl; };

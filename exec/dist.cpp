@@ -186,6 +186,11 @@ Dist::Dist(const ProcessEnv& env, std::chrono::milliseconds timeout)
     o.timeout = timeout;
     impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
   });
+  // Under torchrun the store is its agent's, kept across the restarts it
+  // makes (--max-restarts): each attempt's keys apart, or a restarted job
+  // would meet the addresses the failed attempt's ranks published.
+  if (const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT"); attempt && *attempt)
+    impl_->store = c10::make_intrusive<c10d::PrefixStore>("attempt-" + std::string(attempt), impl_->store);
   impl_->device = gloo_device(env);
   checked(env.rank, "building the message group of " + std::to_string(env.world_size) + " ranks", [&] {
     impl_->message = gloo_group(impl_->store, "message", env.rank, env.world_size, impl_->device, timeout);
@@ -219,6 +224,20 @@ nlohmann::json Dist::control(const std::string& key, const nlohmann::json& value
 void Dist::barrier(const std::string& what) {
   checked(rank(), "barrier (" + what + ") of all " + std::to_string(world_size()) + " ranks",
           [&] { impl_->message->barrier()->wait(); });
+}
+
+std::vector<std::int64_t> Dist::all_gather(std::span<const std::int64_t> mine, const std::string& what) {
+  std::vector<std::int64_t> out;
+  checked(rank(), what + " of all " + std::to_string(world_size()) + " ranks", [&] {
+    const auto n = static_cast<std::int64_t>(mine.size());
+    std::vector<at::Tensor> in{at::empty({n}, at::kLong)};
+    std::copy(mine.begin(), mine.end(), in[0].data_ptr<std::int64_t>());
+    std::vector<std::vector<at::Tensor>> all(1);
+    for (int r = 0; r < world_size(); ++r) all[0].push_back(at::empty({n}, at::kLong));
+    impl_->message->allgather(all, in)->wait();
+    for (const at::Tensor& t : all[0]) out.insert(out.end(), t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + n);
+  });
+  return out;
 }
 
 void Dist::send_bytes(std::span<const std::uint8_t> bytes, int dst, int tag, const std::string& what) {

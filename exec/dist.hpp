@@ -51,6 +51,8 @@ class Dist final : public GradientReducer {
 
   // Static group: all ranks.
   void barrier(const std::string& what);
+  // Every rank's `mine` (the same length on every rank), rank by rank.
+  [[nodiscard]] std::vector<std::int64_t> all_gather(std::span<const std::int64_t> mine, const std::string& what);
   void send_bytes(std::span<const std::uint8_t> bytes, int dst, int tag, const std::string& what);
   [[nodiscard]] std::vector<std::uint8_t> recv_bytes(int src, int tag, const std::string& what);
 

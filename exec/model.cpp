@@ -1,10 +1,13 @@
 #include "exec/model.hpp"
 
+#include "exec/crc32.hpp"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -203,7 +206,9 @@ class BertHead final : public Sublayer {
   }
 };
 
-constexpr char kWeightsMagic[8] = {'E', 'P', 'W', 'E', 'I', 'G', 'H', 'T'};
+// Version 1 (no checksum) is still read; version 2 closes with a CRC-32.
+constexpr char kWeightsMagicV1[8] = {'E', 'P', 'W', 'E', 'I', 'G', 'H', 'T'};
+constexpr char kWeightsMagic[8] = {'E', 'P', 'W', 'E', 'I', 'G', 'H', '2'};
 
 }  // namespace
 
@@ -264,12 +269,16 @@ std::vector<NamedTensor> Model::named_params() const {
   return all;
 }
 
-// Layout (little-endian): "EPWEIGHT", u64 count, then per parameter:
-// u32 name length, name bytes, u32 ndim, i64 dims[ndim], f32 values.
+// Layout (little-endian): "EPWEIGH2", u64 count, then per parameter:
+// u32 name length, name bytes, u32 ndim, i64 dims[ndim], f32 values; then
+// a u32 CRC-32 of everything before it. "EPWEIGHT" (version 1) is the same
+// without the CRC.
 void Model::save(const std::string& path) const {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw Error(path + ": cannot open for writing");
-  const auto put = [&](const void* p, std::size_t n) { out.write(static_cast<const char*>(p), static_cast<std::streamsize>(n)); };
+  std::vector<std::uint8_t> bytes;
+  const auto put = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::uint8_t*>(p);
+    bytes.insert(bytes.end(), b, b + n);
+  };
   const std::vector<NamedTensor> all = named_params();
   const std::uint64_t count = all.size();
   put(kWeightsMagic, sizeof kWeightsMagic);
@@ -284,6 +293,11 @@ void Model::save(const std::string& path) const {
     put(t.sizes().data(), ndim * sizeof(std::int64_t));
     put(t.data_ptr<float>(), t.numel() * sizeof(float));
   }
+  const std::uint32_t crc = crc32_of(bytes.data(), bytes.size());
+  put(&crc, sizeof crc);
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw Error(path + ": cannot open for writing");
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out) throw Error(path + ": write failed");
 }
@@ -300,7 +314,7 @@ void Model::check_keep(const std::vector<std::string>& keep) const {
     }
 }
 
-void Model::load(const std::string& path, const std::vector<std::string>& keep) {
+bool Model::load(const std::string& path, const std::vector<std::string>& keep) {
   const auto kept = [&](const std::string& name) {
     return std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return name.rfind(k, 0) == 0; });
   };
@@ -313,21 +327,29 @@ void Model::load(const std::string& path, const std::vector<std::string>& keep) 
   std::int64_t model_bytes = 16;
   for (const auto& p : named_params())
     model_bytes += 4 + static_cast<std::int64_t>(p.name.size()) + 4 + 8 * p.tensor.dim() + 4 * p.tensor.numel();
-  InputFile in(path, {"weights file", 2 * model_bytes, "this model's parameters, some kept ones of other shapes"});
-  const auto file_size = static_cast<std::uint64_t>(in.size());
+  InputFile in(path, {"weights file", 2 * model_bytes + 4, "this model's parameters, some kept ones of other shapes"});
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(in.size()));
+  in.read_exactly(bytes.data(), bytes.size());
   std::uint64_t position = 0;
+  const bool v1 = bytes.size() >= sizeof kWeightsMagicV1 &&
+                  std::memcmp(bytes.data(), kWeightsMagicV1, sizeof kWeightsMagicV1) == 0;
+  // The records end before the CRC (version 2).
+  const std::uint64_t file_size = v1 || bytes.size() < 4 ? bytes.size() : bytes.size() - 4;
   const auto get = [&](void* p, std::size_t n, const std::string& what) {
     if (n > file_size - position) throw Error(path + ": truncated while reading " + what);
-    in.read_exactly(p, n);
+    std::memcpy(p, bytes.data() + position, n);
     position += n;
   };
-  char magic[sizeof kWeightsMagic];
-  get(magic, sizeof magic, "the header");
-  if (std::memcmp(magic, kWeightsMagic, sizeof magic) != 0)
-    throw Error(path + ": not an ElasticPipe weights file (expected magic EPWEIGHT)");
+  if (!v1 && (bytes.size() < sizeof kWeightsMagic + 4 ||
+              std::memcmp(bytes.data(), kWeightsMagic, sizeof kWeightsMagic) != 0))
+    throw Error(path + ": not an ElasticPipe weights file (expected magic EPWEIGH2 or EPWEIGHT)");
+  position = sizeof kWeightsMagic;
   std::uint64_t count = 0;
   get(&count, sizeof count, "the header");
   if (count > file_size) throw Error(path + ": truncated: it says " + std::to_string(count) + " parameters");
+  // Every record is read and checked, and the CRC, before any parameter
+  // changes: a damaged file leaves the model as it was.
+  std::vector<std::pair<at::Tensor, at::Tensor>> staged;  // parameter, values
   std::set<std::string> loaded;
   for (std::uint64_t i = 0; i < count; ++i) {
     std::uint32_t len = 0, ndim = 0;
@@ -357,11 +379,25 @@ void Model::load(const std::string& path, const std::vector<std::string>& keep) 
     get(values.data_ptr<float>(), values.numel() * sizeof(float), name);
     if (it == by_name.end()) continue;  // kept: its seeded values stay
     if (!loaded.insert(name).second) throw Error(path + ": parameter '" + name + "' appears twice");
-    c10::NoGradGuard no_grad;
-    it->second.copy_(values);
+    staged.emplace_back(it->second, std::move(values));
   }
   for (const auto& [name, tensor] : by_name)
     if (!loaded.count(name)) throw Error(path + ": the model's parameter '" + name + "' is not in the file");
+  if (position != file_size)
+    throw Error(path + ": " + std::to_string(file_size - position) + " bytes after the last parameter");
+  if (!v1) {
+    std::uint32_t stored = 0;
+    std::memcpy(&stored, bytes.data() + file_size, sizeof stored);
+    const std::uint32_t computed = crc32_of(bytes.data(), file_size);
+    if (stored != computed) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "CRC-32 0x%08x, expected 0x%08x", computed, stored);
+      throw Error(path + ": damaged: " + buf + " (the file changed after it was written)");
+    }
+  }
+  c10::NoGradGuard no_grad;
+  for (auto& [param, values] : staged) param.copy_(values);
+  return !v1;
 }
 
 at::Tensor weighted_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& weights,

@@ -92,8 +92,11 @@ class Model {
   // fine-tuning's new classifier): the file's entries for them are skipped
   // whatever their shape, and it need not hold them. Each prefix must match
   // a parameter of this model.
+  // The file closes with a CRC-32, checked (with every record) before any
+  // parameter changes; load returns false for a file of the version before,
+  // which had none to check.
   void save(const std::string& path) const;
-  void load(const std::string& path, const std::vector<std::string>& keep = {});
+  bool load(const std::string& path, const std::vector<std::string>& keep = {});
   // Throws ep::Error naming the first prefix that starts no parameter name
   // (and the names' first parts).
   void check_keep(const std::vector<std::string>& keep) const;

@@ -1,5 +1,7 @@
 #include "exec/state.hpp"
 
+#include "exec/crc32.hpp"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <zlib.h>
@@ -28,17 +30,6 @@ constexpr const char* kKindNames[] = {"weight", "momentum", "second moment"};
 constexpr std::uint32_t kMaxName = 4096, kMaxDims = 8;
 // magic, version, meta length, record count, CRC.
 constexpr std::size_t kMinSize = sizeof kMagic + 4 + 8 + 8 + 4;
-
-std::uint32_t crc32_of(const std::uint8_t* p, std::size_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  while (n > 0) {  // zlib's crc32 takes a uInt length: chunk buffers over 4 GiB
-    const auto chunk = static_cast<uInt>(std::min<std::size_t>(n, std::size_t{1} << 30));
-    crc = crc32(crc, p, chunk);
-    p += chunk;
-    n -= chunk;
-  }
-  return static_cast<std::uint32_t>(crc);
-}
 
 std::string hex32(std::uint32_t v) {
   char buf[11];

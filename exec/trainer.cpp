@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 #include <utility>
 
+#include "exec/crc32.hpp"
 #include "exec/hf_weights.hpp"
+#include "exec/state.hpp"
 #include "exec/torch_compat.hpp"
 #include "exec/trainer_impl.hpp"
 #include "planner/hf_model.hpp"
@@ -82,13 +85,15 @@ void Trainer::load_initial_weights() {
   } catch (const Error& e) {
     throw c_.error("training.init_keep", "prefixes of this model's parameter names", e.what());
   }
+  bool checked = false;
   try {
-    model_.load(c_.training.init_weights, c_.training.init_keep);
+    checked = model_.load(c_.training.init_weights, c_.training.init_keep);
   } catch (const Error& e) {
     throw c_.error("training.init_weights", "a weights file with this model's parameter names and shapes "
                    "(those not kept by training.init_keep)", e.what());
   }
-  log("initial weights from " + c_.training.init_weights);
+  log("initial weights from " + c_.training.init_weights +
+      (checked ? "" : " (an older weights file, without a checksum: damage to it cannot be seen)"));
 }
 
 // A Hugging Face checkpoint's weights; what stays seeded, what goes unused
@@ -119,10 +124,60 @@ void Trainer::load_checkpoint_weights() {
   }
 }
 
+namespace {
+
+// The samples, their labels and sizes: what each rank's data files gave.
+std::uint32_t data_crc(const Data& d) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  const auto add = [&](const auto& v) {
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(v.data()), v.size() * sizeof(v[0]));
+  };
+  for (const Dataset* s : {&d.train, &d.test}) {
+    add(std::vector<std::int64_t>{s->size, s->num_classes, s->channels, s->height, s->width, s->seq_length});
+    add(s->pixels);
+    add(s->image_bytes);
+    add(s->tokens);
+    add(s->lengths);
+    add(s->labels);
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+}  // namespace
+
+// Ranks launched apart (torchrun, mpirun: a config and data on each node)
+// that read other settings, data or initial weights would train apart and
+// still end "successfully": refused before the first step. Paths may differ
+// (settings leave them out); what they name is compared.
+void Trainer::check_ranks_agree() {
+  // The initial weights; a resumed run's come from one checkpoint, read
+  // by the ranks that train first (the others are sent theirs when woken).
+  std::uint32_t weights = 0;
+  if (opt_.resume.empty()) {
+    const std::vector<std::uint8_t> state = pack_state(model_, optimizer_, nlohmann::json::object());
+    std::memcpy(&weights, state.data() + state.size() - 4, 4);
+  }
+  const std::int64_t mine[] = {
+      crc32_of(reinterpret_cast<const std::uint8_t*>(c_.settings.data()), c_.settings.size()), data_crc(data_), weights};
+  const std::vector<std::int64_t> all = dist_->all_gather(mine, "comparing the config, data and weights");
+  const char* const what[] = {"config (its settings and --set values; paths aside)", "data (samples and labels)",
+                               "initial weights"};
+  for (std::size_t k = 0; k < 3; ++k) {
+    std::string differ;
+    for (int r = 1; r < env_.world_size; ++r)
+      if (all[static_cast<std::size_t>(r) * 3 + k] != all[k]) differ += (differ.empty() ? "" : ",") + std::to_string(r);
+    if (!differ.empty())
+      throw Error("rank " + std::to_string(env_.rank) + ": the ranks of this job disagree: the " + what[k] +
+                  " of rank(s) " + differ + " differ from rank 0's; every process must be started on the same config, "
+                  "--set values, data and weights");
+  }
+}
+
 TrainResult Trainer::run() {
   run_start_ = Clock::now();
   if (!opt_.resume.empty()) resume();  // the checkpoint's weights and plans, not the initial ones
   else load_initial_weights();
+  if (dist_) check_ranks_agree();
   run_training(planner_, *this, p_.epoch);  // the planner's run loop calls back here
   if (dist_) dist_->barrier("end of training");
   TrainResult result;

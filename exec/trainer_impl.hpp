@@ -114,6 +114,11 @@ class Trainer final : RunBackend {
   // before the first step; a file that does not fit is an error of that
   // key (of the checkpoint's file and tensor).
   void load_initial_weights();
+  // Every process of a job must train the same thing: compares the
+  // digests of the config (its settings), the data and the initial
+  // weights across the ranks; throws, on every rank alike, naming what
+  // differs on which ranks.
+  void check_ranks_agree();
   void load_checkpoint_weights();
 
   const Config& c_;

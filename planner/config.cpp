@@ -227,7 +227,8 @@ void read_data(Reader& r, DataConfig& d) {
   r.path("data.path", d.path);
   r.integer("data.num_train_samples", d.num_train_samples, true, 1, kMaxSamples,
             "a trillion samples: beyond any data set, and kept so that counts of iterations fit 64 bits");
-  r.integer("data.num_test_samples", d.num_test_samples, true, 0, kMaxSamples, "a trillion samples");
+  r.integer("data.num_test_samples", d.num_test_samples, true, 1, kMaxSamples,
+            "a trillion samples (accuracy is over them: 0 would evaluate nothing)");
   r.int_list("data.classes", d.classes);
   for (std::size_t i = 0; i < d.classes.size(); ++i) {
     if (d.classes[i] < 0) r.fail("data.classes", "class ids >= 0", "an element " + std::to_string(d.classes[i]));
@@ -265,6 +266,19 @@ void read_training(Reader& r, TrainingConfig& t, const ModelConfig& m) {
   if (!(t.lr > 0)) r.fail("training.lr", "a number > 0", fmt(t.lr));
   if (!(t.momentum >= 0 && t.momentum < 1)) r.fail("training.momentum", "a number in [0, 1)", fmt(t.momentum));
   if (!(t.weight_decay >= 0)) r.fail("training.weight_decay", "a number >= 0", fmt(t.weight_decay));
+}
+
+// Each freeze step is a plan, planned, priced and written: 1,000 steps of
+// a 1,024-GPU config take minutes and 1.6 GB (docs/FAILURES.md).
+constexpr int kMaxFreezeSteps = 1000;
+
+void check_freeze_steps(Reader& r, const TrainingConfig& t, const PlannerConfig& p) {
+  const int steps = (t.epochs + p.freeze_interval_epochs - 1) / p.freeze_interval_epochs;
+  if (steps > kMaxFreezeSteps)
+    r.fail("planner.freeze_interval_epochs",
+           "at most " + std::to_string(kMaxFreezeSteps) + " freeze steps in training.epochs = " +
+               std::to_string(t.epochs) + " (each is a plan)",
+           std::to_string(p.freeze_interval_epochs) + ", " + std::to_string(steps) + " steps");
 }
 
 void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
@@ -422,6 +436,16 @@ void read_transition(Reader& r, TransitionSpec& t) {
 // A config is a few kB of TOML; a megabyte is far beyond any.
 constexpr InputFormat kConfigFile{"config", 1 << 20, "a config is a few kB of TOML"};
 
+std::string settings_text(toml::table root, const std::set<std::string>& path_keys) {
+  for (const std::string& key : path_keys) {
+    const std::size_t dot = key.find('.');
+    if (toml::table* section = root[key.substr(0, dot)].as_table()) section->erase(key.substr(dot + 1));
+  }
+  std::ostringstream os;
+  os << toml::toml_formatter(root);
+  return os.str();
+}
+
 }  // namespace
 
 Config parse_config(const std::string& toml_text, const std::string& origin, const Overrides& overrides) {
@@ -446,10 +470,12 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
   read_data(r, c.data);
   read_training(r, c.training, c.model);
   read_planner(r, c, c.planner);
+  check_freeze_steps(r, c.training, c.planner);
   read_sim(r, c.sim);
   read_exec(r, c.exec);
   r.reject_unknown({"cluster", "data", "exec", "model", "planner", "sim", "training"});
   c.positions = r.positions();
+  c.settings = settings_text(root, r.path_keys());
   check_dataset(c);
   return c;
 }
@@ -476,7 +502,13 @@ std::map<std::string, std::string> describe(const Config& c) {
           {"schedule", to_string(pc.schedule)},
           {"epochs", std::to_string(c.training.epochs)},
           {"batch_size", std::to_string(c.training.batch_size)},
-          {"num_train_samples", std::to_string(c.data.num_train_samples)}};
+          {"num_train_samples", std::to_string(c.data.num_train_samples)},
+          // What an action's time depends on, beside the batch: trace diff
+          // compares only traces of one workload.
+          {"workload", "hidden " + std::to_string(c.model.hidden_size) + ", intermediate " +
+                           std::to_string(c.model.intermediate_size) + ", heads " +
+                           std::to_string(c.model.num_attention_heads) + ", tokens " +
+                           std::to_string(c.model.tokens()) + ", " + to_string(c.training.precision)}};
 }
 
 Error Config::error(const std::string& key, const std::string& expected, const std::string& found) const {

@@ -278,6 +278,10 @@ struct Config {
   // planner does not (the executor's dataset name, say) reports it the same
   // way: file:line, key, expected, found.
   std::map<std::string, SourcePos> positions;
+  // The config as read, --set values applied, as TOML text without the
+  // paths: what every process of one job must share (they compare its
+  // digest at start; a path may differ where the file it names does not).
+  std::string settings;
 
   [[nodiscard]] Error error(const std::string& key, const std::string& expected,
                             const std::string& found) const;

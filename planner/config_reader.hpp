@@ -90,6 +90,10 @@ class Reader {
     throw config_error(pos_of(key), key, expected, found);
   }
 
+  // The keys read as paths: a job's processes may name one file by other
+  // paths (another mount on each node).
+  [[nodiscard]] const std::set<std::string>& path_keys() const { return path_keys_; }
+
   std::map<std::string, SourcePos> positions() const {
     std::map<std::string, SourcePos> out;
     for (const std::string& key : used_) out.emplace(key, pos_of(key));
@@ -177,6 +181,7 @@ class Reader {
   // A relative path in a file is relative to that file; from --set, to the
   // working directory.
   void path(const std::string& key, std::string& out) {
+    path_keys_.insert(key);
     string(key, out, false);
     if (out.empty() || overridden_.count(key)) return;
     const std::filesystem::path p(out);
@@ -316,6 +321,7 @@ class Reader {
   std::string origin_;
   std::set<std::string> overridden_;
   std::set<std::string> used_;
+  std::set<std::string> path_keys_;
 };
 
 }  // namespace ep::config_reader

@@ -102,18 +102,45 @@ TEST_CASE("weights depend on the seed only, and save/load by name restores them 
   CHECK_FALSE(all_same_c);
   const std::string path = temp_file("ep_weights_");
   a.save(path);
-  c.load(path);
+  CHECK(c.load(path));  // checksummed
   for (std::size_t i = 0; i < pa.size(); ++i) CHECK(at::equal(pa[i].tensor, c.named_params()[i].tensor));
+  {  // The version before: magic EPWEIGHT, no CRC: still read, said unchecked.
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    bytes.replace(0, 8, "EPWEIGHT");
+    bytes.resize(bytes.size() - 4);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  exec::Model old_file(m, 4);
+  CHECK_FALSE(old_file.load(path));
+  for (std::size_t i = 0; i < pa.size(); ++i) CHECK(at::equal(pa[i].tensor, old_file.named_params()[i].tensor));
+  a.save(path);
 
   // Another shape, a truncated file and a foreign file are refused by name.
   ModelConfig wider = m;
   wider.intermediate_size += 1;
   exec::Model w(wider, 1);
   CHECK_THROWS_WITH(w.load(path), Catch::Contains("mlp.0.fc1.weight") && Catch::Contains("shape"));
+  // Four bytes overwritten inside a parameter's values: the records still
+  // parse, the CRC-32 does not match, and the model is left as it was.
+  exec::Model d(m, 3);
+  const std::vector<at::Tensor> d_before = [&] {
+    std::vector<at::Tensor> v;
+    for (const auto& p : d.named_params()) v.push_back(p.tensor.clone());
+    return v;
+  }();
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(path) - 12));  // the last parameter's last values
+    f.write("\x7f\x7f\x7f\x7f", 4);
+  }
+  CHECK_THROWS_WITH(d.load(path), Catch::Contains("damaged: CRC-32"));
+  for (std::size_t i = 0; i < d_before.size(); ++i) CHECK(at::equal(d_before[i], d.named_params()[i].tensor));
+  a.save(path);
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 7);
   CHECK_THROWS_WITH(c.load(path), Catch::Contains("truncated"));
   std::ofstream(path) << "not weights";
-  CHECK_THROWS_WITH(c.load(path), Catch::Contains("EPWEIGHT"));
+  CHECK_THROWS_WITH(c.load(path), Catch::Contains("EPWEIGH2"));
   std::filesystem::remove(path);
 }
 

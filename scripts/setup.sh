@@ -41,10 +41,11 @@ esac
 # model's least squares, gloo's headers (c10d's ProcessGroupGloo.hpp
 # includes them; neither LibTorch ships them: DESIGN.md says why Debian's
 # fit torch 2.11), python3-venv for the PyPI torch, WordNet for the
-# MiniLM fine-tune's corpus (configs/finetune/minilm_wordnet.toml).
+# MiniLM fine-tune's corpus (configs/finetune/minilm_wordnet.toml), Open
+# MPI's mpirun for the launcher tests (tests/cli/run_launcher_tests.sh).
 packages=(cmake g++ make pkg-config ccache catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libeigen3-dev
           libsimgrid-dev python3-matplotlib python3-venv libgloo-dev zlib1g-dev dataset-fashion-mnist binutils
-          wordnet-base)
+          wordnet-base openmpi-bin)
 # Debian's LibTorch 1.13 calls libblas.so.3: libopenblas0-openmp provides an optimised one (the
 # reference BLAS is 6-8x slower); libblas3 is that reference BLAS, which the bitwise
 # kill-and-resume tests run on there (tests/cli/run_multiprocess_tests.sh).

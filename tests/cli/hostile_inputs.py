@@ -31,9 +31,11 @@ RAW_LOG = re.compile(r"\[[\w.]+/(WARNING|CRITICAL|ERROR|INFO|VERBOSE|DEBUG)\]")
 
 
 class Case:
-    def __init__(self, name, argv, expect=None, exec_=False, outputs=(), check=None, limit_s=None, fsize_kb=None):
+    def __init__(self, name, argv, expect=None, exec_=False, outputs=(), check=None, limit_s=None, fsize_kb=None,
+                 env=None):
         self.name, self.argv, self.expect = name, argv, expect  # expect None: exit 0
         self.exec_, self.outputs, self.check = exec_, outputs, check
+        self.env = env  # variables set for the run, beside the inherited ones
         # A refusal takes well under a second on a quiet machine; the limits
         # leave room for a loaded CI runner (LibTorch alone takes 1-2 s to load).
         self.limit_s = limit_s or (30.0 if exec_ else 10.0)
@@ -48,7 +50,7 @@ def files_under(root):
     return out
 
 
-def run_measured(argv, cwd, limit_s, fsize_kb=None):
+def run_measured(argv, cwd, limit_s, fsize_kb=None, env=None):
     """(exit code or -signal or None on timeout, output, max RSS in MB) of one run."""
     def limits():
         os.setsid()
@@ -58,7 +60,7 @@ def run_measured(argv, cwd, limit_s, fsize_kb=None):
     with tempfile.TemporaryFile() as out:
         t0 = time.monotonic()
         p = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                             preexec_fn=limits)
+                             preexec_fn=limits, env=dict(os.environ, **env) if env else None)
         rc, usage = None, None
         while time.monotonic() - t0 < limit_s:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
@@ -122,6 +124,12 @@ def build_files(w):
         f.truncate(2 << 20)
     write("memo.json", '{"entries": [1]}')
     write("trace-a.json", '{"traceEvents": []}')
+    for name, hidden in (("trace-wide.json", 512), ("trace-narrow.json", 64)):  # one model, two sizes
+        meta = {"model": "vit L=4", "batch_size": 64,
+                "workload": f"hidden {hidden}, intermediate {4 * hidden}, heads 8, tokens 65, fp32"}
+        write(name, json.dumps({"displayTimeUnit": "ms", "otherData": {
+            "schema": "elasticpipe.trace/3", "source": "sim", "config": "x.toml", "mode": "configured",
+            "metadata": meta}, "traceEvents": []}))
     write("garbage.csv", b"step,layer,grad_norm\n\x01\xff\r\x1b[2J,0,1\n", "wb")
     os.makedirs(os.path.join(w, "ckpt-zero"))
     os.symlink("/dev/zero", os.path.join(w, "ckpt-zero", "latest"))
@@ -298,6 +306,19 @@ def cases(bin_, root, w):
         Case("more threads per worker than cores", [bin_, "train", bert, "--out", p("t9"), "--set",
                                                     "exec.threads_per_worker=4096"] + small,
              "key 'exec.threads_per_worker': expected at most this machine's", exec_=True),
+        Case("10,000 freeze steps", [bin_, "simulate", vit, "--set", "training.epochs=10000", "--set",
+                                     "training.batch_size=4"],
+             "key 'planner.freeze_interval_epochs': expected at most 1000 freeze steps"),
+        Case("1,000 freeze steps, simulated", [bin_, "simulate", bert, "--mode", "baseline", "--out", p("fs1"), "--set",
+                                              "training.epochs=1000", "--set", "data.num_train_samples=64"],
+             outputs=("fs1",), limit_s=60),
+        Case("no test samples", [bin_, "plan", bert, "--set", "data.num_test_samples=0"],
+             "key 'data.num_test_samples': expected an integer >= 1, found 0"),
+        Case("OMP_NUM_THREADS=0", [bin_, "train", bert, "--out", p("t10")] + small,
+             "environment variable OMP_NUM_THREADS: expected a positive number of threads", exec_=True,
+             env={"OMP_NUM_THREADS": "0"}),
+        Case("a trace diff of two workloads", [bin_, "trace", "diff", p("trace-wide.json"), p("trace-narrow.json")],
+             "different workloads: workload 'hidden 512"),
         Case("a misspelled key gets the key meant", [bin_, "plan", bert, "--set", "planner.alfa=0.3"],
              "unknown key (did you mean planner.alpha?)"),
     ]
@@ -378,7 +399,7 @@ def run_hostile(bin_, root, keep=None, slowdown=1.0):
     try:
         for case in todo:
             before = files_under(w)
-            rc, output, rss = run_measured(case.argv, w, case.limit_s * slowdown, case.fsize_kb)
+            rc, output, rss = run_measured(case.argv, w, case.limit_s * slowdown, case.fsize_kb, case.env)
             new = files_under(w) - before
             why = judge(case, rc, output, rss, new, slowdown, exec_baseline)
             if why:

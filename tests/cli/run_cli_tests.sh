@@ -322,14 +322,19 @@ CUDA_VISIBLE_DEVICES="" expect_rc 2 "profile of a CUDA config" -- "$bin" profile
   --out "$tmp/cuda_profile.json"
 expect_text "profile's refusal names the key" "key 'exec.device': expected cpu ("
 [ ! -e "$tmp/cuda_profile.json" ] && ok || bad "a refused profile wrote its file"
+# (a profile that says it was recorded on a GPU: a CPU one is refused first, naming both devices)
+sed 's/fp32 on cpu/fp32 on cuda/' "$tmp/profile.json" > "$tmp/gpu_profile.json"
 CUDA_VISIBLE_DEVICES="" expect_rc 2 "validate of a CUDA config" -- "$bin" validate "$dp" --set 'exec.device="cuda"' \
-  --profile "$tmp/profile.json" --iterations 1 --rounds 1
+  --profile "$tmp/gpu_profile.json" --iterations 1 --rounds 1
 expect_text "validate's refusal names the key" "key 'exec.device': expected cpu ("
 printf '{"schema": "elasticpipe.profile/1", "environment": "x", "model": "y", "compute": [{"sublayer_kind": "mlp", "op": "forward", "samples": 2, "seconds": "abc"}], "p2p": [], "allreduce": [], "cache": [], "optimizer": [], "transitions": []}' > "$tmp/bad_profile.json"
 expect_rc 2 "a malformed profile" -- "$bin" simulate "$dp" --profile "$tmp/bad_profile.json" --out "$tmp/x"
 expect_text "malformed profile names the field" "compute[0].seconds"
 expect_rc 2 "a profile of another model" -- "$bin" simulate "$root/configs/paper/vit_imagenet.toml" --profile "$tmp/profile.json" --out "$tmp/x"
-expect_text "both models named" "the profile was recorded on model 'vit L=4 H=16 heads=2 I=32 image=8/4', but $root/configs/paper/vit_imagenet.toml has model 'vit L=12 H=768"
+expect_text "both models named" "the profile was recorded on 'vit L=4 H=16 heads=2 I=32 image=8/4, fp32 on cpu', but $root/configs/paper/vit_imagenet.toml trains 'vit L=12 H=768"
+expect_rc 2 "a CPU fp32 profile for a bf16 training" -- "$bin" simulate "$dp" --profile "$tmp/profile.json" --out "$tmp/x" \
+  --set 'training.precision="bf16"'
+expect_text "the precision named" "fp32 on cpu', but $dp trains 'vit L=4 H=16 heads=2 I=32 image=8/4, bf16 on cpu'"
 
 # --- hostile input and faults: exit 2 naming the input, or it works ---------
 bert="$root/configs/small/tiny_bert_synthetic.toml"
@@ -427,13 +432,19 @@ hours=$(awk '$1 == "autocache" && $3 ~ /^[0-9.]+$/ { print int($3) }' <<<"$out" 
 expect_rc 0 "trace diff of the long run" -- "$bin" trace diff "$tmp/long/trace.json" "$tmp/long/trace.json"
 
 # trace diff with nothing to compare.
-printf '{"displayTimeUnit":"ms","otherData":{"schema":"elasticpipe.trace/2","source":"sim","config":"x","mode":"m","metadata":{}},"traceEvents":[]}' > "$tmp/empty.json"
+printf '{"displayTimeUnit":"ms","otherData":{"schema":"elasticpipe.trace/3","source":"sim","config":"x","mode":"m","metadata":{}},"traceEvents":[]}' > "$tmp/empty.json"
 expect_rc 2 "trace diff of an empty trace" -- "$bin" trace diff "$tmp/empty.json" "$tmp/sim/trace.json"
 expect_text "empty trace refused" "the first trace has no GPU spans to compare"
 expect_rc 0 "simulate the tiny ViT" -- "$bin" simulate "$root/configs/small/tiny_vit_fmnist.toml" --mode baseline --out "$tmp/vit" \
   --set data.num_train_samples=1024
 expect_rc 2 "trace diff ViT vs BERT" -- "$bin" trace diff "$tmp/vit/trace.json" "$tmp/sim/trace.json"
-expect_text "different models refused" "the traces are of different models: the first of 'vit L=4', the second of 'bert L=4'"
+expect_text "different models refused" "the traces are of different workloads: model 'vit L=4' in the first, 'bert L=4' in the second"
+expect_rc 0 "simulate the tiny ViT, wider and another batch" -- "$bin" simulate "$root/configs/small/tiny_vit_fmnist.toml" \
+  --mode baseline --out "$tmp/vit-wide" --set data.num_train_samples=1024 --set model.hidden_size=128 \
+  --set model.intermediate_size=512 --set training.batch_size=32
+expect_rc 2 "trace diff of two sizes" -- "$bin" trace diff "$tmp/vit-wide/trace.json" "$tmp/vit/trace.json"
+expect_text "two sizes refused" "different workloads: workload 'hidden 128, intermediate 512"
+expect_rc 0 "trace diff of two sizes, asked" -- "$bin" trace diff "$tmp/vit-wide/trace.json" "$tmp/vit/trace.json" --any-workload
 
 # Two jobs on one --out: the second is refused, naming the first.
 "$bin" train "$fm" "${small_data[@]}" --set training.epochs=3 --out "$tmp/locked" > "$tmp/locked.log" 2>&1 &

@@ -180,7 +180,11 @@ Dist::Dist(const ProcessEnv& env, std::chrono::milliseconds timeout)
   checked(env.rank, "connecting to the store at " + env.master_addr + ":" + std::to_string(env.master_port), [&] {
     c10d::TCPStoreOptions o;
     o.port = static_cast<std::uint16_t>(env.master_port);
-    o.isServer = env.rank == 0;
+    // Under torchrun its agent hosts the store at MASTER_PORT: rank 0 is a
+    // client there too (as a server it failed to bind, and c10d said so on
+    // stderr).
+    const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+    o.isServer = env.rank == 0 && !(agent_store && std::string(agent_store) == "True");
     o.numWorkers = env.world_size;
     o.waitWorkers = false;
     o.timeout = timeout;

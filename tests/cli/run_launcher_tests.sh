@@ -59,6 +59,9 @@ rc=0
 for job in $(jobs -p); do wait "$job" || rc=$?; done
 check static $rc
 same_weights ref22 static
+# Our ranks print our lines only: no raw c10d log line (torchrun's agent
+# prints its own, from Python).
+! grep -h "c10d\]\|\.cpp:[0-9]*\]" "$tmp"/static-*.log && ok || bad "static: raw c10d lines in the ranks' output"
 
 # 2. torchrun, c10d rendezvous: the nodes find each other at one endpoint.
 p=$(port)
@@ -113,6 +116,7 @@ check restarted $rc
 grep -q -- "--resume auto: continuing from $tmp/restarted/checkpoints" "$tmp/restarted.log" && ok ||
   { bad "the restarted workers did not continue from the checkpoint"; tail -15 "$tmp/restarted.log" | sed 's/^/  | /'; }
 same_weights full restarted
+! grep -h "c10d\]\|\.cpp:[0-9]*\]" "$tmp/restarted.log" && ok || bad "restarted: raw c10d lines in the ranks' output"
 
 echo "launcher tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

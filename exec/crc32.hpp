@@ -10,8 +10,9 @@
 
 namespace ep::exec {
 
-inline std::uint32_t crc32_of(const std::uint8_t* p, std::size_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+// `crc`: the CRC of what came before, to continue it (0: none).
+inline std::uint32_t crc32_of(const std::uint8_t* p, std::size_t n, std::uint32_t crc_before = 0) {
+  uLong crc = crc_before;
   while (n > 0) {  // zlib's crc32 takes a uInt length: chunk buffers over 4 GiB
     const auto chunk = static_cast<uInt>(std::min<std::size_t>(n, std::size_t{1} << 30));
     crc = crc32(crc, p, chunk);

@@ -154,13 +154,18 @@ void Trainer::drop_cache_ahead() {
   }
 }
 
+std::uint32_t Trainer::state_crc() const {
+  const std::vector<std::uint8_t> bytes = pack_state(model_, optimizer_, json::object());
+  std::uint32_t crc = 0;
+  std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
+  return crc;
+}
+
 // Every replica must hold bit-identical weights and optimizer state (the
 // CRC-32 that closes pack_state's bytes): gathered by a sum all-reduce of
 // a one-hot vector, compared on every rank.
 void Trainer::check_replicas() {
-  const std::vector<std::uint8_t> bytes = pack_state(model_, optimizer_, json::object());
-  std::uint32_t crc = 0;
-  std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
+  const std::uint32_t crc = state_crc();
   const auto& ranks = plan_->layout.active_ranks;
   const auto me = std::find(ranks.begin(), ranks.end(), env_.rank) - ranks.begin();
   at::Tensor all = at::zeros({static_cast<std::int64_t>(ranks.size())}, at::kLong);

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -16,7 +15,6 @@
 
 #include "exec/crc32.hpp"
 #include "exec/hf_weights.hpp"
-#include "exec/state.hpp"
 #include "exec/torch_compat.hpp"
 #include "exec/trainer_impl.hpp"
 #include "planner/hf_model.hpp"
@@ -128,9 +126,9 @@ namespace {
 
 // The samples, their labels and sizes: what each rank's data files gave.
 std::uint32_t data_crc(const Data& d) {
-  uLong crc = crc32_z(0L, Z_NULL, 0);
+  std::uint32_t crc = 0;
   const auto add = [&](const auto& v) {
-    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(v.data()), v.size() * sizeof(v[0]));
+    crc = crc32_of(reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(v[0]), crc);
   };
   for (const Dataset* s : {&d.train, &d.test}) {
     add(std::vector<std::int64_t>{s->size, s->num_classes, s->channels, s->height, s->width, s->seq_length});
@@ -140,7 +138,7 @@ std::uint32_t data_crc(const Data& d) {
     add(s->lengths);
     add(s->labels);
   }
-  return static_cast<std::uint32_t>(crc);
+  return crc;
 }
 
 }  // namespace
@@ -152,11 +150,7 @@ std::uint32_t data_crc(const Data& d) {
 void Trainer::check_ranks_agree() {
   // The initial weights; a resumed run's come from one checkpoint, read
   // by the ranks that train first (the others are sent theirs when woken).
-  std::uint32_t weights = 0;
-  if (opt_.resume.empty()) {
-    const std::vector<std::uint8_t> state = pack_state(model_, optimizer_, nlohmann::json::object());
-    std::memcpy(&weights, state.data() + state.size() - 4, 4);
-  }
+  const std::uint32_t weights = opt_.resume.empty() ? state_crc() : 0;
   const std::int64_t mine[] = {
       crc32_of(reinterpret_cast<const std::uint8_t*>(c_.settings.data()), c_.settings.size()), data_crc(data_), weights};
   const std::vector<std::int64_t> all = dist_->all_gather(mine, "comparing the config, data and weights");

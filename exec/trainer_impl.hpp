@@ -75,6 +75,9 @@ class Trainer final : RunBackend {
   void make_cache_ahead();
   void drop_cache_ahead();
   void check_replicas();
+  // The CRC-32 that closes pack_state's bytes of this replica's weights
+  // and optimizer state.
+  [[nodiscard]] std::uint32_t state_crc() const;
   void rebuild_cache();
   void transition(const Plan& previous);
 

@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "planner/config.hpp"
@@ -29,6 +32,49 @@ struct Step {
   int slot = -1;            // send/recv: rendezvous slot of the tensor (direction, receiving stage, micro-batch)
   int peer = -1;            // recv: the sending device
   bool ends_stage_ar = false;  // AR: the last of its stage's buckets in this list
+
+  // Field by field, for a RequestKey (the ByteWriter copies a Step whole,
+  // padding included).
+  template <class W>
+  void put(W& w) const {
+    w.put_all(a.kind, a.stage, a.microbatch, a.bucket, a.peer_device, seconds, bytes, slot, peer, ends_stage_ar);
+  }
+};
+
+// The key of a run: 128 bits (FNV-1a and a multiply-xorshift) over the
+// values a Prepared is sent to the child as, field by field, so two requests
+// share it exactly when SimGrid would be given the same input. Nothing is
+// listed by hand here: a field added to Prepared::put is in the key.
+class RequestKey {
+ public:
+  template <class T>
+  void put(const T& v) {
+    if constexpr (requires { v.put(*this); }) {
+      v.put(*this);
+    } else if constexpr (requires { v.size(); v.begin(); }) {
+      put(v.size());
+      for (const auto& x : v) put(x);
+    } else {
+      static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>, "a key holds values, never padding");
+      static_assert(sizeof(T) <= sizeof(std::uint64_t));
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &v, sizeof v);
+      add(bits);
+    }
+  }
+  template <class... T>
+  void put_all(const T&... v) {
+    (put(v), ...);
+  }
+  [[nodiscard]] std::string hex() const;
+
+ private:
+  void add(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) fnv_ = (fnv_ ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+    mix_ = (mix_ ^ v) * 0xbf58476d1ce4e5b9ull;
+    mix_ ^= mix_ >> 31;
+  }
+  std::uint64_t fnv_ = 14695981039346656037ull, mix_ = 0x9e3779b97f4a7c15ull;
 };
 
 // A validated request.
@@ -48,7 +94,9 @@ struct Prepared {
   int plan_id = -1;
   int stage0_device = 0;  // the device hosting stage 0
 
-  void put(ByteWriter& w) const {
+  // To the child (a ByteWriter) and into a RequestKey: one list of fields.
+  template <class W>
+  void put(W& w) const {
     w.put_all(R, K, S, M, iterations, slots, ring_n, collectives, lists, lane, ranks, ring_pos, at_pos, replica_gpus,
               cache_tier, cache_writes_behind, cache_reads_ahead, plan_id, stage0_device);
   }

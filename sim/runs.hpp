@@ -4,13 +4,10 @@
 #pragma once
 
 #include <condition_variable>
-#include <cstdint>
-#include <cstring>
 #include <exception>
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,10 +28,9 @@ struct Measured {
 };
 
 // Runs iterations of lowered programs on SimGrid, memoised across plans, modes and
-// trainings on the same platform: the key is the request itself (partition,
-// K, M, layout, cache mode, collective model and a hash of every action's
-// duration and bytes), so two requests share a result exactly when SimGrid
-// would be given the same input. The misses of a batch run in parallel; a
+// trainings on the same platform: the key is Simulator::request_key, a
+// digest of the run as the child is sent it, so two requests share a
+// result exactly when SimGrid would be given the same input. The misses of a batch run in parallel; a
 // request another thread is already running is waited for, not run twice.
 // Thread-safe.
 class Runner {
@@ -50,7 +46,7 @@ class Runner {
       std::vector<SimRequest> requests;
       for (const IterationProgram& p : programs) {
         requests.push_back(program_request(ctx, p, iterations, -1));
-        keys.push_back(signature(requests.back(), p.setup, iterations));
+        keys.push_back(sim_.request_key(requests.back()));
       }
       const std::lock_guard lock(mutex_);
       for (std::size_t i = 0; i < programs.size(); ++i) {
@@ -104,48 +100,6 @@ class Runner {
       for (const Action& a : device)
         if (is_compute(a.kind)) busy += req.costs.duration(a);
     return busy / req.schedule.K;
-  }
-
-  // Everything of a request SimGrid's result depends on (the platform is
-  // the Simulator's): the collective model, the cache's overlap switches
-  // and the setup in words, then the action lists with every duration, byte
-  // count and cache access's rate bound as exact doubles, hashed twice (FNV-1a and a
-  // multiply-xorshift, 128 bits together) so that a memo of hundreds of
-  // requests stays small (a fork copies the parent's page tables).
-  static std::string signature(const SimRequest& q, const IterationSetup& s, int iterations) {
-    std::ostringstream os;
-    os << static_cast<int>(q.collectives) << '/' << q.cache_writes_behind << q.cache_reads_ahead << q.every_replica
-       << static_cast<int>(q.cache_tier) << '/' << s.K << '/' << s.v << '/' << s.M << '/' << s.cache_on << '/'
-       << static_cast<int>(s.cache_tier) << '/' << s.cache_valid_layers << '/' << s.partition.frozen_end << '/' << iterations << ':';
-    for (int b : s.partition.bounds) os << b << ',';
-    for (std::size_t r = 0; r < q.replica_gpus.size(); ++r) {
-      os << '|' << q.replica_rank[r];
-      for (int g : q.replica_gpus[r]) os << ',' << g;
-    }
-    std::uint64_t fnv = 14695981039346656037ull, mix = 0x9e3779b97f4a7c15ull;
-    const auto add = [&](std::uint64_t v) {
-      for (int i = 0; i < 8; ++i) fnv = (fnv ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-      mix = (mix ^ v) * 0xbf58476d1ce4e5b9ull;
-      mix ^= mix >> 31;
-    };
-    const auto add_double = [&](double d) {
-      std::uint64_t bits;
-      std::memcpy(&bits, &d, sizeof bits);
-      add(bits);
-    };
-    for (const auto& device : q.schedule.devices) {
-      add(device.size());
-      for (const Action& a : device) {
-        add(static_cast<std::uint64_t>(a.kind));
-        for (const int v : {a.stage, a.microbatch, a.bucket, a.peer_device}) add(static_cast<std::uint64_t>(v));
-        add_double(is_compute(a.kind) ? q.costs.duration(a) : 0.0);
-        add_double(is_compute(a.kind) ? 0.0 : q.costs.bytes(a));
-        if ((a.kind == ActionKind::CacheRead || a.kind == ActionKind::CacheWrite) && q.costs.alone)
-          add_double(q.costs.alone(a));
-      }
-    }
-    os << '#' << std::hex << fnv << '.' << mix;
-    return os.str();
   }
 
   Simulator& sim_;

@@ -535,6 +535,14 @@ SimResult Simulator::run(const SimRequest& q, trace::Trace* trace) {
   return res;
 }
 
+std::string Simulator::request_key(const SimRequest& q) const {
+  Prepared p = prepare(q, impl_->platform);
+  p.plan_id = -1;
+  RequestKey key;
+  p.put(key);
+  return key.hex();
+}
+
 std::vector<SimResult> Simulator::run_batch(const std::vector<SimRequest>& requests, int jobs,
                                            std::vector<trace::Trace>* traces) {
   std::vector<std::string> batch;

@@ -123,6 +123,12 @@ class Simulator {
   // traced into (*traces)[i], a fresh trace (flow ids from 1).
   std::vector<SimResult> run_batch(const std::vector<SimRequest>&, int jobs,
                                    std::vector<trace::Trace>* traces = nullptr);
+  // What the request's result depends on, as 32 hex digits: a digest of
+  // the validated run the child is sent (every action's time and bytes,
+  // the ranks' ring, the collective model, the cache's switches; not
+  // plan_id, which names trace events only). Equal keys, equal results
+  // (the driver's memo). Throws as run() would for an invalid request.
+  [[nodiscard]] std::string request_key(const SimRequest&) const;
 
   // Transfers started together (moving weights, onboarding a replica);
   // returns when the last ends, in seconds. Transfers of zero bytes or to

@@ -8,6 +8,8 @@
 
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
+#include "planner/digest.hpp"
+#include "planner/program_text.hpp"
 #include "planner/run_plan.hpp"
 #include "planner/transition.hpp"
 #include "traces/chunk_memo.hpp"
@@ -85,8 +87,13 @@ ChunkMemo::ChunkMemo(const Config& c, int cores) : environment_(environment(c, c
 }
 
 trace::ChunkMemoKey ChunkMemo::key(const std::vector<IterationProgram>& programs) const {
-  trace::ChunkMemoKey k{environment_, programs.front().setup.K, programs.front().setup.batch, {}};
-  for (const IterationProgram& p : programs) k.M.push_back(p.setup.M);
+  trace::ChunkMemoKey k{environment_, programs.front().setup.K, programs.front().setup.batch, {}, {}};
+  Digest digest;
+  for (const IterationProgram& p : programs) {
+    k.M.push_back(p.setup.M);
+    digest.add(program_text(p));
+  }
+  k.programs = digest.hex();
   return k;
 }
 

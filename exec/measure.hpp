@@ -37,7 +37,9 @@ void run_start_iterations(Pipeline& pipeline, BatchLoader& loader, const Iterati
 
 // Measured chunk timings kept across runs (exec.chunk_memo, or
 // ~/.cache/elasticpipe/chunk_memo.json), keyed by this machine's
-// environment, K, the batch and the candidates' M.
+// environment and a digest of the timed programs' own text (program_text:
+// partition, frozen layers, schedule, micro-batches, threads, ...), so a
+// search at one freeze step never answers another's.
 class ChunkMemo {
  public:
   ChunkMemo(const Config& config, int cores);

@@ -1,7 +1,6 @@
 #include "sim/request.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <numeric>
 #include <string>
@@ -69,13 +68,6 @@ void collapse_to_two_units(Prepared& p, int gpus_per_node, int alike_nodes) {
 }
 
 }  // namespace
-
-std::string RequestKey::hex() const {
-  char out[34];
-  std::snprintf(out, sizeof out, "%016llx%016llx", static_cast<unsigned long long>(fnv_),
-                static_cast<unsigned long long>(mix_));
-  return out;
-}
 
 Prepared prepare(const SimRequest& q, const Platform& platform) {
   const int total_gpus = static_cast<int>(platform.gpus.size());

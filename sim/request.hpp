@@ -13,6 +13,7 @@
 
 #include "planner/config.hpp"
 #include "planner/cost_model.hpp"
+#include "planner/digest.hpp"
 #include "planner/schedule.hpp"
 #include "sim/isolate.hpp"
 #include "sim/platform.hpp"
@@ -41,10 +42,10 @@ struct Step {
   }
 };
 
-// The key of a run: 128 bits (FNV-1a and a multiply-xorshift) over the
-// values a Prepared is sent to the child as, field by field, so two requests
-// share it exactly when SimGrid would be given the same input. Nothing is
-// listed by hand here: a field added to Prepared::put is in the key.
+// The key of a run: a Digest of the values a Prepared is sent to the
+// child as, field by field, so two requests share it exactly when SimGrid
+// would be given the same input. Nothing is listed by hand here: a field
+// added to Prepared::put is in the key.
 class RequestKey {
  public:
   template <class T>
@@ -59,22 +60,17 @@ class RequestKey {
       static_assert(sizeof(T) <= sizeof(std::uint64_t));
       std::uint64_t bits = 0;
       std::memcpy(&bits, &v, sizeof v);
-      add(bits);
+      digest_.add(bits);
     }
   }
   template <class... T>
   void put_all(const T&... v) {
     (put(v), ...);
   }
-  [[nodiscard]] std::string hex() const;
+  [[nodiscard]] std::string hex() const { return digest_.hex(); }
 
  private:
-  void add(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) fnv_ = (fnv_ ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-    mix_ = (mix_ ^ v) * 0xbf58476d1ce4e5b9ull;
-    mix_ ^= mix_ >> 31;
-  }
-  std::uint64_t fnv_ = 14695981039346656037ull, mix_ = 0x9e3779b97f4a7c15ull;
+  Digest digest_;
 };
 
 // A validated request.

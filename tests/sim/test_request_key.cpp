@@ -12,7 +12,7 @@
 
 #include "planner/cost_model.hpp"
 #include "planner/iteration.hpp"
-#include "planner/partition.hpp"
+#include "planner/autopipe.hpp"
 #include "sim/driver.hpp"
 #include "tests/sim/support.hpp"
 

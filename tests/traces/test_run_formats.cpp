@@ -248,8 +248,10 @@ TEST_CASE("chunk memo: none when missing, exact round trip, strict reading", "[t
   test::TempDir dir;
   const std::string path = dir.file("memo.json");
   REQUIRE(trace::read_chunk_memo(path).empty());
-  const std::vector<trace::ChunkMemoEntry> entries = {{{"host|2 cores|cpu", 1, 128, {1, 2, 3}}, {0.1, 1.0 / 3, 2e-9}},
-                                                      {{"host|2 cores|cuda", 2, 64, {2}}, {0.05}}};
+  const std::string digest(32, 'a');
+  const std::vector<trace::ChunkMemoEntry> entries = {
+      {{"host|2 cores|cpu", 1, 128, {1, 2, 3}, digest}, {0.1, 1.0 / 3, 2e-9}},
+      {{"host|2 cores|cuda", 2, 64, {2}, "0123456789abcdef0123456789abcdef"}, {0.05}}};
   trace::write_chunk_memo(entries, path);
   const auto back = trace::read_chunk_memo(path);
   REQUIRE(back.size() == 2);
@@ -270,6 +272,20 @@ TEST_CASE("chunk memo: none when missing, exact round trip, strict reading", "[t
   fails(edit(good, "0.05", "0.05, 0.06"), path + ": entries[1]: field 'iteration_s': expected one time per M (1), found [0.05,0.06]");
   fails(edit(good, "0.05", "-1"), path + ": entries[1]: field 'iteration_s[0]': expected a positive number of seconds, found -1");
   fails(edit(good, "0.05", "null"), "expected a positive number of seconds, found null");
+  fails(edit(good, "\"format\": \"elasticpipe.chunk_memo/2\"", "\"format\": \"elasticpipe.chunk_memo/9\""),
+        path + ": field 'format': expected \"elasticpipe.chunk_memo/2\", found \"elasticpipe.chunk_memo/9\"");
+  fails(edit(good, "\"0123456789abcdef0123456789abcdef\"", "\"0123\""),
+        path + ": entries[1].key: field 'programs': expected 32 hex digits, found \"0123\"");
+  fails(edit(good, ",\n    \"programs\": \"0123456789abcdef0123456789abcdef\"", ""),
+        path + ": entries[1].key: missing field 'programs'");
+  // The first format (no `format`, keys without programs): read as
+  // strictly, and none of its entries used.
+  const std::string first = R"({"entries": [{"key": {"environment": "h", "K": 1, "batch": 8, "M": [1, 2]},
+    "iteration_s": [0.1, 0.2]}]})";
+  put(path, first);
+  CHECK(trace::read_chunk_memo(path).empty());
+  fails(edit(first, "\"K\": 1", "\"K\": 0"), path + ": entries[0].key: field 'K': expected an integer in [1, 1024]");
+  fails(edit(first, "\"M\"", "\"programs\": \"x\", \"M\""), path + ": entries[0].key: unknown field 'programs'");
 }
 
 TEST_CASE("plan JSON reader: the fields a run's readers rely on, checked strictly", "[traces]") {

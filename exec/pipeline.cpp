@@ -609,6 +609,10 @@ struct Pipeline::DeviceRun {
     job.buckets[s].push_back(std::move(b));
   }
 
+  // Every action kind (planner/schedule.hpp, ActionKind) has its case, no
+  // default: a kind added there and not here stops the build.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
   void run(const Action& a) {
     switch (a.kind) {
       case ActionKind::CacheRead: return cache_read(a);
@@ -624,6 +628,7 @@ struct Pipeline::DeviceRun {
       case ActionKind::AllReduce: return all_reduce(a);
     }
   }
+#pragma GCC diagnostic pop
 };
 
 void Pipeline::run_device(int device, Job& job) {

@@ -166,6 +166,11 @@ void reader_actor(Run& run, Worker& w) {
   }
 }
 
+// Every action kind (planner/schedule.hpp, ActionKind) has its case, no
+// default: a kind added there and not here stops the build, as in the
+// executor's interpreter (exec/pipeline.cpp, DeviceRun::run).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
 void device_actor(Run& run, Worker& w) {
   const auto& list = run.p.lists[w.d];
   const int rank = run.p.ranks[w.r];
@@ -248,6 +253,7 @@ void device_actor(Run& run, Worker& w) {
   w.drained = now();
   w.done = true;
 }
+#pragma GCC diagnostic pop
 
 // The device's collective lane: its all-reduces in list order, each a ring
 // over the replicas' same device (all replicas run the same schedule, so

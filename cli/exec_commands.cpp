@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -89,6 +90,17 @@ CLI::App* add_train_options(CLI::App& app, TrainArgs& a) {
                   "Continue from a checkpoint directory (e.g. OUT/checkpoints); auto: from OUT/checkpoints when it "
                   "holds one, else from the beginning (for a launcher's restarts)")
       ->check(non_empty("a checkpoint directory"));
+  cmd->add_option("--progress-every", a.progress_every_s,
+                  "Seconds between progress lines within an epoch when stdout is not a terminal (default 30)")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (!v.empty() && end == v.c_str() + v.size() && std::isfinite(x) && x >= 0.1 && x <= 86400)
+              return std::string();
+            return "expected a number of seconds in [0.1, 86400], found '" + printable(v) + "'";
+          },
+          "SECONDS"));
   return cmd;
 }
 

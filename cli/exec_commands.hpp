@@ -27,6 +27,7 @@ struct TrainArgs : ExecArgs {
   std::string out;
   int nproc = 0;
   std::string resume;  // a checkpoint directory, or kResumeAuto
+  double progress_every_s = 30;  // without a terminal: a progress line this often within an epoch
 };
 
 struct ProfileArgs : ExecArgs {

@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -25,6 +28,50 @@
 namespace ep::cli {
 
 namespace {
+
+// "42 s", "3 min 05 s", "2 h 07 min".
+std::string duration_text(double s) {
+  const auto t = static_cast<long long>(std::llround(std::max(0.0, s)));
+  char out[48];
+  if (t < 60)
+    std::snprintf(out, sizeof out, "%lld s", t);
+  else if (t < 3600)
+    std::snprintf(out, sizeof out, "%lld min %02lld s", t / 60, t % 60);
+  else
+    std::snprintf(out, sizeof out, "%lld h %02lld min", t / 3600, t / 60 % 60);
+  return out;
+}
+
+// Training's progress within an epoch: on a terminal, a bar on stderr with
+// the epoch's loss so far, its pace and its time left; in a log (stdout not
+// a terminal), the same as a line every `every_s` of an epoch, so that a
+// long epoch is never silent and a short one prints only its epoch line.
+std::function<void(const exec::EpochProgress&)> train_progress(double every_s) {
+  using Clock = std::chrono::steady_clock;
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  auto last = std::make_shared<Clock::time_point>(Clock::now());
+  const auto every = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(every_s));
+  return [tty, last, every](const exec::EpochProgress& e) {
+    const Clock::time_point now = Clock::now();
+    if (e.iteration <= 1) *last = now;  // each epoch counts its own interval
+    const double pct = 100.0 * static_cast<double>(e.iteration) / static_cast<double>(std::max<std::int64_t>(1, e.iterations));
+    char stats[160];
+    std::snprintf(stats, sizeof stats, "loss %.4f  %.0f samples/s  about %s left in the epoch", e.loss, e.samples_per_s,
+                  duration_text(e.left_s).c_str());
+    if (tty) {
+      const int width = 20, done = static_cast<int>(pct / 100 * width + 0.5);
+      std::fprintf(stderr, "\r\033[Kepoch %d/%d [%s%s] %3.0f%%  %s", e.epoch, e.epochs, std::string(done, '#').c_str(),
+                   std::string(width - done, ' ').c_str(), pct, stats);
+      if (e.iteration >= e.iterations) std::fprintf(stderr, "\r\033[K");
+      std::fflush(stderr);
+    } else if (now - *last >= every && e.iteration < e.iterations) {
+      *last = now;
+      std::printf("epoch %d/%d  %lld/%lld iterations (%.0f%%)  %s\n", e.epoch, e.epochs,
+                  static_cast<long long>(e.iteration), static_cast<long long>(e.iterations), pct, stats);
+      std::fflush(stdout);
+    }
+  };
+}
 
 // The pipe the ranks of `train --nproc` send their error lines to (see
 // print_error): the write end is inherited and non-blocking (a rank never
@@ -182,7 +229,7 @@ int run_train(const TrainArgs& a, int argc, char** argv) {
                 << std::endl;
   }
   if (env.rank == 0) {
-    opt.progress = progress_bar("training");
+    opt.progress = train_progress(a.progress_every_s);
     opt.log = [](const std::string& line) { std::cout << line << std::endl; };
   }
   // Printed while this rank's connections are still open: the peers fail

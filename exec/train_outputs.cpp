@@ -1,5 +1,6 @@
 #include "exec/train_outputs.hpp"
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "exec/torch_compat.hpp"
 #include "planner/freeze.hpp"
 #include "planner/hf_model.hpp"
+#include "planner/input_file.hpp"
 #include "planner/run_figures.hpp"
 #include "traces/action_event.hpp"
 #include "traces/atomic_file.hpp"
@@ -119,6 +121,18 @@ void write_run_outputs(const std::string& out_dir, const Config& c, const TraceR
   hf_config.stream() << hf_config_json(c.model, source.text, labels);
   write_hf_weights(model, hf_weights.stream(), hf_weights.path());
   commit_together({&trace, &summary_file, &grad_norms, &plan, &transitions, &iterations, &weights, &hf_config, &hf_weights});
+  // The checkpoint's tokenizer and image-processor files as they are, so
+  // hf/ opens in transformers with them (AutoTokenizer, AutoImageProcessor).
+  static constexpr InputFormat kSideFile{"checkpoint file", std::int64_t{256} << 20,
+                                         "a tokenizer's vocabulary or a processor's settings"};
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                           "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
+                           "preprocessor_config.json"}) {
+    const std::filesystem::path src = std::filesystem::path(c.model.checkpoint) / name;
+    std::error_code ec;
+    if (std::filesystem::exists(src, ec))
+      write_file_atomically((out / "hf" / name).string(), read_input_file(src.string(), kSideFile));
+  }
 }
 
 }  // namespace ep::exec

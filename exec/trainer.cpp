@@ -369,6 +369,7 @@ void Trainer::train_epoch() {
   pace.begin(cache_.get(), c_.exec.device == ExecDevice::CUDA);
   const Clock::time_point epoch_start = Clock::now();
   const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
+  const std::int64_t real_at_start = p_.epoch_real;  // samples of this epoch before a resume
   const int every = c_.exec.checkpoint_every;
   // The devices run one iteration ahead of the host's bookkeeping: the host
   // queues iteration i + 1 before it reads iteration i's loss and gradient
@@ -432,7 +433,19 @@ void Trainer::train_epoch() {
     p_.consumed += slot_step;
     ++p_.iteration;
     if (warmup_.on()) meter_warmup(l.start, r, p_.consumed >= slots);
-    if (opt_.progress && rank0()) opt_.progress(static_cast<double>(++done) / static_cast<double>(n));
+    ++done;
+    if (opt_.progress && rank0()) {
+      const double elapsed = seconds(epoch_start, Clock::now());
+      EpochProgress e;
+      e.epoch = p_.epoch + 1;
+      e.epochs = c_.training.epochs;
+      e.iteration = p_.iteration;
+      e.iterations = p_.iteration + (n - done);
+      e.loss = p_.epoch_real > 0 ? p_.epoch_loss_sum / static_cast<double>(p_.epoch_real) : 0.0;
+      e.samples_per_s = elapsed > 0 ? static_cast<double>(p_.epoch_real - real_at_start) / elapsed : 0.0;
+      e.left_s = elapsed / static_cast<double>(done) * static_cast<double>(n - done);
+      opt_.progress(e);
+    }
     if (every > 0 && p_.iteration % every == 0 && p_.consumed < slots) checkpoint(seconds(epoch_start, Clock::now()));
   };
   std::optional<Launched> in_flight;

@@ -11,6 +11,7 @@
 // the transitions, checkpoints and the final weights.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <string>
@@ -23,10 +24,20 @@
 
 namespace ep::exec {
 
+// Where an epoch stands, after each iteration rank 0 records.
+struct EpochProgress {
+  int epoch = 1, epochs = 1;          // from 1
+  std::int64_t iteration = 0;         // iterations of the epoch done, from 1
+  std::int64_t iterations = 0;        // the epoch's
+  double loss = 0;                    // mean over the epoch's samples so far (all replicas)
+  double samples_per_s = 0;           // since the epoch (or its resume) began, all replicas
+  double left_s = 0;                  // the epoch's time left at that pace
+};
+
 struct TrainOptions {
   std::string out_dir;  // empty: write nothing (and no checkpoints)
-  // Progress within an epoch (fraction done), e.g. a terminal bar. Rank 0 only.
-  std::function<void(double)> progress;
+  // Progress within an epoch, e.g. a terminal bar. Rank 0 only.
+  std::function<void(const EpochProgress&)> progress;
   // One line per epoch and per transition. Rank 0 only.
   std::function<void(const std::string&)> log;
   ProcessEnv process;  // this process's place in the job (single by default)

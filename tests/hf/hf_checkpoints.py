@@ -226,6 +226,10 @@ def text_data(w):
     lengths = torch.tensor(want_lengths[:4])
     train_and_open(w, "text-train", folder, data, "seq_length = 16\nnum_labels = 2", BertForSequenceClassification,
                    ids, lengths)
+    # hf/ carries the checkpoint's tokenizer: it opens in transformers and encodes alike.
+    again = AutoTokenizer.from_pretrained(os.path.join(w, "text-train-out", "hf"))
+    check(again([t for t, _ in rows], truncation=True, max_length=16, padding="max_length")["input_ids"]
+          == enc["input_ids"], "text: train's hf/ holds the checkpoint's tokenizer, which encodes alike")
 
 
 def image_data(w):

@@ -1,6 +1,6 @@
 """What a frozen layer costs where it sits: the measurements behind the
-per-layer freezing design record (docs/DESIGN.md, "Freezing beyond the
-prefix").
+per-layer freezing design record
+(docs/decisions/0037-freezing-beyond-the-prefix.md).
 
 For one Transformer encoder layer (pre-norm, GELU MLP of 4H, no dropout)
 it times, alternating the variants round by round on one thread:

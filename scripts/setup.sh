@@ -11,8 +11,8 @@
 # (DIR/torch-venv), pinned by scripts/torch-requirements.txt, with
 # transformers and its kin beside it (scripts/hf-requirements.txt); the CUDA path
 # (CUDA events, NCCL lanes) is compiled in when nvcc (a CUDA 13 toolkit) is
-# found, and needs no GPU to build, link or test. docs/DESIGN.md says why
-# torch 2.x is the default.
+# found, and needs no GPU to build, link or test.
+# docs/decisions/0016-libtorch-2x-default.md says why torch 2.x is the default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,7 +39,7 @@ esac
 # Both: the build tools and libraries, the figures' matplotlib, the dataset
 # configs/fashion_mnist_vit_tiny.toml trains on, Eigen for the fitted cost
 # model's least squares, gloo's headers (c10d's ProcessGroupGloo.hpp
-# includes them; neither LibTorch ships them: DESIGN.md says why Debian's
+# includes them; neither LibTorch ships them: docs/decisions/0016 says why Debian's
 # fit torch 2.11), python3-venv for the PyPI torch, WordNet for the
 # MiniLM fine-tune's corpus (configs/finetune/minilm_wordnet.toml), Open
 # MPI's mpirun for the launcher tests (tests/cli/run_launcher_tests.sh).

@@ -1,13 +1,16 @@
 // The executor's datasets, without torch: Fashion-MNIST read from the IDX
 // files that Debian's dataset-fashion-mnist package installs, and
 // deterministic synthetic images and token sequences for runs that need no
-// data at all. A dataset is held whole in memory as plain arrays; the
+// data at all. A dataset is held in memory as plain arrays (a prepared
+// image set's pixels mapped from its file: prepared_data.hpp); the
 // executor turns a batch into tensors, so this module and its tests build
 // and run without LibTorch. Every failure is an ep::Error naming the file
 // (or generator) and what was expected and found.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,8 +30,11 @@ struct Dataset {
   std::vector<float> pixels;  // size * channels * height * width
   // A prepared image set's pixels as bytes (size * channels * height *
   // width), normalised per channel, (byte / 255 - mean) / std, when batched;
-  // empty where `pixels` holds the images.
-  std::vector<std::uint8_t> image_bytes;
+  // empty where `pixels` holds the images. They stay in the file, mapped
+  // read-only (`image_file` keeps the mapping): a split larger than memory
+  // is paged in as batches touch it.
+  std::span<const std::uint8_t> image_bytes;
+  std::shared_ptr<const void> image_file;
   std::vector<float> channel_mean, channel_std;
   // Tokens: seq_length int64 ids per sample, id 0 is [CLS] at position 0
   // in the synthetic set (a tokenizer's own ids in a prepared one).

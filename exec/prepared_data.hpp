@@ -24,8 +24,10 @@
 // without overlapping, and every label, length, pad and (given the
 // vocabulary) token id, before the data set is used; a refusal names the
 // file, the field or the sample, what was expected and what was found.
-// The file is read whole into memory, as the other data sets are: images
-// stay bytes until a batch normalises them.
+// The file is mapped read-only: the header and the small sections (labels,
+// lengths, class names, tokens) are checked and copied, an image set's
+// pixels stay in the mapping as bytes until a batch normalises them, so a
+// split larger than memory is paged in as it is read.
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "exec/data.hpp"
+#include "exec/prepared_data.hpp"
 #include "planner/error.hpp"
 #include "tests/temp_dir.hpp"
 
@@ -448,4 +450,74 @@ TEST_CASE("The synthetic generators reject impossible shapes with an ep::Error")
   CHECK_THROWS_WITH(synthetic_tokens(10, 8, 11, 10, 1, true),
                     Contains("vocab_size") && Contains("found 11"));
   CHECK_THROWS_AS(synthetic_tokens(10, 8, 11, 10, 1, true), ep::Error);
+}
+
+namespace {
+
+// A prepared image set (exec/prepared_data.hpp's format): `count` RGB
+// images of h x w, pixel i of sample s = (s * 7 + i) % 256, labels s % 2.
+std::string prepared_images(int count, int h, int w) {
+  const auto align = [](std::string& f) { f.resize((f.size() + 63) / 64 * 64, '\0'); };
+  std::string f(128, '\0');
+  const std::uint64_t labels = f.size();
+  for (int s = 0; s < count; ++s) {
+    const std::int32_t l = s % 2;
+    f.append(reinterpret_cast<const char*>(&l), 4);
+  }
+  align(f);
+  const std::uint64_t names = f.size(), names_bytes = 8;
+  f += "cat\ndog\n";
+  align(f);
+  const std::uint64_t norm = f.size();
+  for (const float v : {0.5f, 0.5f, 0.5f, 0.25f, 0.25f, 0.25f}) f.append(reinterpret_cast<const char*>(&v), 4);
+  align(f);
+  const std::uint64_t samples = f.size(), per = std::uint64_t{3} * h * w;
+  for (int s = 0; s < count; ++s)
+    for (std::uint64_t i = 0; i < per; ++i) f.push_back(static_cast<char>((s * 7 + i) % 256));
+  align(f);
+  const auto put = [&](std::size_t at, auto v) { std::memcpy(f.data() + at, &v, sizeof v); };
+  f.replace(0, 8, "EPDATA01");
+  put(8, std::uint32_t{1});
+  put(12, std::uint32_t{2});
+  put(16, static_cast<std::uint64_t>(count));
+  put(24, std::uint32_t{3});
+  put(28, static_cast<std::uint32_t>(h));
+  put(32, static_cast<std::uint32_t>(w));
+  put(40, labels);
+  put(56, samples);
+  put(64, norm);
+  put(72, names);
+  put(80, names_bytes);
+  put(88, static_cast<std::uint64_t>(f.size()));
+  return f;
+}
+
+bool mapped(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.find(path) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("A prepared image set's pixels stay in its file, mapped, until the data set is gone") {
+  ep::test::TempDir dir;
+  const std::string path = dir.file("train.epdata");
+  std::ofstream(path, std::ios::binary) << prepared_images(5, 4, 6);
+  {
+    const Dataset d = load_prepared(path, 4, 0);  // the first 4 of 5
+    REQUIRE(d.size == 4);
+    REQUIRE(d.image_bytes.size() == 4u * 3 * 4 * 6);
+    for (std::size_t i = 0; i < d.image_bytes.size(); ++i) {
+      const std::size_t s = i / 72, p = i % 72;
+      if (d.image_bytes[i] != (s * 7 + p) % 256) FAIL("byte " << i << " is " << int(d.image_bytes[i]));
+    }
+    CHECK(d.labels == std::vector<std::int64_t>{0, 1, 0, 1});
+    CHECK(d.class_names == std::vector<std::string>{"cat", "dog"});
+    CHECK(mapped(path));
+    const Dataset copy = d;  // shares the mapping
+    CHECK(copy.image_bytes.data() == d.image_bytes.data());
+  }
+  CHECK_FALSE(mapped(path));
 }

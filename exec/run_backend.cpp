@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <charconv>
+#include <cmath>
 #include <filesystem>
 
 #include "exec/measure.hpp"
@@ -66,8 +68,9 @@ std::vector<double> Trainer::chunk_times(const std::vector<IterationProgram>& pr
   std::snprintf(buf, sizeof buf, " per iteration, timed in %.2f s", searched_s);
   log(line + buf + "; kept in " + memo.path() + " for later runs");
   if (p_.epoch == 0 && p_.iteration == 0) {  // before the process's first epoch, not inside a freeze step
-    std::snprintf(buf, sizeof buf, "%.3f", searched_s);
-    timeline_.note(trace::kChunkSearchBeforeFirstEpochKey, buf);
+    // Milliseconds, in the shortest text of that value: a JSON number in the trace.
+    const double ms = std::round(searched_s * 1e3) / 1e3;
+    timeline_.note(trace::kChunkSearchBeforeFirstEpochKey, std::string(buf, std::to_chars(buf, buf + sizeof buf, ms).ptr));
   }
   return times;
 }

@@ -124,6 +124,21 @@ void Trainer::load_checkpoint_weights() {
 
 namespace {
 
+// Where the epoch stands: `done` of the `n` iterations this process runs of
+// it (since it, or its resume, began `elapsed_s` ago, `real0` samples in).
+EpochProgress epoch_progress(const trace::RunState& p, int epochs, double elapsed_s, std::int64_t real0,
+                             std::int64_t done, std::int64_t n) {
+  EpochProgress e;
+  e.epoch = p.epoch + 1;
+  e.epochs = epochs;
+  e.iteration = p.iteration;
+  e.iterations = p.iteration + (n - done);
+  e.loss = p.epoch_real > 0 ? p.epoch_loss_sum / static_cast<double>(p.epoch_real) : 0.0;
+  e.samples_per_s = elapsed_s > 0 ? static_cast<double>(p.epoch_real - real0) / elapsed_s : 0.0;
+  e.left_s = elapsed_s / static_cast<double>(done) * static_cast<double>(n - done);
+  return e;
+}
+
 // The samples, their labels and sizes: what each rank's data files gave.
 std::uint32_t data_crc(const Data& d) {
   std::uint32_t crc = 0;
@@ -434,18 +449,8 @@ void Trainer::train_epoch() {
     ++p_.iteration;
     if (warmup_.on()) meter_warmup(l.start, r, p_.consumed >= slots);
     ++done;
-    if (opt_.progress && rank0()) {
-      const double elapsed = seconds(epoch_start, Clock::now());
-      EpochProgress e;
-      e.epoch = p_.epoch + 1;
-      e.epochs = c_.training.epochs;
-      e.iteration = p_.iteration;
-      e.iterations = p_.iteration + (n - done);
-      e.loss = p_.epoch_real > 0 ? p_.epoch_loss_sum / static_cast<double>(p_.epoch_real) : 0.0;
-      e.samples_per_s = elapsed > 0 ? static_cast<double>(p_.epoch_real - real_at_start) / elapsed : 0.0;
-      e.left_s = elapsed / static_cast<double>(done) * static_cast<double>(n - done);
-      opt_.progress(e);
-    }
+    if (opt_.progress && rank0())
+      opt_.progress(epoch_progress(p_, c_.training.epochs, seconds(epoch_start, Clock::now()), real_at_start, done, n));
     if (every > 0 && p_.iteration % every == 0 && p_.consumed < slots) checkpoint(seconds(epoch_start, Clock::now()));
   };
   std::optional<Launched> in_flight;

@@ -4,6 +4,7 @@
 #include "planner/config.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -481,11 +482,11 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
 }
 
 std::map<std::string, std::string> describe(const Config& c) {
+  // The shortest text that reads back as the same double: a trace writes
+  // it as a JSON number (traces/io.hpp, metadata_json).
   const auto num = [](double v) {
-    std::ostringstream os;
-    os.precision(17);
-    os << v;
-    return os.str();
+    char buf[32];
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
   };
   const auto& pc = c.planner;
   return {{"model", to_string(c.model.family) + " L=" + std::to_string(c.model.num_hidden_layers)},

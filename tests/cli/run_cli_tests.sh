@@ -198,6 +198,22 @@ expect_text "says what --progress-every takes" "expected a number of seconds in 
 for f in summary.json epochs.csv trace.json grad_norms.csv plan.json weights.bin; do
   [ -s "$tmp/train/$f" ] && ok || bad "train wrote no $f"
 done
+# Metadata numbers are JSON numbers (alpha, the chunk search's seconds), not number-like strings.
+numeric_strings=$(python3 - "$tmp/train/trace.json" "$tmp/train/summary.json" <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    d = json.load(open(path))
+    meta = d["otherData"]["metadata"] if "otherData" in d else d["metadata"]
+    for k, v in meta.items():
+        try:
+            float(v) if isinstance(v, str) else None
+            if isinstance(v, str): print(f"{path}: {k} = {v!r}")
+        except ValueError:
+            pass
+PY
+)
+[ -z "$numeric_strings" ] && ok || bad "metadata numbers written as strings: $numeric_strings"
+grep -q '"chunk_search_before_first_epoch_s": *[0-9]' "$tmp/train/trace.json" && ok || bad "the chunk search's seconds are not a number"
 # A CPU run that uses the cache prints a host line, with no pinned memory to name.
 expect_rc 0 "train with the cache on" -- "$bin" train "$fm" "${small[@]}" --set 'planner.cache="on"' \
   --set "exec.chunk_memo=\"$tmp/chunk_memo.json\"" --out "$tmp/train_cache"

@@ -451,6 +451,11 @@ class Run:
         return f"{self.label} ({', '.join(details + [self.source])})"
 
     @property
+    def name(self):
+        """The run's folder name: what tells apart runs of one config."""
+        return os.path.basename(os.path.abspath(self.dir))
+
+    @property
     def modes(self):
         return [m["mode"] for m in self.summary["modes"]]
 
@@ -483,6 +488,45 @@ class Run:
 
     def epochs_of(self, mode):
         return sorted((r for r in self.epochs if r["mode"] == mode), key=lambda r: r["epoch"])
+
+    def only_mode(self):
+        """The summary entry of a run of one mode, as elasticpipe train writes;
+        TraceError for a run of several (a simulation of every mode)."""
+        if len(self.modes) != 1:
+            found = f"{len(self.modes)} modes" + (f" ({', '.join(self.modes)})" if self.modes else "")
+            raise TraceError(f"{self.dir}/summary.json: {found}; expected one mode (a run of elasticpipe train)")
+        return self.summary["modes"][0]
+
+
+# What two runs must share for their times and accuracies to be compared:
+# the same model, data and training length on the same cluster (summary.json
+# metadata, written alike by the simulator and the executor).
+COMPARABLE = ("model", "workload", "data", "num_train_samples", "epochs", "batch_size", "cluster")
+
+
+def check_comparable(runs):
+    """TraceError naming the first run that differs from runs[0] in its source
+    or in a COMPARABLE metadata field."""
+    first = runs[0]
+    where = f"{first.dir}/summary.json"
+    for run in runs[1:]:
+        if run.source != first.source:
+            raise TraceError(f"{run.dir}/summary.json: source '{run.source}', but {where} has '{first.source}'; "
+                             "expected runs of one kind (all trained or all simulated)")
+        for key in COMPARABLE:
+            a, b = first.metadata.get(key), run.metadata.get(key)
+            if a != b:
+                show = lambda v: "none" if v is None else json.dumps(v, ensure_ascii=False)
+                raise TraceError(f"{run.dir}/summary.json: metadata '{key}' is {show(b)}, but {where} has {show(a)}; "
+                                 "expected runs of the same model, data, training length and cluster")
+
+
+def measured_speedup(base, method):
+    """base's total time over method's, both runs of one mode."""
+    t = method.only_mode()["total_s"]
+    if t <= 0:
+        raise TraceError(f"{method.dir}/summary.json: modes[0]: total_s {t}: expected a time > 0")
+    return base.only_mode()["total_s"] / t
 
 
 def load_run(path):

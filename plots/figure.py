@@ -187,8 +187,10 @@ class _Parser(argparse.ArgumentParser):
         raise ValueError(f"{self.prog}: {message}")
 
 
-def main(doc, build, many=True, options=None):
+def main(doc, build, many=True, options=None, nargs=None):
     """Parse `RUN_DIR... --out FILE.png [--describe FILE.json]`, build, draw.
+    nargs, where given, is argparse's for RUN_DIR ("*": the script's options
+    can name the runs instead), overriding many.
 
     Any bad input ends with one line `ERROR: message` on stderr and exit code 2.
     """
@@ -198,7 +200,7 @@ def main(doc, build, many=True, options=None):
         sys.exit(2)
     try:
         parser = _Parser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.add_argument("runs", nargs="+" if many else 1, metavar="RUN_DIR")
+        parser.add_argument("runs", nargs=nargs or ("+" if many else 1), metavar="RUN_DIR")
         parser.add_argument("--out", required=True, metavar="FILE.png",
                             help="the figure; tables go next to it as FILE.csv and FILE.md")
         parser.add_argument("--describe", metavar="FILE.json", help="also write the figure's data as JSON")

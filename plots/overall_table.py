@@ -3,8 +3,14 @@
 training time of the reference (the best plan without freezing, or the
 paper's GPipe baseline where the run was made with --reference gpipe) and of
 ElasticPipe (autocache, or the last mode of an executor run), the speedup and
-each one's accuracy (— when not measured). Writes FILE.png (the two times per workload), FILE.csv, FILE.md."""
-from eptrace import load_run
+each one's accuracy (— when not measured). Writes FILE.png (the two times per workload), FILE.csv, FILE.md.
+
+Real runs come in pairs, one workload per --pair BASE_DIR METHOD_DIR: two
+elasticpipe train runs of the same config, data, epochs and cluster, the
+baseline (no freezing: frozen_layers 0 in every epoch) and the method. Their row has the two measured total
+times, the speedup (the baseline's time over the method's) and their final
+accuracies. Pairs come after the RUN_DIRs, which may be left out."""
+from eptrace import TraceError, check_comparable, load_run, measured_speedup
 from figure import Figure, Panel, Series, Table, main, runs_title
 
 
@@ -12,7 +18,14 @@ def accuracy(mode):
     return None if mode is None else mode["final_accuracy"]
 
 
+def options(parser):
+    parser.add_argument("--pair", nargs=2, action="append", default=[], metavar=("BASE_DIR", "METHOD_DIR"),
+                        help="a baseline train run and the method's, of one workload (repeatable)")
+
+
 def build(args):
+    if not args.runs and not args.pair:
+        raise ValueError("overall_table.py: expected RUN_DIR... or --pair BASE_DIR METHOD_DIR, found neither")
     runs = [load_run(d) for d in args.runs]
     rows = []
     for run in runs:
@@ -20,6 +33,20 @@ def build(args):
         method = run.mode(run.main_mode)
         rows.append([run.label, run.main_mode, base and base["total_s"], method["total_s"],
                      method["speedup"], accuracy(base), accuracy(method), run.source])
+    for base_dir, method_dir in args.pair:
+        base, method = load_run(base_dir), load_run(method_dir)
+        b, m = base.only_mode(), method.only_mode()
+        check_comparable([base, method])
+        # The baseline is training without freezing; a swapped pair would
+        # otherwise show as a slowdown.
+        frozen = [r for r in base.epochs_of(b["mode"]) if r["frozen_layers"] > 0]
+        if frozen:
+            raise TraceError(f"{base.dir}/epochs.csv: frozen_layers is {frozen[0]['frozen_layers']} in epoch "
+                             f"{frozen[0]['epoch']}; expected a baseline without freezing "
+                             "(planner.freeze_policy = \"none\") as --pair's BASE_DIR")
+        rows.append([method.label, m["mode"], b["total_s"], m["total_s"], measured_speedup(base, method),
+                     b["final_accuracy"], m["final_accuracy"], method.source])
+        runs += [base, method]
     table = Table(["workload", "method mode", "baseline time (s)", "ElasticPipe time (s)", "speedup (×)",
                    "baseline accuracy", "ElasticPipe accuracy", "source"],
                   ["{}", "{}", "{:,.1f}", "{:,.1f}", "{:.2f}", "{:.4f}", "{:.4f}", "{}"], rows)
@@ -34,4 +61,4 @@ def build(args):
 
 
 if __name__ == "__main__":
-    main(__doc__, build)
+    main(__doc__, build, options=options, nargs="*")

@@ -3,6 +3,9 @@
 
     check_figures.py FIGURE DESCRIBE.json RUN_DIR... [-- OPTION VALUE ...]
 
+RUN_DIR... may hold the script's own options that name runs or their labels
+(--pair BASE METHOD, --with-cache RUN, --without-cache RUN, --label NAME),
+exactly as the script was given them.
 The expectations are computed here from the trace files with json and csv
 alone, not with plots/eptrace.py, so a reader bug cannot hide itself. Prints
 one line per failed check; exits 1 if any failed.
@@ -42,7 +45,9 @@ def main_mode(run):
 
 
 def close(a, b):
-    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9) for x, y in zip(a, b))
+    """Equal lists of numbers, to rounding; None (not measured) equals only None."""
+    return len(a) == len(b) and all(x == y if None in (x, y) else math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
+                                    for x, y in zip(a, b))
 
 
 def check_common(fig):
@@ -72,15 +77,35 @@ def check_freeze_curve(fig, runs, _):
             check(f"{alpha(run):.2g}" in s["label"], f"{s['label']}: does not name α = {alpha(run)}")
 
 
-def check_overall_table(fig, runs, _):
+def only_mode(run):
+    """The one mode of a train run's summary."""
+    ms = summary(run)["modes"]
+    check(len(ms) == 1, f"{run}: {len(ms)} modes, expected a train run's one")
+    return ms[0]
+
+
+def check_overall_table(fig, runs, opts):
+    pairs = opts.get("pair", [])
+    n = len(runs) + len(pairs)
     got = series_of(fig)
-    check(len(got) == 2 and all(len(s["y"]) == len(runs) for s in got), "expected 2 series of one bar per run")
-    check(len(fig["table"]["rows"]) == len(runs), "expected one table row per run")
+    check(len(got) == 2 and all(len(s["y"]) == n for s in got), "expected 2 series of one bar per run or pair")
+    rows = fig["table"]["rows"]
+    check(len(rows) == n, "expected one table row per run or pair")
     want = [next(m["total_s"] for m in summary(r)["modes"] if m["mode"] == main_mode(r)) for r in runs]
+    want += [only_mode(method)["total_s"] for _, method in pairs]
     check(close(got[1]["y"], want), f"ElasticPipe times {got[1]['y']} != summaries' {want}")
+    # A pair's row: the two runs' measured total times, their ratio and
+    # their final accuracies, as each summary.json has them.
+    for row, (base, method) in zip(rows[len(runs):], pairs):
+        b, m = only_mode(base), only_mode(method)
+        want = [b["total_s"], m["total_s"], b["total_s"] / m["total_s"], b["final_accuracy"], m["final_accuracy"]]
+        check(close(row[2:7], want), f"--pair {base} {method}: times, speedup, accuracies {row[2:7]} != {want}")
+        check(row[1] == m["mode"] and row[-1] == summary(method)["source"], f"--pair {base} {method}: row {row}")
 
 
-def check_speedup_breakdown(fig, runs, _):
+def check_speedup_breakdown(fig, runs, opts):
+    if len(runs) > 1 or "label" in opts:
+        return check_measured_breakdown(fig, runs, opts.get("label"))
     run = runs[0]
     lines = series_of(fig, 0)
     check(len(lines) == len(modes(run)), f"{len(lines)} throughput series, expected one per mode {modes(run)}")
@@ -93,6 +118,24 @@ def check_speedup_breakdown(fig, runs, _):
         check(close(bars[0]["y"], [m["speedup"] for m in summary(run)["modes"]]), "speedup bars != summary speedups")
     else:
         check(len(fig["panels"]) == 1, "no speedup panel without a reference")
+
+
+def check_measured_breakdown(fig, runs, labels):
+    """Train runs, one line each, and speedups over the first in total time."""
+    labels = labels or [os.path.basename(os.path.abspath(r)) for r in runs]
+    lines = series_of(fig, 0)
+    check([s["label"] for s in lines] == labels, f"lines {[s['label'] for s in lines]}, expected {labels}")
+    for s, run in zip(lines, runs):
+        rows = epochs(run, only_mode(run)["mode"])
+        check(s["x"] == [int(r["epoch"]) for r in rows] and close(s["y"], [float(r["samples_per_s"]) for r in rows]),
+              f"{s['label']}: x, y != epoch, samples_per_s of {run}")
+    if len(runs) == 1:
+        check(len(fig["panels"]) == 1, "no speedup panel for one run")
+        return
+    bars = series_of(fig, 1)
+    totals = [only_mode(r)["total_s"] for r in runs]
+    check(len(bars) == 1 and bars[0]["x"] == labels, "expected one bar per run, named as its line")
+    check(close(bars[0]["y"], [totals[0] / t for t in totals]), f"speedups {bars[0]['y']} != {totals[0]} / {totals}")
 
 
 def check_alpha_tuning(fig, runs, _):
@@ -114,8 +157,17 @@ def check_optimal_chunks(fig, runs, _):
             check(s.get("marked") == chosen, f"K = {K}: marked {s.get('marked')} != chosen {chosen}")
 
 
-def check_cache_timing(fig, runs, _):
+def check_cache_timing(fig, runs, opts):
     got = series_of(fig)
+    if "with-cache" in opts:
+        dirs = opts["with-cache"] + opts["without-cache"]
+        check(len(got) == 2, f"{len(got)} series, expected with and without the cache")
+        for s, run, what in zip(got, dirs, ("with cache", "without cache")):
+            rows = epochs(run, only_mode(run)["mode"])
+            check(s["x"] == [int(r["epoch"]) for r in rows] and close(s["y"], [float(r["samples_per_s"]) for r in rows]),
+                  f"{s['label']}: x, y != epoch, samples_per_s of {run}")
+            check(s["label"] == f"{what} ({os.path.basename(os.path.abspath(run))})", f"{s['label']}: not '{what} (folder)'")
+        return
     n = len(epochs(runs[0], "autocache"))
     check(len(got) == 2 and all(len(s["y"]) == n for s in got), f"expected 2 series of {n} epochs")
 
@@ -200,6 +252,26 @@ def check_where_it_pays(fig, runs, _):
     check(len(fig["table"]["rows"]) == len(sizes), f"{len(fig['table']['rows'])} table rows for {len(sizes)} sizes")
 
 
+# The scripts' options that name runs or labels, and how many values each takes.
+RUN_OPTIONS = {"--pair": 2, "--with-cache": 1, "--without-cache": 1, "--label": 1}
+
+
+def split_runs(argv):
+    """The run folders, and opts[option] = a list of each use's value (a
+    list of values for --pair)."""
+    runs, opts, i = [], {}, 0
+    while i < len(argv):
+        n = RUN_OPTIONS.get(argv[i])
+        if n is None:
+            runs.append(argv[i])
+            i += 1
+        else:
+            values = argv[i + 1:i + 1 + n]
+            opts.setdefault(argv[i][2:], []).append(values if n > 1 else values[0])
+            i += 1 + n
+    return runs, opts
+
+
 def main():
     argv = sys.argv[1:]
     opts = {}
@@ -207,7 +279,9 @@ def main():
         extra = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
         opts = dict(zip(extra[::2], extra[1::2]))
-    name, describe, runs = argv[0], argv[1], argv[2:]
+    name, describe = argv[0], argv[1]
+    runs, named = split_runs(argv[2:])
+    opts.update(named)
     with open(describe) as f:
         fig = json.load(f)
     check_common(fig)

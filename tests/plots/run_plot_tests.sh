@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tests of the figure scripts (plots/): usage run_plot_tests.sh BIN ROOT.
-# Simulates small runs with BIN, runs every script with --describe, checks
-# the PNG and the described data (tests/plots/check_figures.py), then feeds
-# the scripts bad input. The last line is "N passed, N failed".
+# Simulates small runs and trains tiny real ones with BIN, runs every script
+# with --describe (and scripts/real_figures.sh), checks the PNG and the
+# described data (tests/plots/check_figures.py), then feeds the scripts bad
+# input. The last line is "N passed, N failed".
 set -u
 BIN=$1 ROOT=$2
 PY=/usr/bin/python3  # Debian's, with python3-matplotlib; the python3 on PATH may lack it
@@ -69,10 +70,15 @@ plot timeline_bert timeline "$T/bert"
 
 # ---- a real executor run (Fashion-MNIST, a few hundred samples): source exec,
 # one mode "train", loss and accuracy measured, no chunks.csv (the figures
-# must not assume a simulation) ----
-"$BIN" train "$ROOT/configs/fashion_mnist_vit_tiny.toml" --set data.num_train_samples=768 \
-  --set data.num_test_samples=256 --set training.epochs=3 --out "$T/exec" >/dev/null ||
-  fail "elasticpipe train for the executor's figures"
+# must not assume a simulation). The cache is on, so that the run is also the
+# full method of the figures from real runs below ----
+train() {  # train NAME [--set KEY=VALUE ...]: a real run into $T/NAME, all runs of one size
+  local name=$1; shift
+  "$BIN" train "$ROOT/configs/fashion_mnist_vit_tiny.toml" --set data.num_train_samples=768 \
+    --set data.num_test_samples=256 --set training.epochs=3 "$@" --out "$T/$name" >/dev/null ||
+    fail "elasticpipe train $name $* for the executor's figures"
+}
+train exec --set 'planner.cache="on"'
 plot exec_freeze_curve freeze_curve "$T/exec"
 plot exec_overall_table overall_table "$T/exec"
 plot exec_speedup_breakdown speedup_breakdown "$T/exec"
@@ -80,6 +86,28 @@ plot exec_alpha_tuning alpha_tuning "$T/exec"
 plot exec_comm_compute_table comm_compute_table "$T/exec"
 plot exec_transition_table transition_table "$T/exec"
 plot exec_timeline timeline "$T/exec"
+
+# ---- the figures from real runs: a baseline without freezing, freezing
+# without the cache, and $T/exec (freezing and the cache); scripts/real_figures.sh
+# draws the same ----
+train real_base --set 'planner.freeze_policy="none"'
+train real_nocache --set 'planner.cache="off"'
+plot real_overall_table overall_table --pair "$T/real_base" "$T/exec"
+plot real_overall_mixed overall_table "$RUN" --pair "$T/real_base" "$T/exec" --pair "$T/real_base" "$T/real_nocache"
+plot real_speedup_breakdown speedup_breakdown "$T/real_base" "$T/real_nocache" "$T/exec"
+plot real_speedup_labels speedup_breakdown "$T/real_base" "$T/exec" --label "no freezing" --label "freezing + cache"
+plot real_cache_timing cache_timing --with-cache "$T/exec" --without-cache "$T/real_nocache"
+if bash "$ROOT/scripts/real_figures.sh" "$T/real_base" "$T/real_nocache" "$T/exec" "$T/real_figures" >"$T/real_figures.log" 2>&1; then
+  for f in overall speedup_breakdown cache_timing; do
+    [[ $(head -c 8 "$T/real_figures/$f.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] && pass ||
+      fail "real_figures.sh: $f.png is not a PNG"
+  done
+  # The same table as overall_table.py's, whose values are checked above.
+  cmp -s "$T/real_figures/overall.csv" "$T/fig/real_overall_table.csv" && cmp -s "$T/real_figures/overall.md" \
+    "$T/fig/real_overall_table.md" && pass || fail "real_figures.sh: overall.csv or .md differ from overall_table.py's"
+else
+  fail "scripts/real_figures.sh: $(tail -3 "$T/real_figures.log")"
+fi
 
 # ---- where the method pays: bench/where_it_pays.py --smoke (two cluster sizes,
 # one length, a small data set, both models simulated), then a written table
@@ -147,6 +175,25 @@ expect_error deep_summary "deep/summary.json: JSON nested too deep" freeze_curve
 expect_error unknown_mode "no rows for mode 'nosuch'" optimal_chunks "$RUN" --mode nosuch
 expect_error unknown_plan "no plan 99" timeline "$RUN" --plan 99
 expect_error bad_option "--plan: invalid int value" timeline "$RUN" --plan x
+# Real runs that cannot be compared, or in the wrong role.
+d=$T/other_model && cp -r "$T/exec" "$d" && $PY -c 'import json, sys
+s = json.load(open(sys.argv[1])); s["metadata"]["model"] = "vit L=6"; json.dump(s, open(sys.argv[1], "w"))' "$d/summary.json"
+expect_error real_other_model "other_model/summary.json: metadata 'model' is \"vit L=6\", but" overall_table --pair "$T/real_base" "$d"
+expect_error real_breakdown_other "other_model/summary.json: metadata 'model'" speedup_breakdown "$T/real_base" "$d"
+expect_error real_cache_other "other_model/summary.json has \"vit L=6\"" cache_timing --with-cache "$d" --without-cache "$T/real_nocache"
+expect_error real_pair_simulated "vit_a0.5/summary.json: 7 modes" overall_table --pair "$RUN" "$T/exec"
+expect_error real_pair_swapped "exec/epochs.csv: frozen_layers is 1 in epoch 1; expected a baseline without freezing" \
+  overall_table --pair "$T/exec" "$T/real_base"
+expect_error real_cache_swapped "real_nocache/epochs.csv: column 'cache' is 0 in every epoch" \
+  cache_timing --with-cache "$T/real_nocache" --without-cache "$T/exec"
+expect_error real_cache_half "found --with-cache" cache_timing --with-cache "$T/exec"
+expect_error real_cache_one "exec/summary.json: one mode (train)" cache_timing "$T/exec"
+expect_error real_no_runs "expected RUN_DIR... or --pair BASE_DIR METHOD_DIR, found neither" overall_table
+expect_error real_labels "1 --label for 2 RUN_DIRs" speedup_breakdown "$T/real_base" "$T/exec" --label base
+err=$(bash "$ROOT/scripts/real_figures.sh" "$T/exec" "$T/real_nocache" "$T/real_base" "$T/real_bad" 2>&1 >/dev/null)
+rc=$?
+[[ $rc -eq 2 && $err == "ERROR: "*"expected a baseline without freezing"* && $err != *$'\n'* ]] && pass ||
+  fail "real_figures.sh with the runs swapped: expected exit code 2 and one ERROR line, got $rc: $err"
 expect_error pays_missing "no_such_run/points.csv" where_it_pays "$T/no_such_run"
 d=$T/pays_header && mkdir -p "$d" && sed '1s/,speedup,/,gain,/' "$T/pays_written/points.csv" >"$d/points.csv"
 expect_error pays_header "pays_header/points.csv:1: header: missing column 'speedup'" where_it_pays "$d"

@@ -98,12 +98,18 @@ std::string default_out(const std::string& config, const std::string& what) {
   return (std::filesystem::path("out") / what / std::filesystem::path(config).stem()).string();
 }
 
+std::string bar_text(double f, int width) {
+  const int done = std::clamp(static_cast<int>(f * width + 0.5), 0, width);
+  char pct[8];
+  std::snprintf(pct, sizeof pct, "%3d%%", static_cast<int>(f * 100 + 0.5));
+  return "[" + std::string(done, '#') + std::string(width - done, ' ') + "] " + pct;
+}
+
 std::function<void(double)> progress_bar(const std::string& label) {
   if (!isatty(STDOUT_FILENO)) return {};
   return [label](double f) {
-    const int width = 30, done = static_cast<int>(f * width + 0.5);
-    std::fprintf(stderr, "\r%s [%s%s] %3d%%", label.c_str(), std::string(done, '#').c_str(),
-                 std::string(width - done, ' ').c_str(), static_cast<int>(f * 100 + 0.5));
+    const int width = 30;
+    std::fprintf(stderr, "\r%s %s", label.c_str(), bar_text(f, width).c_str());
     if (f >= 1.0) std::fprintf(stderr, "\r%*s\r", static_cast<int>(label.size()) + width + 8, "");
     std::fflush(stderr);
   };

@@ -62,6 +62,8 @@ void check_runnable_here(const Config&);
 void refuse_output_over_input(const std::string& output, const std::string& flag,
                               const std::vector<std::string>& inputs);
 
+// "[#####     ]  50%": `fraction` done of a bar `width` wide.
+[[nodiscard]] std::string bar_text(double fraction, int width);
 // A bar on stderr, only when stdout is a terminal; empty otherwise.
 [[nodiscard]] std::function<void(double)> progress_bar(const std::string& label);
 

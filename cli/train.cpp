@@ -59,9 +59,7 @@ std::function<void(const exec::EpochProgress&)> train_progress(double every_s) {
     std::snprintf(stats, sizeof stats, "loss %.4f  %.0f samples/s  about %s left in the epoch", e.loss, e.samples_per_s,
                   duration_text(e.left_s).c_str());
     if (tty) {
-      const int width = 20, done = static_cast<int>(pct / 100 * width + 0.5);
-      std::fprintf(stderr, "\r\033[Kepoch %d/%d [%s%s] %3.0f%%  %s", e.epoch, e.epochs, std::string(done, '#').c_str(),
-                   std::string(width - done, ' ').c_str(), pct, stats);
+      std::fprintf(stderr, "\r\033[Kepoch %d/%d %s  %s", e.epoch, e.epochs, bar_text(pct / 100, 20).c_str(), stats);
       if (e.iteration >= e.iterations) std::fprintf(stderr, "\r\033[K");
       std::fflush(stderr);
     } else if (now - *last >= every && e.iteration < e.iterations) {

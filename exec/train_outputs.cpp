@@ -1,11 +1,14 @@
 #include "exec/train_outputs.hpp"
 
+#include <charconv>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <tuple>
 
+#include "exec/dist.hpp"
 #include "exec/hf_weights.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/freeze.hpp"
@@ -21,6 +24,7 @@ namespace ep::exec {
 
 TraceRecorder::TraceRecorder(const Config& c, const ProcessEnv& env, int cores) {
   device_prefix_ = c.exec.device == ExecDevice::CUDA ? "gpu" : "cpu";
+  rank_ = env.rank;
   trace_.source = "exec";
   trace_.config = c.source;
   trace_.mode = "train";
@@ -35,14 +39,17 @@ TraceRecorder::TraceRecorder(const Config& c, const ProcessEnv& env, int cores) 
   trace_.metadata["batch_policy"] = to_string(c.training.batch_policy);
 }
 
-void TraceRecorder::add(const IterationResult& r, const Plan& plan, int epoch, int iteration) {
+void TraceRecorder::add(const IterationResult& r, const Plan& plan, int epoch, int iteration,
+                        const ReplicaLayout::Replica& replica) {
   std::map<std::tuple<ActionKind, int, int>, std::int64_t> flows;  // (send kind, stage, mb) -> id
   std::vector<trace::Event> events;
   for (const ActionRecord& rec : r.records) {
     const Action& a = rec.action;
-    const int track = trace_.track({trace::TrackKind::Gpu, 0, rec.device, device_prefix_ + std::to_string(rec.device), 0});
+    const int device = replica.gpus.at(rec.device) - replica.node * plan.layout.gpus_per_node;  // in its node
+    const int track =
+        trace_.track({trace::TrackKind::Gpu, replica.node, device, device_prefix_ + std::to_string(device), 0});
     trace::Event e = trace::action_event(track, a, rec.start_s, rec.end_s,
-                                         {.replica = 0, .plan_id = plan.id, .iteration = iteration, .epoch = epoch});
+                                         {.replica = replica.rank, .plan_id = plan.id, .iteration = iteration, .epoch = epoch});
     if (a.kind == ActionKind::SendAct) e.flow_out = flows[{ActionKind::SendAct, a.stage + 1, a.microbatch}] = next_flow_++;
     if (a.kind == ActionKind::SendGrad) e.flow_out = flows[{ActionKind::SendGrad, a.stage - 1, a.microbatch}] = next_flow_++;
     events.push_back(e);
@@ -71,6 +78,44 @@ void TraceRecorder::transition(double start_s, double end_s, int epoch, const st
   const std::size_t first = trace_.events.size();
   trace_.events.push_back(e);
   trace::separate_overlaps(trace_, first);
+}
+
+void TraceRecorder::gather(Dist& dist, double barrier_s) {
+  constexpr int kTag = 1 << 30;  // above every onboarding tag (plan id × 4096 + rank)
+  constexpr const char* kBarrierKey = "end_of_training_barrier_s";
+  if (rank_ != 0) {
+    trace::Trace mine;
+    mine.source = trace_.source;
+    mine.config = trace_.config;
+    mine.mode = trace_.mode;
+    mine.tracks = trace_.tracks;
+    // Its iterations only: rank 0's transitions and start stand for all.
+    for (const trace::Event& e : trace_.events)
+      if (e.category != "transition") mine.events.push_back(e);
+    char buf[32];
+    mine.metadata[kBarrierKey] = std::string(buf, std::to_chars(buf, buf + sizeof buf, barrier_s).ptr);
+    std::ostringstream out;
+    trace::write_chrome_trace(mine, out, "rank " + std::to_string(rank_) + "'s trace");
+    const std::string text = out.str();
+    dist.send_bytes({reinterpret_cast<const std::uint8_t*>(text.data()), text.size()}, 0, kTag, "trace");
+    return;
+  }
+  std::string traced = trace_.events.empty() ? "" : "0";  // ranks whose spans the trace holds
+  for (int r = 1; r < dist.world_size(); ++r) {
+    const std::vector<std::uint8_t> bytes = dist.recv_bytes(r, kTag, "trace");
+    const std::string name = "rank " + std::to_string(r) + "'s trace";
+    std::istringstream in(std::string(bytes.begin(), bytes.end()));
+    const trace::Trace theirs = trace::read_chrome_trace(in, name);
+    const auto it = theirs.metadata.find(kBarrierKey);
+    double their_barrier_s = 0;
+    if (it == theirs.metadata.end() ||
+        std::from_chars(it->second.data(), it->second.data() + it->second.size(), their_barrier_s).ec != std::errc())
+      throw Error(name + ": metadata '" + kBarrierKey + "': expected a number");
+    if (theirs.events.empty()) continue;
+    trace::append(trace_, theirs, barrier_s - their_barrier_s);
+    traced += (traced.empty() ? "" : ",") + std::to_string(r);
+  }
+  trace_.metadata["traced_ranks"] = (traced.find(',') == std::string::npos ? "rank " : "ranks ") + traced;
 }
 
 void write_run_outputs(const std::string& out_dir, const Config& c, const TraceRecorder& timeline,

@@ -14,12 +14,22 @@
 
 namespace ep::exec {
 
+class Dist;
+
 // Traced actions as trace events on per-device tracks; a send and its
 // receive share a flow id.
 class TraceRecorder {
  public:
   TraceRecorder(const Config& config, const ProcessEnv& env, int cores);
-  void add(const IterationResult& r, const Plan& plan, int epoch, int iteration);
+  // `replica`: the pipeline that ran it (its node and devices, as the plan's
+  // layout places them).
+  void add(const IterationResult& r, const Plan& plan, int epoch, int iteration,
+           const ReplicaLayout::Replica& replica);
+  // Every process's traced iterations onto rank 0's timeline (the other
+  // ranks send theirs). The ranks leave the end-of-training barrier together:
+  // each one's spans are shifted so that its `barrier_s` (when it left, on
+  // its own clock) falls on rank 0's.
+  void gather(Dist& dist, double barrier_s);
   void transition(double start_s, double end_s, int epoch, const std::string& what);
   void note(const std::string& key, const std::string& value) { trace_.metadata[key] = value; }
   void note_start(double start_s) { trace::note_start(trace_, start_s); }
@@ -29,6 +39,7 @@ class TraceRecorder {
   trace::Trace trace_;
   std::int64_t next_flow_ = 1;
   std::string device_prefix_;
+  int rank_ = 0;
 };
 
 // trace.json, summary.json, grad_norms.csv, plan.json, transitions.json,

@@ -188,7 +188,10 @@ TrainResult Trainer::run() {
   else load_initial_weights();
   if (dist_) check_ranks_agree();
   run_training(planner_, *this, p_.epoch);  // the planner's run loop calls back here
-  if (dist_) dist_->barrier("end of training");
+  if (dist_) {
+    dist_->barrier("end of training");
+    timeline_.gather(*dist_, seconds(origin_, Clock::now()));
+  }
   TrainResult result;
   result.epochs = p_.epochs;
   result.iteration_losses = p_.iteration_losses;
@@ -411,7 +414,7 @@ void Trainer::train_epoch() {
         if (next + w * slot_step < slots) cache_->prefetch(replica_batch(order, next + w * slot_step, ppn, local, batch));
     l.global_real = iteration_real_samples(sampler_, next, ppn, batch);
     l.lr = learning_rate(c_.training, lr_position(next), total0) * plan_->lr_scale;
-    l.traced = rank0() && launched < c_.exec.trace_iterations;
+    l.traced = launched < c_.exec.trace_iterations;  // on every rank: rank 0 gathers them at the end
     // A new plan's first iterations are timed as traced ones are (not
     // traced): the warm-up meter needs when the device was done with each.
     l.future = pipeline_->launch(program, batches, static_cast<double>(l.global_real), l.lr,
@@ -426,7 +429,7 @@ void Trainer::train_epoch() {
     const IterationResult r = l.future.get();
     pace.done_s.push_back(seconds(epoch_start, Clock::now()));
     if (l.traced) {
-      timeline_.add(r, *plan_, p_.epoch, static_cast<int>(p_.iteration));
+      timeline_.add(r, *plan_, p_.epoch, static_cast<int>(p_.iteration), replica());
       traced.add(r, plan_->K);
     }
     double loss = r.loss, correct = static_cast<double>(r.correct);

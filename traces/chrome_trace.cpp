@@ -344,13 +344,13 @@ class ChromeTraceReader {
  public:
   explicit ChromeTraceReader(std::string path) : path_(std::move(path)) {}
 
-  Trace read() {
+  // `in` holds the trace; path_ names it in errors.
+  Trace read(std::istream& in) {
     // Each element of traceEvents is read as soon as it is parsed, then
     // dropped: a large trace never sits in memory as JSON.
     bool in_events = false, in_other = false;
     std::size_t n_events = 0;
-    constexpr InputFormat kTraceFile{"trace", kPerIterationBytes, kPerIterationWhy};
-    const json doc = read_json_file(path_, kTraceFile, [&](int depth, json::parse_event_t e, json& parsed) {
+    const json doc = parse_json<json>(in, path_, [&](int depth, json::parse_event_t e, json& parsed) {
       using E = json::parse_event_t;
       if (depth == 1 && e == E::key) {
         in_events = parsed == "traceEvents";
@@ -361,6 +361,7 @@ class ChromeTraceReader {
       read_event(parsed, n_events++);
       return false;
     });
+    if (!doc.is_object()) throw Error(path_ + ": expected a JSON object at the top level");
     if (!have_other_) read_other(get_object(doc, "otherData", path_));
     get_array(doc, "traceEvents", path_);
     resolve_tracks();
@@ -515,6 +516,11 @@ class ChromeTraceReader {
 
 }  // namespace
 
-Trace read_chrome_trace(const std::string& path) { return ChromeTraceReader(path).read(); }
+Trace read_chrome_trace(const std::string& path) {
+  InputFile in(path, InputFormat{"trace", kPerIterationBytes, kPerIterationWhy});
+  return ChromeTraceReader(path).read(in.stream());
+}
+
+Trace read_chrome_trace(std::istream& in, const std::string& name) { return ChromeTraceReader(name).read(in); }
 
 }  // namespace ep::trace

@@ -193,5 +193,8 @@ void write_chrome_trace(const Trace& trace, std::ostream& out, const std::string
 void write_epoch_csv(const std::vector<EpochMetrics>& rows, std::ostream& out, const std::string& path);
 void write_summary_json(const RunSummary& summary, std::ostream& out, const std::string& path);
 RunSummary read_summary_json(const std::string& path);
+// A trace from a stream (the bytes another process sent), checked as a
+// file's is; `name` names it in errors.
+Trace read_chrome_trace(std::istream& in, const std::string& name);
 
 }  // namespace ep::trace

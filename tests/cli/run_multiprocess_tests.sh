@@ -63,6 +63,25 @@ if awk -F, '{ seen[$1 "," $3]++ } END { for (k in seen) if (seen[k] != 1) { prin
   "$tmp"/dp/samples/rank*.csv; then ok; else bad "sampler: not exactly once per epoch across ranks"; fi
 for r in 0 1 2 3; do [ -s "$tmp/dp/samples/rank$r.csv" ] && ok || bad "rank $r trained on nothing"; done
 [ -s "$tmp/dp/transitions.json" ] && grep -q '"state_transfer_s"' "$tmp/dp/transitions.json" && ok || bad "no transitions.json"
+# The trace holds every rank's traced iterations, each on its own devices:
+# 2 pipelines of K = 2 (ranks 0, 1) in epoch 1, then 4 of K = 1.
+if python3 - "$tmp/dp/trace.json" << 'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+names = {(e["pid"], e["tid"]): e["args"]["name"] for e in d["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+seen = {}
+for e in d["traceEvents"]:
+    if e["ph"] == "X" and e["cat"] == "forward":
+        a = e["args"]
+        seen.setdefault(a["epoch"], set()).add((a["replica"], a["stage"], names[e["pid"], e["tid"]]))
+want = {0: {(0, 0, "cpu0"), (0, 1, "cpu1"), (1, 0, "cpu2"), (1, 1, "cpu3")}}
+want.update({e: {(r, 0, "cpu%d" % r) for r in range(4)} for e in (1, 2)})  # epochs count from 0 here
+ranks = d["otherData"]["metadata"].get("traced_ranks")
+ok = seen == want and ranks == "ranks 0,1,2,3"
+print("" if ok else "forward spans (replica, stage, device) per epoch %s, traced_ranks %r; expected %s" % (seen, ranks, want))
+sys.exit(0 if ok else 1)
+PY
+then ok; else bad "trace.json: not every rank's iterations on its own devices"; fi
 # The plans the processes ran are the planner's, byte for byte: the
 # executor predicts with the cost model here (exec.chunk_search_iterations = 0).
 "$bin" plan "$cfg" --json > "$tmp/planned.json" && cmp -s "$tmp/planned.json" "$tmp/dp/plan.json" && ok ||

@@ -194,7 +194,20 @@ TEST_CASE("chrome trace: write -> read gives the trace back, write -> read -> wr
     require_same(t, back);
     write_chrome_trace(back, dir.file("b.json"));
     REQUIRE(slurp(dir.file("a.json")) == slurp(dir.file("b.json")));
+    // Through memory, as one process sends its trace to another.
+    std::ostringstream out;
+    write_chrome_trace(t, out, "sent");
+    REQUIRE(out.str() == slurp(dir.file("a.json")));
+    std::istringstream in(out.str());
+    require_same(t, read_chrome_trace(in, "rank 1's trace"));
   }
+}
+
+TEST_CASE("chrome trace: a stream is checked as a file is, errors naming the stream", "[traces]") {
+  std::istringstream cut("{\"traceEvents\": [");
+  require_error([&] { read_chrome_trace(cut, "rank 3's trace"); }, {"rank 3's trace", "not valid JSON"});
+  std::istringstream array("[1, 2]");
+  require_error([&] { read_chrome_trace(array, "rank 3's trace"); }, {"rank 3's trace", "a JSON object"});
 }
 
 TEST_CASE("chrome trace: times keep nanoseconds, also far into a run", "[traces]") {
@@ -404,7 +417,8 @@ TEST_CASE("chrome trace: malformed files give an ep::Error naming the file and t
 TEST_CASE("chrome trace: damaged files give an ep::Error, never a crash", "[traces]") {
   TempDir dir;
   write_chrome_trace(random_trace(5), dir.file("good.json"));
-  survives_damage(dir.file("good.json"), dir.file("bad.json"), read_chrome_trace, true);
+  const auto read = [](const std::string& p) { return read_chrome_trace(p); };  // the file overload
+  survives_damage(dir.file("good.json"), dir.file("bad.json"), read, true);
 }
 
 TEST_CASE("chrome trace: the writer rejects a malformed trace", "[traces]") {

@@ -9,19 +9,34 @@ machine.
 Prepares what is missing first, under OUT: the checkpoint (a link to the
 installed package's model folder), the corpus (scripts/wordnet_supersenses.py
 from Debian's wordnet-base) and its prepared splits (scripts/prepare_data.py,
-MiniLM's tokenizer). Then R rounds, each running every peer once in turn:
+MiniLM's tokenizer). Then R rounds, each running every peer once in turn,
+round r with training.seed = r for all of them (classifier weights and sample
+order differ from seed to seed, so the medians are over seeds as well as over
+the machine's noise):
 
-  ep           elasticpipe train, the config as shipped (freezing, AutoCache)
+  ep           elasticpipe train, the config as shipped: a 2-stage pipeline,
+               one core per stage (freezing, AutoCache)
   ep_nofreeze  the same pipeline without freezing (planner.freeze_policy = "none")
+  ep_nocache   the same pipeline, freezing without the cache (planner.cache = "off")
+  ep1          elasticpipe train on one worker with both cores (K = 1, M = 1),
+               freezing and AutoCache as shipped: what this 2-core machine
+               serves best
+  ep_np2       elasticpipe train --nproc 2 with AutoDP (compression "memory",
+               M = 1): the planner picks pipelines and replicas over two
+               processes of one core each
   plain        the plain LibTorch loop (build/plain_train) on the same model and data
   hf           transformers' BertForSequenceClassification in a plain PyTorch loop
                (bench/hf_peer.py), same data, hyper-parameters and no dropout
 
 Wall time is the process's, from its start to the line that reports an
-epoch's test accuracy. --set goes to every run. Writes OUT/minilm_tta.csv
-(every epoch of every run) and OUT/minilm_tta.md (the table: per peer the
-median over rounds of the time to the target, the slowest peer's final
-accuracy minus one point, its final accuracy and total time).
+epoch's test accuracy. --set goes to every run (and may override the seed).
+Writes OUT/minilm_tta.csv (every epoch of every run), OUT/minilm_tta.md (the table: per peer the
+median over rounds of its accuracy per epoch, of the time to the target
+(the lowest peer's median final accuracy minus one point), of its final
+accuracy and of its total time) and OUT/minilm_tta.png (the curves). Where
+ep, ep_nofreeze and ep_nocache ran, the paper's overall table, speedup
+breakdown and cache timing are drawn from their round-1 traces into
+OUT/figures (scripts/real_figures.sh).
 """
 import argparse
 import csv
@@ -36,7 +51,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "finetune", "minilm_wordnet.toml")
 VENV = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
 EPOCH = re.compile(r"^epoch (\d+)/(\d+)\s.*acc ([0-9.]+)%")
-RUNS = ["ep", "ep_nofreeze", "plain", "hf"]
+RUNS = ["ep", "ep_nofreeze", "ep_nocache", "ep1", "ep_np2", "plain", "hf"]
+# The one-worker run: both cores in one stage, no pipeline to fill.
+ONE_WORKER = ["cluster.gpus_per_node=1", "planner.K=1", "planner.M=1"]
+TWO_PROCESSES = ["planner.autodp=true", 'planner.compression="memory"', "planner.M=1"]
 
 
 def fail(msg):
@@ -67,10 +85,13 @@ def prepare(out, sets):
 def command(run, out, ck, jsonl, data, sets, tag):
     paths = [f'model.checkpoint="{ck}"', f'data.path="{data}"']
     flags = [x for s in paths + sets for x in ("--set", s)]
-    if run in ("ep", "ep_nofreeze"):
-        extra = ["--set", 'planner.freeze_policy="none"'] if run == "ep_nofreeze" else []
+    if run.startswith("ep"):
+        extra = {"ep": [], "ep_nofreeze": ['planner.freeze_policy="none"'], "ep_nocache": ['planner.cache="off"'],
+                 "ep1": ONE_WORKER, "ep_np2": TWO_PROCESSES}[run]
+        nproc = ["--nproc", "2"] if run == "ep_np2" else []
         return [os.path.join(ROOT, "build", "elasticpipe"), "train", CONFIG, "--out",
-                os.path.join(out, "runs", tag)] + flags + extra
+                os.path.join(out, "runs", tag), "--progress-every", "86400"] + nproc + flags + \
+            [x for s in extra for x in ("--set", s)]
     if run == "plain":
         return [os.path.join(ROOT, "build", "plain_train"), CONFIG] + flags
     return [VENV, os.path.join(ROOT, "bench", "hf_peer.py"), CONFIG, jsonl] + \
@@ -92,6 +113,32 @@ def run_one(cmd, log):
     return rows
 
 
+def plot(results, runs, rounds, target, path):
+    """Median test accuracy against median wall time at each epoch, a curve per run."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"no matplotlib for {sys.executable}: no plot (Debian: apt install python3-matplotlib)")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for run in runs:
+        n = min(len(results[run, r]) for r in range(1, rounds + 1))
+        ax.plot([statistics.median(results[run, r][e][1] for r in range(1, rounds + 1)) for e in range(n)],
+                [statistics.median(results[run, r][e][2] for r in range(1, rounds + 1)) for e in range(n)],
+                marker="o", label=run)
+    ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.2f}%")
+    ax.set_xlabel("wall time from the process's start (median s)")
+    ax.set_ylabel("test accuracy (median %)")
+    ax.set_title(f"MiniLM on WordNet supersenses, {rounds} round(s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
@@ -110,7 +157,8 @@ def main():
         for run in runs:
             tag = f"{run}-r{r}"
             print(f"round {r}: {run}", flush=True)
-            results[run, r] = run_one(command(run, out, ck, jsonl, data, a.set, tag),
+            sets = [f"training.seed={r}"] + a.set
+            results[run, r] = run_one(command(run, out, ck, jsonl, data, sets, tag),
                                       os.path.join(out, "logs", tag + ".log"))
     with open(os.path.join(out, "minilm_tta.csv"), "w", newline="") as f:
         w = csv.writer(f)
@@ -119,17 +167,26 @@ def main():
             w.writerows([run, r, e, f"{s:.1f}", f"{acc:.2f}"] for e, s, acc in rows)
     target = min(statistics.median(results[run, r][-1][2] for r in range(1, a.rounds + 1)) for run in runs) - 1
     lines = [f"target: {target:.2f}% test accuracy (the lowest peer's median final accuracy minus one point)", "",
-             "| run | time to target (median s) | final test accuracy (median %) | total (median s) | per round (s to target) |",
-             "| --- | --- | --- | --- | --- |"]
+             "| run | test accuracy per epoch (median %) | time to target (median s) | final test accuracy (median %; per round) "
+             "| total (median s) | per round (s to target) |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for run in runs:
         reach = [next((s for _, s, acc in results[run, r] if acc >= target), float("nan")) for r in range(1, a.rounds + 1)]
-        final = statistics.median(results[run, r][-1][2] for r in range(1, a.rounds + 1))
+        finals = [results[run, r][-1][2] for r in range(1, a.rounds + 1)]
         total = statistics.median(results[run, r][-1][1] for r in range(1, a.rounds + 1))
-        lines.append(f"| {run} | {statistics.median(reach):.1f} | {final:.2f} | {total:.1f} | "
+        epochs = [statistics.median(results[run, r][e][2] for r in range(1, a.rounds + 1))
+                  for e in range(min(len(results[run, r]) for r in range(1, a.rounds + 1)))]
+        lines.append(f"| {run} | {', '.join(f'{x:.2f}' for x in epochs)} | {statistics.median(reach):.1f} | "
+                     f"{statistics.median(finals):.2f} ({', '.join(f'{x:.2f}' for x in finals)}) | {total:.1f} | "
                      f"{', '.join(f'{x:.1f}' for x in reach)} |")
     with open(os.path.join(out, "minilm_tta.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    plot(results, runs, a.rounds, target, os.path.join(out, "minilm_tta.png"))
+    if {"ep", "ep_nofreeze", "ep_nocache"} <= set(runs):
+        run_dir = lambda run: os.path.join(out, "runs", f"{run}-r1")
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "real_figures.sh"), run_dir("ep_nofreeze"),
+                        run_dir("ep_nocache"), run_dir("ep"), os.path.join(out, "figures")], check=True)
     return 0
 
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "exec/dist.hpp"
 #include "exec/hf_weights.hpp"
@@ -84,16 +85,11 @@ void TraceRecorder::gather(Dist& dist, double barrier_s) {
   constexpr int kTag = 1 << 30;  // above every onboarding tag (plan id × 4096 + rank)
   constexpr const char* kBarrierKey = "end_of_training_barrier_s";
   if (rank_ != 0) {
-    trace::Trace mine;
-    mine.source = trace_.source;
-    mine.config = trace_.config;
-    mine.mode = trace_.mode;
-    mine.tracks = trace_.tracks;
+    trace::Trace mine = trace_;
     // Its iterations only: rank 0's transitions and start stand for all.
-    for (const trace::Event& e : trace_.events)
-      if (e.category != "transition") mine.events.push_back(e);
+    std::erase_if(mine.events, [](const trace::Event& e) { return e.category == "transition"; });
     char buf[32];
-    mine.metadata[kBarrierKey] = std::string(buf, std::to_chars(buf, buf + sizeof buf, barrier_s).ptr);
+    mine.metadata = {{kBarrierKey, std::string(buf, std::to_chars(buf, buf + sizeof buf, barrier_s).ptr)}};
     std::ostringstream out;
     trace::write_chrome_trace(mine, out, "rank " + std::to_string(rank_) + "'s trace");
     const std::string text = out.str();

@@ -205,11 +205,12 @@ for path in sys.argv[1:]:
     d = json.load(open(path))
     meta = d["otherData"]["metadata"] if "otherData" in d else d["metadata"]
     for k, v in meta.items():
-        try:
-            float(v) if isinstance(v, str) else None
-            if isinstance(v, str): print(f"{path}: {k} = {v!r}")
-        except ValueError:
-            pass
+        if isinstance(v, str):
+            try:
+                float(v)
+                print(f"{path}: {k} = {v!r}")
+            except ValueError:
+                pass
 PY
 )
 [ -z "$numeric_strings" ] && ok || bad "metadata numbers written as strings: $numeric_strings"

@@ -26,7 +26,7 @@ the machine's noise):
                processes of one core each
   plain        the plain LibTorch loop (build/plain_train) on the same model and data
   hf           transformers' BertForSequenceClassification in a plain PyTorch loop
-               (bench/hf_peer.py), same data, hyper-parameters and no dropout
+               (bench/hf_peer.py), same data, hyper-parameters and dropout
 
 Wall time is the process's, from its start to the line that reports an
 epoch's test accuracy. --set goes to every run (and may override the seed).

@@ -2,8 +2,8 @@
 from the same checkpoint, the same texts (tokenised by the checkpoint's
 tokenizer, padded to model.seq_length), the same hyper-parameters (AdamW,
 lr, weight decay, batch, epochs, warm-up and linear or cosine decay as
-exec::learning_rate, seed) and no dropout (ElasticPipe applies none), in a
-plain PyTorch loop over all cores: shuffle, forward, cross-entropy,
+exec::learning_rate, seed) and the checkpoint's dropout (as ElasticPipe's
+trained layers apply it), in a plain PyTorch loop over all cores: shuffle, forward, cross-entropy,
 backward, step; test accuracy after every epoch. A peer of
 bench/finetune_minilm.py, run on scripts/setup.sh's Python.
 
@@ -71,8 +71,7 @@ def main(argv):
         return enc["input_ids"], enc["attention_mask"], torch.tensor([classes.index(r["label"]) for r in rs])
 
     (x, mask, y), (tx, tmask, ty) = encode(train), encode(test)
-    model = BertForSequenceClassification.from_pretrained(checkpoint, num_labels=m["num_labels"],
-                                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertForSequenceClassification.from_pretrained(checkpoint, num_labels=m["num_labels"])
     opt = torch.optim.AdamW(model.parameters(), lr=t["lr"], weight_decay=t.get("weight_decay", 0.0))
     batch, epochs = t["batch_size"], t["epochs"]
     steps = (len(train) + batch - 1) // batch

@@ -1,8 +1,8 @@
 // The training loop a LibTorch user writes by hand, the first baseline of
 // bench/bench_tta.py: the same model (exec::Model), data (exec::load_data,
 // data.classes included), initial weights and learning-rate schedule
-// (exec::learning_rate; a Hugging Face checkpoint's, model.checkpoint) as
-// `elasticpipe train`, run by a plain loop: shuffle,
+// (exec::learning_rate; a Hugging Face checkpoint's, model.checkpoint, with
+// its dropout) as `elasticpipe train`, run by a plain loop: shuffle,
 // forward, cross-entropy, backward, torch::optim (AdamW, Adam or SGD with
 // the config's hyper-parameters), and test accuracy after every epoch. One
 // process, one intra-op thread pool over all cores, no pipeline.
@@ -90,7 +90,7 @@ int run(int argc, char** argv) {
   const auto& t = c.training;
   ep::exec::compat::set_thread_count(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const ep::exec::Data data = ep::exec::load_data(c);
-  ep::exec::Model model(c.model, t.seed);
+  ep::exec::Model model(c.model, t.seed, ep::exec::checkpoint_dropout(c.model.checkpoint));
   if (!t.init_weights.empty()) model.load(t.init_weights, t.init_keep);
   if (!c.model.checkpoint.empty()) (void)ep::exec::load_hf_weights(model, c.model.checkpoint, t.init_keep);
   std::vector<at::Tensor> params;
@@ -114,7 +114,9 @@ int run(int argc, char** argv) {
       const auto mb = ep::exec::make_batch(data.train, idx);
       set_lr(*opt, ep::exec::learning_rate(t, step, total));
       opt->zero_grad();
-      const at::Tensor loss = at::cross_entropy_loss(model.forward(all, mb.input, mb.lengths), mb.labels);
+      const at::Tensor keys =
+          model.dropout().any() ? ep::exec::dropout_keys(ep::exec::dropout_seed(t.seed, epoch - 1), idx) : at::Tensor();
+      const at::Tensor loss = at::cross_entropy_loss(model.forward(all, mb.input, mb.lengths, keys), mb.labels);
       torch::autograd::backward({loss});
       opt->step();
       loss_sum += loss.item<double>();

@@ -15,6 +15,7 @@
 namespace ep::exec {
 
 class Model;
+struct Dropout;
 
 struct HfLoaded {
   std::string architecture;
@@ -33,5 +34,12 @@ HfLoaded load_hf_weights(Model& model, const std::string& dir, const std::vector
 // architecture (float32, the fused QKV split into query, key and value).
 // `path` names the file in errors.
 void write_hf_weights(const Model& model, std::ostream& out, const std::string& path);
+
+// The dropout DIR's config.json sets: hidden_dropout_prob,
+// attention_probs_dropout_prob, and (BERT) classifier_dropout or, where it
+// is null or absent, hidden_dropout_prob, as transformers' classifier
+// takes it. Each must be in [0, 1) (an ep::Error naming the file and key).
+// An empty DIR: none.
+[[nodiscard]] Dropout checkpoint_dropout(const std::string& dir);
 
 }  // namespace ep::exec

@@ -11,9 +11,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
-#include <set>
 #include <numbers>
+#include <set>
 
 #include "exec/torch_compat.hpp"
 #include "planner/error.hpp"
@@ -47,6 +48,23 @@ at::Tensor normal_tensor(const std::vector<std::int64_t>& shape, double std, std
   return t;
 }
 
+// Dropout's masks: a 31-bit integer hash (Mueller's, on 31 bits so that no
+// int64 product overflows), the same on every device. In place.
+constexpr std::int64_t k31 = 0x7fffffff;
+void hash31_(at::Tensor& h) {
+  for (int round = 0; round < 2; ++round) {
+    h.bitwise_xor_(at::bitwise_right_shift(h, 16));
+    h.mul_(0x45d9f3b);
+    h.bitwise_and_(k31);
+  }
+  h.bitwise_xor_(at::bitwise_right_shift(h, 16));
+}
+
+// A dropout site's own salt: sublayer name and site.
+std::int64_t salt_of(const std::string& sublayer, const char* site) {
+  return static_cast<std::int64_t>(stream_seed(0, sublayer + "/" + site) & k31);
+}
+
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
   return at::layer_norm(x, {x.size(-1)}, w, b, eps);
 }
@@ -58,20 +76,31 @@ at::Tensor key_mask(const at::Tensor& lengths, std::int64_t S) {
   return at::arange(S, lengths.options()).unsqueeze(0).lt(lengths.unsqueeze(1)).view({lengths.size(0), 1, 1, S});
 }
 
-// Multi-head self-attention on [B, S, H] with a fused QKV projection.
+// Multi-head self-attention on [B, S, H] with a fused QKV projection;
+// with dropout on its weights (p > 0 and keys) as products and a softmax,
+// since the fused kernels draw their own masks.
 // q, k and v come from one unbind, as torch.nn code splits them: its
 // backward stacks their three gradients into the projection's once, where
 // three selects would each fill a zero tensor of the projection's whole
 // size and autograd would add the three (per layer about 1 GB of memory
 // traffic more at ViT-B/16, batch 128, bf16).
 at::Tensor attention(const at::Tensor& x, const at::Tensor& qkv_w, const at::Tensor& qkv_b,
-                     const at::Tensor& out_w, const at::Tensor& out_b, int heads, const at::Tensor& lengths) {
+                     const at::Tensor& out_w, const at::Tensor& out_b, int heads, const at::Tensor& lengths,
+                     const at::Tensor& keys, std::int64_t salt, double p) {
   const std::int64_t B = x.size(0), S = x.size(1), H = x.size(2), d = H / heads;
   const std::vector<at::Tensor> qkv =
       at::linear(x, qkv_w, qkv_b).view({B, S, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);
   const at::Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];  // [B, heads, S, d]
-  const at::Tensor context = compat::attention(q, k, v, key_mask(lengths, S)).transpose(1, 2).reshape({B, S, H});
-  return at::linear(context, out_w, out_b);
+  at::Tensor context;
+  if (keys.defined() && p > 0) {
+    at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+    const at::Tensor mask = key_mask(lengths, S);
+    if (mask.defined()) scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+    context = at::matmul(dropout(at::softmax(scores, -1), keys, salt, p), v);
+  } else {
+    context = compat::attention(q, k, v, key_mask(lengths, S));
+  }
+  return at::linear(context.transpose(1, 2).reshape({B, S, H}), out_w, out_b);
 }
 
 struct Dims {
@@ -79,11 +108,13 @@ struct Dims {
   bool pre_ln;  // ViT: pre-LN; BERT: post-LN
   double ln_eps;
   bool gelu_tanh;
+  Dropout dropout;
 };
 
 class Attention final : public Sublayer {
  public:
-  Attention(const std::string& name, const Dims& d, std::uint64_t seed) : Sublayer(name), d_(d) {
+  Attention(const std::string& name, const Dims& d, std::uint64_t seed)
+      : Sublayer(name), d_(d), weights_salt_(salt_of(name, "weights")), out_salt_(salt_of(name, "out")) {
     add("qkv.weight", {3 * d.H, d.H}, Init::Normal, seed);
     add("qkv.bias", {3 * d.H}, Init::Zeros, seed);
     add("out.weight", {d.H, d.H}, Init::Normal, seed);
@@ -91,10 +122,12 @@ class Attention final : public Sublayer {
     add("ln.weight", {d.H}, Init::Ones, seed);
     add("ln.bias", {d.H}, Init::Zeros, seed);
   }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths) const override {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths, const at::Tensor& keys) const override {
     const auto& p = params();
     const auto attn = [&](const at::Tensor& in) {
-      return attention(in, p[0].tensor, p[1].tensor, p[2].tensor, p[3].tensor, static_cast<int>(d_.heads), lengths);
+      const at::Tensor out = attention(in, p[0].tensor, p[1].tensor, p[2].tensor, p[3].tensor,
+                                       static_cast<int>(d_.heads), lengths, keys, weights_salt_, d_.dropout.attention);
+      return dropout(out, keys, out_salt_, d_.dropout.hidden);
     };
     if (d_.pre_ln) return x + attn(layer_norm(x, p[4].tensor, p[5].tensor, d_.ln_eps));
     return layer_norm(x + attn(x), p[4].tensor, p[5].tensor, d_.ln_eps);
@@ -102,11 +135,12 @@ class Attention final : public Sublayer {
 
  private:
   Dims d_;
+  std::int64_t weights_salt_, out_salt_;
 };
 
 class Mlp final : public Sublayer {
  public:
-  Mlp(const std::string& name, const Dims& d, std::uint64_t seed) : Sublayer(name), d_(d) {
+  Mlp(const std::string& name, const Dims& d, std::uint64_t seed) : Sublayer(name), d_(d), salt_(salt_of(name, "out")) {
     add("fc1.weight", {d.I, d.H}, Init::Normal, seed);
     add("fc1.bias", {d.I}, Init::Zeros, seed);
     add("fc2.weight", {d.H, d.I}, Init::Normal, seed);
@@ -114,11 +148,12 @@ class Mlp final : public Sublayer {
     add("ln.weight", {d.H}, Init::Ones, seed);
     add("ln.bias", {d.H}, Init::Zeros, seed);
   }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/) const override {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/, const at::Tensor& keys) const override {
     const auto& p = params();
     const auto mlp = [&](const at::Tensor& in) {
       const at::Tensor h = at::linear(in, p[0].tensor, p[1].tensor);
-      return at::linear(d_.gelu_tanh ? at::gelu(h, "tanh") : at::gelu(h), p[2].tensor, p[3].tensor);
+      return dropout(at::linear(d_.gelu_tanh ? at::gelu(h, "tanh") : at::gelu(h), p[2].tensor, p[3].tensor), keys,
+                     salt_, d_.dropout.hidden);
     };
     if (d_.pre_ln) return x + mlp(layer_norm(x, p[4].tensor, p[5].tensor, d_.ln_eps));
     return layer_norm(x + mlp(x), p[4].tensor, p[5].tensor, d_.ln_eps);
@@ -126,32 +161,37 @@ class Mlp final : public Sublayer {
 
  private:
   Dims d_;
+  std::int64_t salt_;
 };
 
 class VitStem final : public Sublayer {
  public:
-  VitStem(const ModelConfig& m, const Dims& d, std::uint64_t seed) : Sublayer("stem"), patch_(m.patch_size) {
+  VitStem(const ModelConfig& m, const Dims& d, std::uint64_t seed)
+      : Sublayer("stem"), patch_(m.patch_size), p_(d.dropout.hidden), salt_(salt_of("stem", "out")) {
     add("patch.weight", {d.H, m.num_channels, m.patch_size, m.patch_size}, Init::Normal, seed);
     add("patch.bias", {d.H}, Init::Zeros, seed);
     add("cls_token", {1, 1, d.H}, Init::Normal, seed);
     add("position", {1, m.tokens(), d.H}, Init::Normal, seed);
   }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/) const override {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/, const at::Tensor& keys) const override {
     const auto& p = params();
     const at::Tensor patches = at::conv2d(x, p[0].tensor, p[1].tensor, {patch_, patch_})
                                    .flatten(2)
                                    .transpose(1, 2);  // [B, N, H]
     const at::Tensor cls = p[2].tensor.expand({x.size(0), 1, p[2].tensor.size(2)});
-    return at::cat({cls, patches}, 1) + p[3].tensor;
+    return dropout(at::cat({cls, patches}, 1) + p[3].tensor, keys, salt_, p_);
   }
 
  private:
   std::int64_t patch_;
+  double p_;
+  std::int64_t salt_;
 };
 
 class BertStem final : public Sublayer {
  public:
-  BertStem(const ModelConfig& m, const Dims& d, std::uint64_t seed) : Sublayer("stem"), d_(d) {
+  BertStem(const ModelConfig& m, const Dims& d, std::uint64_t seed)
+      : Sublayer("stem"), d_(d), salt_(salt_of("stem", "out")) {
     add("word.weight", {m.vocab_size, d.H}, Init::Normal, seed);
     add("position.weight", {m.max_position_embeddings, d.H}, Init::Normal, seed);
     add("token_type.weight", {m.type_vocab_size, d.H}, Init::Normal, seed);
@@ -160,17 +200,18 @@ class BertStem final : public Sublayer {
   }
   // Token types are all 0: single-segment inputs. Padding is embedded as
   // any token (attention then skips it), as Hugging Face's BERT does.
-  at::Tensor forward(const at::Tensor& ids, const at::Tensor& /*lengths*/) const override {
+  at::Tensor forward(const at::Tensor& ids, const at::Tensor& /*lengths*/, const at::Tensor& keys) const override {
     const auto& p = params();
     const std::int64_t S = ids.size(1);
     const at::Tensor positions = at::arange(S, ids.options().dtype(at::kLong));
     const at::Tensor x = at::embedding(p[0].tensor, ids) + at::embedding(p[1].tensor, positions) +
                          p[2].tensor[0];
-    return layer_norm(x, p[3].tensor, p[4].tensor, d_.ln_eps);
+    return dropout(layer_norm(x, p[3].tensor, p[4].tensor, d_.ln_eps), keys, salt_, d_.dropout.hidden);
   }
 
  private:
   Dims d_;
+  std::int64_t salt_;
 };
 
 class VitHead final : public Sublayer {
@@ -181,7 +222,8 @@ class VitHead final : public Sublayer {
     add("classifier.weight", {d.classes, d.H}, Init::Normal, seed);
     add("classifier.bias", {d.classes}, Init::Zeros, seed);
   }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/) const override {
+  // No dropout: ViTForImageClassification's classifier has none.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/, const at::Tensor& /*keys*/) const override {
     const auto& p = params();
     const at::Tensor cls = x.select(1, 0);
     return at::linear(layer_norm(cls, p[0].tensor, p[1].tensor, d_.ln_eps), p[2].tensor, p[3].tensor);
@@ -193,17 +235,22 @@ class VitHead final : public Sublayer {
 
 class BertHead final : public Sublayer {
  public:
-  BertHead(const Dims& d, std::uint64_t seed) : Sublayer("head") {
+  BertHead(const Dims& d, std::uint64_t seed)
+      : Sublayer("head"), p_(d.dropout.classifier), salt_(salt_of("head", "pooled")) {
     add("pooler.weight", {d.H, d.H}, Init::Normal, seed);
     add("pooler.bias", {d.H}, Init::Zeros, seed);
     add("classifier.weight", {d.classes, d.H}, Init::Normal, seed);
     add("classifier.bias", {d.classes}, Init::Zeros, seed);
   }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/) const override {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& /*lengths*/, const at::Tensor& keys) const override {
     const auto& p = params();
     const at::Tensor pooled = at::tanh(at::linear(x.select(1, 0), p[0].tensor, p[1].tensor));
-    return at::linear(pooled, p[2].tensor, p[3].tensor);
+    return at::linear(dropout(pooled, keys, salt_, p_), p[2].tensor, p[3].tensor);
   }
+
+ private:
+  double p_;
+  std::int64_t salt_;
 };
 
 // Version 1 (no checksum) is still read; version 2 closes with a CRC-32.
@@ -240,10 +287,40 @@ at::Tensor Sublayer::add(const std::string& local_name, std::vector<std::int64_t
   return t;
 }
 
-Model::Model(const ModelConfig& m, std::uint64_t seed) : spec_(build_model_spec(m, Precision::FP32)) {
+at::Tensor dropout(const at::Tensor& x, const at::Tensor& keys, std::int64_t salt, double p) {
+  if (!keys.defined() || p == 0) return x;
+  const std::int64_t B = x.size(0), n = x.numel() / std::max<std::int64_t>(B, 1);
+  if (keys.numel() != B) throw Error("dropout: " + std::to_string(keys.numel()) + " keys for a batch of " + std::to_string(B));
+  at::Tensor place = at::arange(n, keys.options().dtype(at::kLong));
+  hash31_(place);
+  at::Tensor sample = at::bitwise_xor(keys, salt);
+  hash31_(sample);
+  at::Tensor h = at::bitwise_xor(place.unsqueeze(0), sample.unsqueeze(1));  // [B, n]
+  hash31_(h);
+  const at::Tensor keep = h.ge(static_cast<std::int64_t>(std::llround(p * 2147483648.0))).view(x.sizes());
+  return x * keep * (1.0 / (1.0 - p));
+}
+
+std::uint64_t dropout_seed(std::uint64_t seed, int epoch) {
+  return mix64(seed ^ mix64(0xD50F0000ULL + static_cast<std::uint64_t>(epoch)));
+}
+
+at::Tensor dropout_keys(std::uint64_t seed, const std::vector<std::int64_t>& indices, bool pinned) {
+  at::Tensor keys = at::empty({static_cast<std::int64_t>(indices.size())},
+                              at::TensorOptions().dtype(at::kLong).pinned_memory(pinned));
+  auto* k = keys.data_ptr<std::int64_t>();
+  for (std::size_t i = 0; i < indices.size(); ++i)
+    k[i] = static_cast<std::int64_t>(mix64(seed ^ mix64(static_cast<std::uint64_t>(indices[i]) + 1)) & k31);
+  return keys;
+}
+
+Model::Model(const ModelConfig& m, std::uint64_t seed, const Dropout& dropout)
+    : spec_(build_model_spec(m, Precision::FP32)), dropout_(dropout) {
+  for (const double p : {dropout.hidden, dropout.attention, dropout.classifier})
+    if (!(p >= 0 && p < 1)) throw Error("model: a dropout probability of " + std::to_string(p) + ", expected [0, 1)");
   const bool vit = m.family == ModelFamily::ViT;
   const Dims d{m.hidden_size, m.intermediate_size, m.num_attention_heads, m.num_labels, vit, m.layer_norm_eps,
-               m.hidden_act == Activation::GeluTanh};
+               m.hidden_act == Activation::GeluTanh, dropout};
   if (vit) sublayers_.push_back(std::make_unique<VitStem>(m, d, seed));
   else sublayers_.push_back(std::make_unique<BertStem>(m, d, seed));
   for (int l = 0; l < m.num_hidden_layers; ++l) {
@@ -258,8 +335,8 @@ Model::Model(const ModelConfig& m, std::uint64_t seed) : spec_(build_model_spec(
                   "', the planner's is '" + spec_.sublayers[i].name + "'");
 }
 
-at::Tensor Model::forward(SublayerRange range, at::Tensor x, const at::Tensor& lengths) const {
-  for (int i = range.first; i < range.last; ++i) x = sublayers_[i]->forward(x, lengths);
+at::Tensor Model::forward(SublayerRange range, at::Tensor x, const at::Tensor& lengths, const at::Tensor& keys) const {
+  for (int i = range.first; i < range.last; ++i) x = sublayers_[i]->forward(x, lengths, keys);
   return x;
 }
 

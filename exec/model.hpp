@@ -14,8 +14,14 @@
 // BERT's attention skips each sample's padding when its micro-batch says
 // how many of its tokens are real (`lengths`, right padding, as a Hugging
 // Face tokenizer pads). The GELU (exact or tanh) and the LayerNorm epsilon
-// are the config's (a checkpoint's). No dropout: runs are deterministic,
-// and a pipelined run equals a single-device one.
+// are the config's (a checkpoint's).
+// Dropout (a checkpoint's rates, where Hugging Face's BERT and ViT put it)
+// applies only where a forward is given per-sample keys: a sample's mask
+// is a hash of its key, the site and the element's place in the sample, so
+// it is the same whichever micro-batch, stage, device or recomputation
+// runs it. A pipelined run still equals a single-device one, a resumed run
+// needs no RNG state, and without keys (evaluation, frozen layers, whose
+// cached outputs must equal recomputed ones) there is none.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -46,8 +52,13 @@ class Sublayer {
   // att/mlp: [B, S, H]; head: [B, S, H] -> logits [B, classes].
   // `lengths`: int64 [B] on x's device, the real tokens of each sample
   // (the rest is padding attention ignores); undefined: none padded.
-  [[nodiscard]] virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths) const = 0;
-  [[nodiscard]] at::Tensor forward(const at::Tensor& x) const { return forward(x, {}); }
+  // `keys`: int64 [B] on x's device, each sample's dropout key
+  // (dropout_keys); undefined: no dropout.
+  [[nodiscard]] virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths,
+                                           const at::Tensor& keys) const = 0;
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths = {}) const {
+    return forward(x, lengths, {});
+  }
   [[nodiscard]] std::vector<NamedTensor>& params() { return params_; }
   [[nodiscard]] const std::vector<NamedTensor>& params() const { return params_; }
   [[nodiscard]] std::int64_t num_params() const;
@@ -67,20 +78,46 @@ class Sublayer {
   std::vector<NamedTensor> params_;
 };
 
+// Dropout probabilities, as Hugging Face's configs name them: hidden
+// (hidden_dropout_prob: after the embeddings and each attention and MLP
+// output), attention (attention_probs_dropout_prob: the attention
+// weights) and classifier (BERT's, before its classifier). 0: none.
+struct Dropout {
+  double hidden = 0, attention = 0, classifier = 0;
+  [[nodiscard]] bool any() const { return hidden > 0 || attention > 0 || classifier > 0; }
+};
+
+// The seed of epoch `epoch`'s dropout keys in a run of training.seed `seed`.
+[[nodiscard]] std::uint64_t dropout_seed(std::uint64_t seed, int epoch);
+
+// Per-sample dropout keys: int64 [n] on the host, sample i's from (seed,
+// indices[i]); a masked slot (-1) gets one too (its loss weight is 0).
+// The trainer's seed changes each epoch, so a sample's masks do.
+[[nodiscard]] at::Tensor dropout_keys(std::uint64_t seed, const std::vector<std::int64_t>& indices,
+                                      bool pinned = false);
+
+// Inverted dropout of x (batch first) with probability p: sample b's mask
+// a hash of (keys[b], the site's `salt`) and each element's place within
+// the sample, its kept elements scaled by 1 / (1 - p); x itself where keys
+// is undefined or p is 0.
+[[nodiscard]] at::Tensor dropout(const at::Tensor& x, const at::Tensor& keys, std::int64_t salt, double p);
+
 class Model {
  public:
   // Sizes from the config; weights from the seed only: each parameter is
   // drawn from its own splitmix64 stream keyed by (seed, name), so it does
   // not depend on the order of construction or on the device.
-  Model(const ModelConfig& config, std::uint64_t seed);
+  Model(const ModelConfig& config, std::uint64_t seed, const Dropout& dropout = {});
 
   [[nodiscard]] const ModelSpec& spec() const { return spec_; }
+  [[nodiscard]] const Dropout& dropout() const { return dropout_; }
   [[nodiscard]] int num_sublayers() const { return static_cast<int>(sublayers_.size()); }
   [[nodiscard]] Sublayer& sublayer(int i) { return *sublayers_.at(i); }
   [[nodiscard]] const Sublayer& sublayer(int i) const { return *sublayers_.at(i); }
-  // Sublayers [range.first, range.last) applied in order; `lengths` as
-  // Sublayer::forward's.
-  [[nodiscard]] at::Tensor forward(SublayerRange range, at::Tensor x, const at::Tensor& lengths = {}) const;
+  // Sublayers [range.first, range.last) applied in order; `lengths` and
+  // `keys` as Sublayer::forward's.
+  [[nodiscard]] at::Tensor forward(SublayerRange range, at::Tensor x, const at::Tensor& lengths = {},
+                                   const at::Tensor& keys = {}) const;
   [[nodiscard]] std::vector<NamedTensor> named_params() const;
 
   // Binary weights file keyed by parameter name (layout in model.cpp). load
@@ -103,6 +140,7 @@ class Model {
 
  private:
   ModelSpec spec_;
+  Dropout dropout_;
   std::vector<std::unique_ptr<Sublayer>> sublayers_;
 };
 

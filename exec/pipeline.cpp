@@ -400,6 +400,7 @@ struct Pipeline::DeviceRun {
   const bool has_frozen_model = part.bounds.front() > 0;  // F_frozen on device 0
   std::map<int, at::Tensor> frozen_in, frozen_out;         // per micro-batch
   std::map<int, at::Tensor> lengths_here;                  // per micro-batch, on this device
+  std::map<int, at::Tensor> keys_here;                     // dropout keys per micro-batch, on this device
 
   DeviceRun(Pipeline& p, Job& j, int d) : pipe(p), job(j), device(d) {}
 
@@ -409,6 +410,15 @@ struct Pipeline::DeviceRun {
   const at::Tensor& lengths(int m) {
     const auto [it, fresh] = lengths_here.try_emplace(m);
     if (fresh && job.batches[m].lengths.defined()) it->second = job.batches[m].lengths.to(dev, /*non_blocking=*/true);
+    return it->second;
+  }
+
+  // Micro-batch m's dropout keys on this device (undefined: the model has
+  // no dropout), from pinned memory on a GPU as lengths().
+  const at::Tensor& keys(int m) {
+    const auto [it, fresh] = keys_here.try_emplace(m);
+    if (fresh && pipe.model_.dropout().any())
+      it->second = dropout_keys(pipe.dropout_seed_, job.batches[m].indices, dev.is_cuda()).to(dev, /*non_blocking=*/true);
     return it->second;
   }
 
@@ -423,7 +433,7 @@ struct Pipeline::DeviceRun {
   [[nodiscard]] bool advancing() const { return job.cache_valid_layers > 0; }
 
   at::Tensor active_forward(int s, int m, Saved& saved) {
-    at::Tensor out = pipe.model_.forward(part.active(s), saved.input, lengths(m));
+    at::Tensor out = pipe.model_.forward(part.active(s), saved.input, lengths(m), keys(m));
     if (s == stages - 1) {
       const MicroBatch& mb = job.batches[m];
       const at::Tensor labels = mb.labels.to(dev), weights = mb.weights.to(dev);

@@ -200,6 +200,10 @@ class Pipeline {
   // run's start (run_start_iterations) calls it.
   void prepare_step(const IterationProgram& program);
 
+  // The seed of the trained sublayers' dropout masks (dropout_keys of each
+  // sample's index) from the next iteration on; the trainer sets one per
+  // epoch. Frozen sublayers and infer() run without dropout.
+  void set_dropout_seed(std::uint64_t seed) { dropout_seed_ = seed; }
   // Forward only, no autograd, all sublayers in order on their devices: the
   // logits of `input` (evaluation; `lengths` as MicroBatch's), on the
   // calling thread: inside on_worker.
@@ -231,6 +235,7 @@ class Pipeline {
   int v_ = 1;
   ActivationCache* cache_ = nullptr;
   GradientReducer* reducer_ = nullptr;
+  std::uint64_t dropout_seed_ = 0;
 
   // Worker pool: one persistent thread per device.
   std::vector<std::thread> workers_;

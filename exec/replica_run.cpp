@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "exec/cache.hpp"
+#include "exec/hf_weights.hpp"
 #include "exec/job.hpp"
 #include "exec/launch.hpp"
 #include "exec/profiler.hpp"
@@ -63,7 +64,7 @@ void with_ranks(int n, std::chrono::milliseconds timeout,
 
 ReplicaRun::ReplicaRun(const Config& c, const IterationSetup& s, const std::vector<int>& micro_batches, Dist* dist,
                        int rank)
-    : model(c.model, c.training.seed),
+    : model(c.model, c.training.seed, checkpoint_dropout(c.model.checkpoint)),  // timed as training runs it
       opt(c.training),
       devices(replica_devices(c, s.K, rank)),
       pipe(model, opt, {devices, c.training.precision == Precision::BF16}),

@@ -53,7 +53,7 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
       planner_(
           c, cost_, [this](const std::vector<IterationProgram>& p, PredictionUse use) { return predict(p, use); },
           cores_),
-      model_(c.model, c.training.seed),
+      model_(c.model, c.training.seed, checkpoint_dropout(c.model.checkpoint)),
       optimizer_(c.training),
       sampler_{data_.train.size, c.cluster.nodes, c.training.seed},
       node_(env_.rank / c.cluster.gpus_per_node),
@@ -95,7 +95,7 @@ void Trainer::load_initial_weights() {
 }
 
 // A Hugging Face checkpoint's weights; what stays seeded, what goes unused
-// and the dropout this executor does not apply are said, not hidden.
+// and the dropout training applies are said, not hidden.
 void Trainer::load_checkpoint_weights() {
   try {
     model_.check_keep(c_.training.init_keep);
@@ -111,13 +111,13 @@ void Trainer::load_checkpoint_weights() {
   log("initial weights from " + c_.model.checkpoint + " (" + loaded.architecture + ")" +
       (loaded.seeded.empty() ? "" : "; seeded, not from it: " + list(loaded.seeded)) +
       (loaded.unused.empty() ? "" : "; unused: " + list(loaded.unused)));
-  const HfConfig hf = read_hf_config(c_.model.checkpoint);
-  if (hf.hidden_dropout > 0 || hf.attention_dropout > 0) {
+  const Dropout& d = model_.dropout();
+  if (d.any()) {
     char buf[200];
     std::snprintf(buf, sizeof buf,
-                  "note: the checkpoint's dropout (hidden %g, attention %g) is not applied: ElasticPipe trains "
-                  "without dropout",
-                  hf.hidden_dropout, hf.attention_dropout);
+                  "dropout from the checkpoint: hidden %g, attention %g, classifier %g (trained layers only; "
+                  "frozen ones run as in evaluation)",
+                  d.hidden, d.attention, d.classifier);
     log(buf);
   }
 }
@@ -371,6 +371,7 @@ void Trainer::run_epoch(const Plan&, int epoch) {
 }
 
 void Trainer::train_epoch() {
+  pipeline_->set_dropout_seed(dropout_seed(c_.training.seed, p_.epoch));
   const int ppn = plan_->layout.pipelines_per_node;
   const int local = replica().local_rank;
   const bool fill = filling();

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "exec/hf_weights.hpp"
 #include "exec/model.hpp"
@@ -178,4 +179,42 @@ TEST_CASE("half-precision tensors load as float32, an unused ViT pooler is skipp
   const at::Tensor after = bert.forward({0, bert.num_sublayers()}, ids, lengths);
   CHECK(at::equal(before, after));
   CHECK_FALSE(at::equal(before, bert.forward({0, bert.num_sublayers()}, ids)));
+}
+
+TEST_CASE("the checkpoint's dropout: its config.json's rates, BERT's classifier one as transformers takes it") {
+  const auto dropout_with = [](ModelFamily family, const std::function<void(nlohmann::json&)>& edit) {
+    const test::TempDir dir("hf-dropout");
+    nlohmann::json config = nlohmann::json::parse(hf_config_json(tiny(family), "", {}));
+    edit(config);
+    std::ofstream(dir.file("config.json")) << config.dump();
+    return exec::checkpoint_dropout(dir.path());
+  };
+  const auto error_of = [&](ModelFamily family, const std::function<void(nlohmann::json&)>& edit) {
+    try {
+      (void)dropout_with(family, edit);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_FALSE(exec::checkpoint_dropout("").any());
+  CHECK_FALSE(dropout_with(ModelFamily::Bert, [](nlohmann::json&) {}).any());  // ElasticPipe writes none
+  const auto rates = [](nlohmann::json& c) {
+    c["hidden_dropout_prob"] = 0.1;
+    c["attention_probs_dropout_prob"] = 0.2;
+  };
+  exec::Dropout d = dropout_with(ModelFamily::Bert, rates);
+  CHECK((d.hidden == 0.1 && d.attention == 0.2 && d.classifier == 0.1));  // no classifier_dropout: the hidden one
+  d = dropout_with(ModelFamily::Bert, [&](nlohmann::json& c) { rates(c); c["classifier_dropout"] = nullptr; });
+  CHECK(d.classifier == 0.1);
+  d = dropout_with(ModelFamily::Bert, [&](nlohmann::json& c) { rates(c); c["classifier_dropout"] = 0.3; });
+  CHECK(d.classifier == 0.3);
+  d = dropout_with(ModelFamily::ViT, rates);
+  CHECK((d.hidden == 0.1 && d.attention == 0.2 && d.classifier == 0));  // ViT's classifier has none
+  CHECK_THAT(error_of(ModelFamily::Bert, [](nlohmann::json& c) { c["hidden_dropout_prob"] = 1.0; }),
+             Catch::Contains("config.json: key 'hidden_dropout_prob': expected a probability in [0, 1), found 1"));
+  CHECK_THAT(error_of(ModelFamily::ViT, [](nlohmann::json& c) { c["attention_probs_dropout_prob"] = -0.1; }),
+             Catch::Contains("key 'attention_probs_dropout_prob': expected a probability in [0, 1)"));
+  CHECK_THAT(error_of(ModelFamily::Bert, [](nlohmann::json& c) { c["classifier_dropout"] = "high"; }),
+             Catch::Contains("key 'classifier_dropout': expected a number or null, found \"high\""));
 }

@@ -271,3 +271,59 @@ TEST_CASE("the learning rate warms up linearly, then follows its schedule to zer
   t.lr_schedule = LrSchedule::Constant;
   CHECK(exec::learning_rate(t, 100, 110) == Approx(0.1));
 }
+
+TEST_CASE("dropout drops about p of each sample's elements, by the sample's key and the site, whatever the batch") {
+  const std::vector<std::int64_t> indices{0, 1, 2, 3, 4, 5, 6, 7};
+  const at::Tensor keys = exec::dropout_keys(11, indices);
+  const at::Tensor x = at::ones({8, 50, 64});
+  for (const double p : {0.05, 0.1, 0.3, 0.5}) {
+    INFO("p=" << p);
+    const at::Tensor y = exec::dropout(x, keys, 123, p);
+    const double dropped = y.eq(0).to(at::kDouble).mean().item<double>(), n = static_cast<double>(x.numel());
+    CHECK(std::abs(dropped - p) < 5 * std::sqrt(p * (1 - p) / n));
+    CHECK(at::all(y.eq(0).logical_or(y.sub(1 / (1 - p)).abs().lt(1e-6))).item<bool>());  // kept: scaled by 1/(1-p)
+    for (int b = 0; b < 8; ++b) {  // alone, or in another batch: the same mask
+      CHECK(at::equal(exec::dropout(x.narrow(0, b, 1), keys.narrow(0, b, 1), 123, p), y.narrow(0, b, 1)));
+      const double per_sample = y[b].eq(0).to(at::kDouble).mean().item<double>();
+      CHECK(std::abs(per_sample - p) < 6 * std::sqrt(p * (1 - p) / 3200.0));
+    }
+    CHECK(at::equal(exec::dropout(x.flip(0), keys.flip(0), 123, p), y.flip(0)));
+    CHECK_FALSE(at::equal(exec::dropout(x, keys, 124, p), y));  // another site
+    CHECK_FALSE(at::equal(exec::dropout(x, exec::dropout_keys(12, indices), 123, p), y));  // another epoch's seed
+    CHECK_FALSE(at::equal(y[0], y[1]));  // another sample
+  }
+  // Masks of two sites, or two samples, are independent: both drop p².
+  const at::Tensor a = exec::dropout(x, keys, 1, 0.5).eq(0), b = exec::dropout(x, keys, 2, 0.5).eq(0);
+  CHECK(std::abs(a.logical_and(b).to(at::kDouble).mean().item<double>() - 0.25) < 0.01);
+  CHECK(std::abs(a[0].logical_and(a[1]).to(at::kDouble).mean().item<double>() - 0.25) < 0.03);
+  CHECK(at::equal(exec::dropout(x, {}, 123, 0.5), x));
+  CHECK(at::equal(exec::dropout(x, keys, 123, 0), x));
+  CHECK_THROWS_WITH(exec::dropout(x, keys.narrow(0, 0, 3), 1, 0.1), Catch::Contains("3 keys for a batch of 8"));
+}
+
+TEST_CASE("a model with dropout: without keys it is the model without; with keys each sample's output is its own") {
+  std::mt19937 rng(9);
+  for (int i = 0; i < 20; ++i) {
+    const ModelFamily family = i % 2 ? ModelFamily::Bert : ModelFamily::ViT;
+    const ModelConfig m = random_config(rng, family);
+    INFO("case " << i);
+    const exec::Model plain(m, 3), dropped(m, 3, {0.2, 0.3, 0.4});
+    const std::int64_t B = 5;
+    const at::Tensor x = family == ModelFamily::ViT ? at::randn({B, m.num_channels, m.image_size, m.image_size})
+                                                    : at::randint(0, m.vocab_size, {B, m.seq_length}, at::kLong);
+    const at::Tensor lengths = family == ModelFamily::Bert ? at::randint(1, m.seq_length + 1, {B}, at::kLong) : at::Tensor();
+    const SublayerRange all{0, plain.num_sublayers()};
+    const at::Tensor keys = exec::dropout_keys(5, {10, 11, 12, 13, 14});
+    const at::Tensor eval = plain.forward(all, x, lengths);
+    CHECK(at::equal(dropped.forward(all, x, lengths), eval));
+    CHECK(at::equal(plain.forward(all, x, lengths, keys), eval));  // no rates: keys change nothing
+    const at::Tensor trained = dropped.forward(all, x, lengths, keys);
+    CHECK_FALSE(at::allclose(trained, eval));
+    for (std::int64_t b = 0; b < B; ++b) {
+      const at::Tensor nb = lengths.defined() ? lengths.narrow(0, b, 1) : at::Tensor();
+      CHECK(at::allclose(dropped.forward(all, x.narrow(0, b, 1), nb, keys.narrow(0, b, 1)), trained.narrow(0, b, 1),
+                         1e-5, 1e-6));
+    }
+  }
+  CHECK_THROWS_WITH(exec::Model(exec::testing::tiny(ModelFamily::Bert), 1, {1.0, 0, 0}), Catch::Contains("expected [0, 1)"));
+}

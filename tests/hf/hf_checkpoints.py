@@ -171,7 +171,7 @@ def samples_once(out, n, epochs):
     return len(seen) == epochs and all(sorted(v) == list(range(n)) for v in seen.values())
 
 
-def train_and_open(w, name, checkpoint, data, model, back_cls, x, lengths=None):
+def train_and_open(w, name, checkpoint, data, model, back_cls, dropout, x, lengths=None):
     cfg = write_config(os.path.join(w, name + ".toml"), checkpoint, model, data,
                        planner='cache = "on"\nfreeze_policy = "alpha"\ncompression = "none"',
                        training="")
@@ -182,6 +182,7 @@ def train_and_open(w, name, checkpoint, data, model, back_cls, x, lengths=None):
     out = os.path.join(w, name + "-out")
     p = run([ELASTICPIPE, "train", cfg, "--out", out])
     check("initial weights from " + checkpoint in p.stdout, f"{name}: train says where its weights came from")
+    check(dropout in p.stdout, f"{name}: train applies the checkpoint's dropout ({dropout})")
     n = int(data.split("num_train_samples = ")[1].split("\n")[0])
     check(samples_once(out, n, 2), f"{name}: every training sample once per epoch")
     back = reload(back_cls, os.path.join(out, "hf"))
@@ -225,7 +226,7 @@ def text_data(w):
     ids = torch.tensor(enc["input_ids"][:4])
     lengths = torch.tensor(want_lengths[:4])
     train_and_open(w, "text-train", folder, data, "seq_length = 16\nnum_labels = 2", BertForSequenceClassification,
-                   ids, lengths)
+                   "dropout from the checkpoint: hidden 0.1, attention 0.1, classifier 0.1", ids, lengths)
     # hf/ carries the checkpoint's tokenizer: it opens in transformers and encodes alike.
     again = AutoTokenizer.from_pretrained(os.path.join(w, "text-train-out", "hf"))
     check(again([t for t, _ in rows], truncation=True, max_length=16, padding="max_length")["input_ids"]
@@ -244,7 +245,8 @@ def image_data(w):
     torch.manual_seed(2)
     folder = os.path.join(w, "tiny-vit")
     ViTModel(ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                       intermediate_size=48)).save_pretrained(folder)
+                       intermediate_size=48, hidden_dropout_prob=0.1,
+                       attention_probs_dropout_prob=0.2)).save_pretrained(folder)
     out = os.path.join(w, "image-data")
     run([sys.executable, PREPARE, "images", "--train", os.path.join(w, "images", "train"), "--test",
          os.path.join(w, "images", "test"), "--image-size", "16", "--checkpoint", folder, "--out", out])
@@ -259,7 +261,7 @@ def image_data(w):
           "images: the prepared file reads back as Pillow resized them")
     data = f'name = "prepared"\npath = "{out}"\nnum_train_samples = 16\nnum_test_samples = 8'
     train_and_open(w, "image-train", folder, data, "num_labels = 2", ViTForImageClassification,
-                   torch.randn(4, 3, 16, 16))
+                   "dropout from the checkpoint: hidden 0.1, attention 0.2, classifier 0", torch.randn(4, 3, 16, 16))
 
 
 def refusals(w):

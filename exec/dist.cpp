@@ -304,6 +304,12 @@ double Dist::rebuild_active(int generation, const std::vector<int>& active_ranks
                 throw Error("CUDA lanes need a build with -DELASTICPIPE_CUDA=ON (ProcessGroupNCCL)");
 #endif
               }
+              // Building a Gloo group is no synchronisation point: a rank
+              // done with its connections could retire the group (at its
+              // next rebuild) while a peer still completes its own, which
+              // then reads "Connection closed by peer". After the barrier
+              // every rank holds the group. (NCCL's eager connect is one.)
+              if (lane.gloo) lane.gloo->barrier()->wait();
               impl_->lanes.push_back(std::move(lane));
             });
   }

@@ -16,6 +16,7 @@
 #include "exec/model.hpp"
 #include "exec/optimizer.hpp"
 #include "exec/pipeline.hpp"
+#include "exec/replica_run.hpp"
 #include "exec/trainer.hpp"
 #include "planner/autopipe.hpp"
 #include "tests/exec/support.hpp"
@@ -204,6 +205,24 @@ TEST_CASE("successive active groups each reduce over their own ranks; a rank end
   d0->rebuild_active(5, {0, 1}, 1);
   d0.reset();
   t.join();
+}
+
+TEST_CASE("back-to-back rebuilds: a rank that retires a group at once never breaks a peer still building it",
+          "[dist]") {
+  // As profile times a rebuild: group g built, then g + 1 at once, which
+  // retires g. A rank done with g's connections before a peer had
+  // completed its own made that peer read "Connection closed by peer".
+  for (const int n : {2, 3}) {
+    INFO(n << " ranks");
+    std::vector<int> done(n, 0);
+    with_ranks(n, 30s, [&](Dist& d, int r, const std::vector<int>& ranks) {
+      for (int generation = 0; generation < 25; ++generation) (void)d.rebuild_active(generation, ranks, 1);
+      at::Tensor x = at::ones({2});
+      d.allreduce(0, x, "test")->wait();
+      done[r] = static_cast<int>(x[0].item<float>());
+    });
+    CHECK(done == std::vector<int>(n, n));
+  }
 }
 
 TEST_CASE("control messages reach every rank; state transfers arrive intact", "[dist]") {

@@ -291,7 +291,7 @@ TEST_CASE("a packed state survives a checkpoint on disk", "[checkpoint]") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("a checkpoint of special files is refused naming the file; a full disk leaves nothing", "[checkpoint]") {
+TEST_CASE("a checkpoint of special files is refused naming the file, a full disk leaves nothing", "[checkpoint]") {
   const std::string dir = temp_dir("ep_ckpt_hostile_");
   const fs::path root(dir);
   const auto a = bytes_of("state A");

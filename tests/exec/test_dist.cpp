@@ -169,7 +169,7 @@ TEST_CASE("a collective a peer never joins fails within the timeout, naming rank
   CHECK_THROWS_WITH(d1->recv_bytes(0, 7, "training state"), Catch::StartsWith("rank 1: receiving training state from rank 0"));
 }
 
-TEST_CASE("successive active groups each reduce over their own ranks; a rank ends right after a rebuild",
+TEST_CASE("successive active groups each reduce over their own ranks, a rank ends right after a rebuild",
           "[dist]") {
   // The previous group retires on a thread of its own: each new group must
   // work at once, whatever the old one's state, and the end must wait for it.
@@ -225,7 +225,7 @@ TEST_CASE("back-to-back rebuilds: a rank that retires a group at once never brea
   }
 }
 
-TEST_CASE("control messages reach every rank; state transfers arrive intact", "[dist]") {
+TEST_CASE("control messages reach every rank, state transfers arrive intact", "[dist]") {
   auto [d0, d1] = two_ranks(30s, 1);
   nlohmann::json got;
   std::thread t([&] { got = d1->control("step/1"); });
@@ -242,7 +242,7 @@ TEST_CASE("control messages reach every rank; state transfers arrive intact", "[
   CHECK(received == bytes);
 }
 
-TEST_CASE("a failing rank reports its error while its peers still wait on it; they fail once it is gone",
+TEST_CASE("a failing rank reports its error while its peers still wait on it, they fail once it is gone",
           "[dist]") {
   // Two replicas as two threads. Rank 0 cannot resume (no such checkpoint);
   // rank 1 goes on into training and waits on rank 0, whose store it uses.

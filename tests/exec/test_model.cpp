@@ -301,7 +301,7 @@ TEST_CASE("dropout drops about p of each sample's elements, by the sample's key 
   CHECK_THROWS_WITH(exec::dropout(x, keys.narrow(0, 0, 3), 1, 0.1), Catch::Contains("3 keys for a batch of 8"));
 }
 
-TEST_CASE("a model with dropout: without keys it is the model without; with keys each sample's output is its own") {
+TEST_CASE("a model with dropout: without keys it is the model without, with keys each sample's output is its own") {
   std::mt19937 rng(9);
   for (int i = 0; i < 20; ++i) {
     const ModelFamily family = i % 2 ? ModelFamily::Bert : ModelFamily::ViT;

@@ -258,7 +258,7 @@ TEST_CASE("inconsistent values are rejected") {
   }
 }
 
-TEST_CASE("a cluster preset fills the node type; the file's keys override it; the node count stays required") {
+TEST_CASE("a cluster preset fills the node type, the file's keys override it, the node count stays required") {
   // The whole [cluster] of the base config replaced by a preset and two keys.
   const std::string model = kBase.substr(kBase.find("[model]"));
   const std::string text = "[cluster]\npreset = \"dgx_h100\"\nnodes = 4\n\n[cluster.inter_node]\n"
@@ -511,7 +511,7 @@ TEST_CASE("schedule kind names round-trip, and nothing else parses") {
   for (const char* bad : {"", "GPipe", "looping", "zigzag", "gpipe "}) CHECK_FALSE(ep::parse_schedule_kind(bad).has_value());
 }
 
-TEST_CASE("initial weights: a path relative to the config file; kept prefixes need a file to keep from") {
+TEST_CASE("initial weights: a path relative to the config file, kept prefixes need a file to keep from") {
   std::string text = kBase;
   text.replace(text.find("seed = 7\n"), 9, "seed = 7\ninit_weights = \"pre/weights.bin\"\n");
   CHECK(ep::parse_config(text, "runs/a/c.toml", {}).training.init_weights == "runs/a/pre/weights.bin");

@@ -159,7 +159,7 @@ TEST_CASE("objective time: the chosen plan is the fastest confirmed alternative,
   }
 }
 
-TEST_CASE("objective time: planner.K is the longest pipeline allowed; a shorter one with more replicas from the start") {
+TEST_CASE("objective time: planner.K is the longest pipeline allowed, a shorter one with more replicas from the start") {
   // The tiny BERT fits one device: pure data parallelism, each replica with
   // its own batch (the paper's batch policy), is predicted faster than the
   // K = 4 pipeline the paper starts with.
@@ -237,7 +237,7 @@ TEST_CASE("shared cores stretch the planner's compute when more workers run than
   CHECK(ep::predict_iteration(ctx_four, s).makespan == Approx(alone.makespan));
 }
 
-TEST_CASE("mode lists: each mode once in kAllModes order, the baseline first; empty entries refused", "[modes]") {
+TEST_CASE("mode lists: each mode once in kAllModes order, the baseline first, empty entries refused", "[modes]") {
   using namespace ep;
   CHECK(parse_modes("autocache,baseline") == std::vector<Mode>{Mode::Baseline, Mode::AutoCache});
   CHECK(parse_modes("all") == std::vector<Mode>(std::begin(kAllModes), std::end(kAllModes)));
@@ -256,7 +256,7 @@ TEST_CASE("mode lists: each mode once in kAllModes order, the baseline first; em
   CHECK_THROWS_WITH(parse_reference("autocache"), Catch::Contains("--reference: expected baseline"));
 }
 
-TEST_CASE("mode configs: the best static plan weighs every K by time; configured is the config", "[modes]") {
+TEST_CASE("mode configs: the best static plan weighs every K by time, configured is the config", "[modes]") {
   using namespace ep;
   const Config c = paper_config("vit_imagenet", {"planner.objective=\"paper\"", "planner.compression=\"none\"",
                                                  "planner.autodp=false"});

@@ -258,7 +258,7 @@ TEST_CASE("the cache is filled once, then advanced only when the boundary moves"
   }
 }
 
-TEST_CASE("iteration costs: a send and its receive move the same bytes; frozen stages get no gradient") {
+TEST_CASE("iteration costs: a send and its receive move the same bytes, frozen stages get no gradient") {
   for (const char* autopipe : {"true", "false"}) {
     const ep::Config c = paper_config("bert_base_sst2", {std::string("planner.autopipe=") + autopipe});
     const ep::AnalyticCostModel cost(c.cluster, c.training);

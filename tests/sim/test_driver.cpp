@@ -164,7 +164,7 @@ TEST_CASE("the modes: the best static plan, the paper's baseline, one piece each
   }
 }
 
-TEST_CASE("an epoch's time is its iterations times the period plus its transition; the start is apart", "[driver]") {
+TEST_CASE("an epoch's time is its iterations times the period plus its transition, the start is apart", "[driver]") {
   const Config c = small();
   Simulator sim(c.cluster);
   RunOptions opt;

@@ -93,7 +93,7 @@ TEST_CASE("atomic file: files committed together are all replaced or none", "[at
   CHECK(listing(dir.path()) == std::vector<std::string>{"summary.json", "weights.bin"});
 }
 
-TEST_CASE("atomic file: a writer that takes a file name; its errors name the final path", "[atomic]") {
+TEST_CASE("atomic file: a writer that takes a file name, its errors name the final path", "[atomic]") {
   TempDir dir;
   const std::string path = dir.file("grad_norms.csv");
   ep::write_file_atomically(path, [](const std::string& temp) { std::ofstream(temp) << "step,layer,grad_norm\n"; });

@@ -210,7 +210,7 @@ TEST_CASE("transitions JSON: malformed files name the file, the transition and t
   fails("[1]", path + ": transition 0: expected an object, found 1");
 }
 
-TEST_CASE("run state JSON: exact round trip; epochs carry every epoch CSV column", "[traces]") {
+TEST_CASE("run state JSON: exact round trip, epochs carry every epoch CSV column", "[traces]") {
   const trace::RunState s = sample_state();
   const std::string text = trace::run_state_json(s);
   REQUIRE_THAT(text, Contains("\"exposed_comm_s\":0.0"));

@@ -34,7 +34,7 @@ trace::SweepTable read(const std::string& s) {
 
 }  // namespace
 
-TEST_CASE("sweep.csv: keys, then per mode total, speedup, fits, global batch, updates; 6 significant digits",
+TEST_CASE("sweep.csv: keys, then per mode total, speedup, fits, global batch, updates, 6 significant digits",
           "[sweep_csv]") {
   CHECK(text(table()) ==
         "planner.alpha,cluster.inter_node.bandwidth_bytes_per_s,baseline_total_s,baseline_speedup,baseline_fits,"

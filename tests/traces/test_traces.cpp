@@ -467,7 +467,7 @@ TEST_CASE("chrome trace: the writer rejects a malformed trace", "[traces]") {
   }
 }
 
-TEST_CASE("chrome trace: partly overlapping spans on a track are refused; separate_overlaps fixes them", "[traces]") {
+TEST_CASE("chrome trace: partly overlapping spans on a track are refused, separate_overlaps fixes them", "[traces]") {
   TempDir dir;
   Trace t;
   t.source = "sim";

@@ -2,11 +2,9 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <bit>
-#include <cstdio>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -158,27 +156,7 @@ void write_hf_weights(const Model& model, std::ostream& out, const std::string& 
 Dropout checkpoint_dropout(const std::string& dir) {
   if (dir.empty()) return {};
   const HfConfig hf = read_hf_config(dir);
-  Dropout d{hf.hidden_dropout, hf.attention_dropout, hf.hidden_dropout};
-  if (hf.model.family == ModelFamily::Bert) {
-    const auto json = nlohmann::json::parse(hf.text);  // read_hf_config parsed it already
-    const auto it = json.find("classifier_dropout");
-    if (it != json.end() && !it->is_null()) {
-      if (!it->is_number()) throw Error(hf.path + ": key 'classifier_dropout': expected a number or null, found " + it->dump());
-      d.classifier = it->get<double>();
-    }
-  } else {
-    d.classifier = 0;  // ViTForImageClassification has no classifier dropout
-  }
-  const std::pair<const char*, double> keys[] = {{"hidden_dropout_prob", d.hidden},
-                                                 {"attention_probs_dropout_prob", d.attention},
-                                                 {"classifier_dropout", d.classifier}};
-  for (const auto& [key, p] : keys)
-    if (!(p >= 0 && p < 1)) {
-      char found[32];
-      std::snprintf(found, sizeof found, "%g", p);
-      throw Error(hf.path + ": key '" + key + "': expected a probability in [0, 1), found " + found);
-    }
-  return d;
+  return {hf.hidden_dropout, hf.attention_dropout, hf.classifier_dropout};
 }
 
 }  // namespace ep::exec

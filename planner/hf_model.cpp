@@ -52,6 +52,13 @@ class Keys {
     if (!v->is_number()) fail(key, "a number", shown(*v));
     return v->get<double>();
   }
+  double probability(const std::string& key, double fallback) const {
+    const json* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_number() || !(v->get<double>() >= 0 && v->get<double>() < 1))
+      fail(key, "a probability in [0, 1)", shown(*v));
+    return v->get<double>();
+  }
   std::string string(const std::string& key, const std::string& fallback) const {
     const json* v = get(key);
     if (!v) return fallback;
@@ -173,8 +180,11 @@ HfConfig parse_hf_config(const std::string& path, const std::string& text) {
   m.hidden_act = read_activation(k);
   m.layer_norm_eps = k.number("layer_norm_eps", 1e-12);
   if (!(m.layer_norm_eps > 0 && m.layer_norm_eps < 1)) k.fail("layer_norm_eps", "a number in (0, 1)", shown(*k.get("layer_norm_eps")));
-  c.hidden_dropout = k.number("hidden_dropout_prob", vit ? 0.0 : 0.1);
-  c.attention_dropout = k.number("attention_probs_dropout_prob", vit ? 0.0 : 0.1);
+  c.hidden_dropout = k.probability("hidden_dropout_prob", vit ? 0.0 : 0.1);
+  c.attention_dropout = k.probability("attention_probs_dropout_prob", vit ? 0.0 : 0.1);
+  // BertForSequenceClassification: classifier_dropout, or the hidden rate
+  // where it is null; ViTForImageClassification has none.
+  c.classifier_dropout = vit ? 0.0 : k.probability("classifier_dropout", c.hidden_dropout);
   if (vit) read_vit(k, m);
   else read_bert(k, m);
   if (c.classifier) {

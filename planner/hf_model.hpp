@@ -20,7 +20,9 @@ struct HfConfig {
   bool classifier = false;   // a ...ForSequenceClassification / ...ForImageClassification
   ModelConfig model;         // sizes, activation, epsilon; num_labels: the classifier's (0 without one); seq_length 0
   std::vector<std::string> labels;  // id2label in id order (classifier only)
-  double hidden_dropout = 0, attention_dropout = 0;  // hidden_dropout_prob, attention_probs_dropout_prob
+  // hidden_dropout_prob, attention_probs_dropout_prob, and the classifier's
+  // as transformers applies them; each in [0, 1).
+  double hidden_dropout = 0, attention_dropout = 0, classifier_dropout = 0;
   std::string text;          // the file as read
 };
 

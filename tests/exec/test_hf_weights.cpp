@@ -212,9 +212,9 @@ TEST_CASE("the checkpoint's dropout: its config.json's rates, BERT's classifier 
   d = dropout_with(ModelFamily::ViT, rates);
   CHECK((d.hidden == 0.1 && d.attention == 0.2 && d.classifier == 0));  // ViT's classifier has none
   CHECK_THAT(error_of(ModelFamily::Bert, [](nlohmann::json& c) { c["hidden_dropout_prob"] = 1.0; }),
-             Catch::Contains("config.json: key 'hidden_dropout_prob': expected a probability in [0, 1), found 1"));
+             Catch::Contains("config.json: key 'hidden_dropout_prob': expected a probability in [0, 1), found 1.0"));
   CHECK_THAT(error_of(ModelFamily::ViT, [](nlohmann::json& c) { c["attention_probs_dropout_prob"] = -0.1; }),
              Catch::Contains("key 'attention_probs_dropout_prob': expected a probability in [0, 1)"));
   CHECK_THAT(error_of(ModelFamily::Bert, [](nlohmann::json& c) { c["classifier_dropout"] = "high"; }),
-             Catch::Contains("key 'classifier_dropout': expected a number or null, found \"high\""));
+             Catch::Contains("key 'classifier_dropout': expected a probability in [0, 1), found \"high\""));
 }

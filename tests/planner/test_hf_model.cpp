@@ -114,6 +114,7 @@ TEST_CASE("config.json: a BERT classifier gives the model section and its labels
   CHECK(c.labels == std::vector<std::string>{"neg", "pos"});
   CHECK(c.hidden_dropout == 0.1);
   CHECK(c.attention_dropout == 0.1);  // Hugging Face's default for BERT
+  CHECK(c.classifier_dropout == 0.1);  // none given: the hidden rate
   CHECK(ep::parse_hf_config("c", bert_with("\"gelu\"", "\"gelu_new\"")).model.hidden_act == ep::Activation::GeluTanh);
 }
 

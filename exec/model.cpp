@@ -91,15 +91,11 @@ at::Tensor attention(const at::Tensor& x, const at::Tensor& qkv_w, const at::Ten
   const std::vector<at::Tensor> qkv =
       at::linear(x, qkv_w, qkv_b).view({B, S, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);
   const at::Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];  // [B, heads, S, d]
-  at::Tensor context;
-  if (keys.defined() && p > 0) {
-    at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
-    const at::Tensor mask = key_mask(lengths, S);
-    if (mask.defined()) scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
-    context = at::matmul(dropout(at::softmax(scores, -1), keys, salt, p), v);
-  } else {
-    context = compat::attention(q, k, v, key_mask(lengths, S));
-  }
+  const at::Tensor context =
+      keys.defined() && p > 0
+          ? compat::attention_products(q, k, v, key_mask(lengths, S),
+                                       [&](const at::Tensor& w) { return dropout(w, keys, salt, p); })
+          : compat::attention(q, k, v, key_mask(lengths, S));
   return at::linear(context.transpose(1, 2).reshape({B, S, H}), out_w, out_b);
 }
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -157,20 +158,31 @@ inline void adam_step(const std::vector<at::Tensor>& params, const std::vector<a
 #endif
 }
 
+// Softmax attention over [B, heads, S, d] as two products and a softmax,
+// holding the S x S weights; `on_weights`, where given, transforms them
+// before the second product (dropout, whose mask no fused kernel takes).
+// `keys` as for attention below.
+inline at::Tensor attention_products(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& keys,
+                                     const std::function<at::Tensor(const at::Tensor&)>& on_weights = {}) {
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  if (keys.defined()) scores = scores.masked_fill(keys.logical_not(), -std::numeric_limits<float>::infinity());
+  const at::Tensor weights = at::softmax(scores, -1);
+  return at::matmul(on_weights ? on_weights(weights) : weights, v);
+}
+
 // Softmax attention over [B, heads, S, d]; `keys` (bool, broadcast to
 // [B, heads, S, S], true where a query may look at a key) masks padding,
 // undefined: none. torch 2.x has fused kernels (flash and memory-efficient
 // attention on CUDA, a blocked loop on CPU) that never hold the S x S
-// scores; 1.13 has none, so there it is two products and a softmax.
+// scores; 1.13 has none, so there it is attention_products.
 inline at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& keys = {}) {
 #if TORCH_VERSION_MAJOR >= 2
   if (keys.defined()) return at::scaled_dot_product_attention(q, k, v, keys);
   return at::scaled_dot_product_attention(q, k, v);
 #else
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
-  if (keys.defined()) scores = scores.masked_fill(keys.logical_not(), -std::numeric_limits<float>::infinity());
-  return at::matmul(at::softmax(scores, -1), v);
+  return attention_products(q, k, v, keys);
 #endif
 }
 

@@ -111,7 +111,7 @@ int run(int argc, char** argv) {
     double loss_sum = 0;
     for (std::int64_t first = 0; first < n; first += t.batch_size, ++step) {
       const std::vector<std::int64_t> idx(order.begin() + first, order.begin() + std::min(n, first + t.batch_size));
-      const auto mb = ep::exec::make_batch(data.train, idx);
+      const auto mb = ep::exec::make_batch(data.train, idx, false, true, {c.data.augment, t.seed, epoch - 1});
       set_lr(*opt, ep::exec::learning_rate(t, step, total));
       opt->zero_grad();
       const at::Tensor keys =

@@ -167,6 +167,43 @@ SplitMix64 stream(std::uint64_t seed, std::uint64_t tag, std::uint64_t index) {
 
 }  // namespace
 
+int crop_padding(int side) { return std::max(1, side / 8); }
+
+AugmentDraw draw_augment(const std::vector<Augmentation>& ops, std::uint64_t seed, int epoch, std::int64_t index,
+                         int height, int width) {
+  // A stream of its own per (seed, epoch, index): tag 5, apart from the data's.
+  SplitMix64 g = stream(seed, 5 + (static_cast<std::uint64_t>(epoch) << 8), static_cast<std::uint64_t>(index));
+  AugmentDraw d;
+  for (const Augmentation op : ops) switch (op) {
+      case Augmentation::HorizontalFlip: d.flip = (g.next() >> 63) != 0; break;
+      case Augmentation::Crop: {
+        const int ph = crop_padding(height), pw = crop_padding(width);
+        d.dy = static_cast<int>(g.below(2 * ph + 1)) - ph;
+        d.dx = static_cast<int>(g.below(2 * pw + 1)) - pw;
+        break;
+      }
+    }
+  return d;
+}
+
+void augment_image(const Dataset& d, const AugmentDraw& draw, float* image) {
+  if (draw == AugmentDraw{}) return;
+  const int h = d.height, w = d.width;
+  std::vector<float> plane(static_cast<std::size_t>(h) * w);
+  for (int c = 0; c < d.channels; ++c) {
+    float* p = image + static_cast<std::int64_t>(c) * h * w;
+    std::copy_n(p, plane.size(), plane.begin());
+    const float black = d.black.empty() ? 0.0F : d.black[c];
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        // Output (y, x) shows the source at (y + dy, x + dx), mirrored first.
+        const int sy = y + draw.dy, sx = x + draw.dx;
+        const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
+        p[y * w + x] = inside ? plane[sy * w + (draw.flip ? w - 1 - sx : sx)] : black;
+      }
+  }
+}
+
 std::int64_t Dataset::sample_numel() const {
   return kind == SampleKind::Image ? std::int64_t{channels} * height * width : seq_length;
 }
@@ -277,6 +314,7 @@ Dataset load_fashion_mnist(const std::string& dir, bool train, int image_size, s
   d.size = limit > 0 ? limit : available;
   d.num_classes = classes.empty() ? kFashionClasses : static_cast<int>(classes.size());
   d.channels = 1;
+  d.black = {-kFashionMean / kFashionStd};
   d.height = d.width = image_size;
   d.pixels.resize(checked_numel(images_path + " at image_size " + std::to_string(image_size),
                                 {d.size, image_size, image_size}));

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "planner/config.hpp"
+
 namespace ep::exec {
 
 enum class SampleKind { Image, Tokens };
@@ -36,6 +38,9 @@ struct Dataset {
   std::span<const std::uint8_t> image_bytes;
   std::shared_ptr<const void> image_file;
   std::vector<float> channel_mean, channel_std;
+  // Image: a black pixel per channel as normalised (what a crop pads
+  // with); empty: 0.
+  std::vector<float> black;
   // Tokens: seq_length int64 ids per sample, id 0 is [CLS] at position 0
   // in the synthetic set (a tokenizer's own ids in a prepared one).
   int seq_length = 0;
@@ -101,5 +106,23 @@ struct IdxArray {
 // synthetic_images.
 [[nodiscard]] Dataset synthetic_tokens(std::int64_t size, int seq_length, int vocab_size,
                                        int num_classes, std::uint64_t seed, bool train);
+
+// data.augment's transforms of one training image, drawn from (seed,
+// epoch, dataset index) alone: a sample gets the same draw in any
+// micro-batch, replica or process, and again when a resumed run repeats
+// the epoch. hflip mirrors left to right with probability 1/2; crop moves
+// the image by (dy, dx), each uniform in [-pad, pad] with pad = side / 8
+// (at least 1), and fills what it uncovers with black: a crop of the image
+// padded by pad on each side, as torchvision's RandomCrop(side, padding=pad).
+struct AugmentDraw {
+  bool flip = false;
+  int dy = 0, dx = 0;
+  friend bool operator==(const AugmentDraw&, const AugmentDraw&) = default;
+};
+[[nodiscard]] int crop_padding(int side);
+[[nodiscard]] AugmentDraw draw_augment(const std::vector<Augmentation>&, std::uint64_t seed, int epoch,
+                                       std::int64_t index, int height, int width);
+// Applies `draw` to `image` (channels x height x width of d, normalised) in place.
+void augment_image(const Dataset& d, const AugmentDraw& draw, float* image);
 
 }  // namespace ep::exec

@@ -206,7 +206,8 @@ void normalise(const Dataset& d, const std::vector<std::int64_t>& indices, float
 
 }  // namespace
 
-MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool pinned, bool with_input) {
+MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool pinned, bool with_input,
+                      const Augment& augment) {
   const auto n = static_cast<std::int64_t>(indices.size());
   const std::int64_t numel = d.sample_numel();
   const auto host = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).pinned_memory(pinned); };
@@ -226,6 +227,11 @@ MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool 
     mb.input = at::empty({n, d.channels, d.height, d.width}, host(at::kFloat));
     if (d.image_bytes.empty()) fill(d.pixels, mb.input.data_ptr<float>());
     else normalise(d, indices, mb.input.data_ptr<float>());
+    if (augment.any())
+      for (std::int64_t i = 0; i < n; ++i)
+        if (indices[i] >= 0)
+          augment_image(d, draw_augment(augment.ops, augment.seed, augment.epoch, indices[i], d.height, d.width),
+                        mb.input.data_ptr<float>() + i * numel);
   } else if (with_input) {
     mb.input = at::empty({n, d.seq_length}, host(at::kLong));
     fill(d.tokens, mb.input.data_ptr<std::int64_t>());
@@ -261,7 +267,9 @@ void BatchLoader::request(Request r) {
     const bool gpu = r.input_device.is_cuda() || r.label_device.is_cuda();
     compat::use_device(r.input_device.is_cuda() ? r.input_device : r.label_device);
     for (const auto& idx : r.micro_batches) {
-      MicroBatch& mb = ready->batches.emplace_back(make_batch(d_, idx, gpu, r.input_needed));
+      Augment augment = augment_;
+      augment.epoch = r.epoch;
+      MicroBatch& mb = ready->batches.emplace_back(make_batch(d_, idx, gpu, r.input_needed, augment));
       if (r.cache && (mb.cached = r.cache->read_ahead(idx, r.cache_depth, gpu)).defined()) mb.cached_depth = r.cache_depth;
     }
     // Copies on a side stream of each device, non-blocking from pinned memory.

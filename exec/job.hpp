@@ -43,10 +43,20 @@ struct Data {
 };
 [[nodiscard]] Data load_data(const Config& config);
 
-// The samples of `indices` (-1: a masked slot, zeros with weight 0).
+// data.augment as a training epoch draws it (data.hpp: draw_augment);
+// epoch < 0: none (evaluation, probes, timing).
+struct Augment {
+  std::vector<Augmentation> ops;
+  std::uint64_t seed = 0;
+  int epoch = -1;
+  [[nodiscard]] bool any() const { return !ops.empty() && epoch >= 0; }
+};
+
+// The samples of `indices` (-1: a masked slot, zeros with weight 0), each
+// image transformed as `augment` draws it.
 // In pinned host memory (`pinned`; CUDA builds only) for copies that do not block the host.
 [[nodiscard]] MicroBatch make_batch(const Dataset& d, std::vector<std::int64_t> indices, bool pinned = false,
-                                    bool with_input = true);
+                                    bool with_input = true, const Augment& augment = {});
 
 // The next iteration's micro-batches, assembled on a thread of their own
 // while the current iteration runs, with the activation cache's rows where
@@ -65,9 +75,11 @@ class BatchLoader {
     // this depth, read with the batch when all are there (MicroBatch::cached).
     ActivationCache* cache = nullptr;
     int cache_depth = -1;
+    int epoch = -1;  // the training epoch the batch belongs to: what augmentation draws from (-1: none)
     friend bool operator==(const Request&, const Request&) = default;
   };
-  explicit BatchLoader(const Dataset& d) : d_(d) {}
+  // `augment`: the transforms and seed of data.augment (its epoch is each request's).
+  explicit BatchLoader(const Dataset& d, Augment augment = {}) : d_(d), augment_(std::move(augment)) {}
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -94,6 +106,7 @@ class BatchLoader {
 
  private:
   const Dataset& d_;
+  Augment augment_;
   Request pending_request_;
   std::future<std::shared_ptr<Ready>> pending_;
   Taken last_take_;

@@ -171,6 +171,7 @@ Dataset load_prepared(const std::string& path, std::int64_t limit, std::int64_t 
       if (!std::isfinite(d.channel_mean[c]) || !(d.channel_std[c] > 0) || !std::isfinite(d.channel_std[c]))
         fail(path + ": normalisation of channel " + std::to_string(c), "a finite mean and a std > 0",
              std::to_string(d.channel_mean[c]) + ", " + std::to_string(d.channel_std[c]));
+    for (int c = 0; c < d.channels; ++c) d.black.push_back(-d.channel_mean[c] / d.channel_std[c]);
     d.image_bytes = {reinterpret_cast<const std::uint8_t*>(file) + h.samples, kept * per};
     d.image_file = mapping;
     return d;

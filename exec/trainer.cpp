@@ -186,6 +186,12 @@ TrainResult Trainer::run() {
   run_start_ = Clock::now();
   if (!opt_.resume.empty()) resume();  // the checkpoint's weights and plans, not the initial ones
   else load_initial_weights();
+  if (!c_.data.augment.empty()) {
+    std::string ops;
+    for (const Augmentation a : c_.data.augment) ops += (ops.empty() ? "" : ", ") + to_string(a);
+    log("augmentation: " + ops + " (crop pads " + std::to_string(crop_padding(data_.train.height)) + "x" +
+        std::to_string(crop_padding(data_.train.width)) + "), drawn per sample and epoch; no activation cache");
+  }
   if (dist_) check_ranks_agree();
   run_training(planner_, *this, p_.epoch);  // the planner's run loop calls back here
   if (dist_) {
@@ -247,9 +253,11 @@ bool Trainer::filling() const {
 
 // The replica's batch as the plan's pipeline reads it; an error names this rank.
 BatchLoader::Request Trainer::batch_request(const std::vector<std::int64_t>& idx,
-                                            const IterationProgram& program) const {
+                                            const IterationProgram& program, int epoch) const {
   try {
-    return exec::batch_request(*pipeline_, idx, program);
+    BatchLoader::Request r = exec::batch_request(*pipeline_, idx, program);
+    r.epoch = epoch;
+    return r;
   } catch (const Error& e) {
     throw Error("rank " + std::to_string(env_.rank) + ": " + e.what());
   }
@@ -264,7 +272,7 @@ void Trainer::request_next_epoch(const IterationProgram& program, int ppn, int l
   next_order_ = node_order(sampler_, node_, following);
   next_order_epoch_ = following;
   loader_.request(batch_request(replica_batch(next_order_, 0, ppn, local, batch),
-                                 following < plan_->end_epoch ? plan_->program_for(following) : program));
+                                 following < plan_->end_epoch ? plan_->program_for(following) : program, following));
 }
 
 // After a transition, its first batch: assembled ahead or not, the host's wait.
@@ -357,8 +365,8 @@ void Trainer::start_iterations(int epoch) {
   next_order_ = node_order(sampler_, node_, epoch);  // train_epoch takes it (epoch_order)
   next_order_epoch_ = epoch;
   const std::vector<std::int64_t> idx = replica_batch(next_order_, p_.consumed, ppn, local, batch);
-  run_start_iterations(*pipeline_, loader_, program, batch_request(idx, program),
-                       batch_request(idx, plan_->program_for(epoch)), static_cast<double>(batch));
+  run_start_iterations(*pipeline_, loader_, program, batch_request(idx, program, epoch),
+                       batch_request(idx, plan_->program_for(epoch), epoch), static_cast<double>(batch));
 }
 
 // The run loop's epoch: trained by the processes the plan makes active.
@@ -404,10 +412,10 @@ void Trainer::train_epoch() {
     Launched l;
     l.start = Clock::now();
     l.idx = replica_batch(order, next, ppn, local, batch);
-    const std::vector<MicroBatch> batches = loader_.take(batch_request(l.idx, program));
+    const std::vector<MicroBatch> batches = loader_.take(batch_request(l.idx, program, p_.epoch));
     note_first_batch();
     if (next + slot_step < slots)
-      loader_.request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program));
+      loader_.request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program, p_.epoch));
     else
       request_next_epoch(program, ppn, local, batch);
     if (prefetch)  // the sampler's next window, read ahead by the kernel

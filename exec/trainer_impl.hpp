@@ -104,7 +104,7 @@ class Trainer final : RunBackend {
   [[noreturn]] void diverged(std::int64_t iteration, const std::string& what) const;
   double evaluate();
   [[nodiscard]] BatchLoader::Request batch_request(const std::vector<std::int64_t>& idx,
-                                                   const IterationProgram& program) const;
+                                                   const IterationProgram& program, int epoch) const;
   void request_next_epoch(const IterationProgram& program, int ppn, int local, int batch);
   void note_first_batch();
   void meter_warmup(Clock::time_point launch, const IterationResult& r, bool epoch_done);
@@ -147,7 +147,7 @@ class Trainer final : RunBackend {
   // Across epochs: the last iteration of an epoch starts assembling the
   // next epoch's first batch (and its sampler order), so the device does
   // not wait for it after the evaluation and the freeze step.
-  BatchLoader loader_{data_.train};
+  BatchLoader loader_{data_.train, Augment{c_.data.augment, c_.training.seed}};
   int next_order_epoch_ = -1;
   std::vector<std::int64_t> next_order_;
   std::vector<std::int64_t> entry_shape_;

@@ -12,6 +12,8 @@ bool cache_writes_behind(const Config& c) { return c.exec.device == ExecDevice::
 
 bool cache_reads_ahead(const Config& c) { return cache_writes_behind(c); }  // both ride a GPU's side streams
 
+bool cache_allowed(const Config& c) { return c.data.augment.empty(); }
+
 CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostModel& cost,
                            int frozen_layers, int micro_batch, const MeasuredCache* measured) {
   CacheDecision d;
@@ -22,6 +24,10 @@ CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostMod
   }
   if (!c.planner.autopipe) {
     d.reason = "needs AutoPipe (frozen layers stay inside stages)";
+    return d;
+  }
+  if (!cache_allowed(c)) {
+    d.reason = "data.augment: the frozen layers' outputs change every epoch";
     return d;
   }
   const double per_sample = spec.sublayers[prefix.last - 1].out_activation_bytes_per_sample;

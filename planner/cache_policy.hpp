@@ -25,6 +25,13 @@ struct MeasuredCache {
   double frozen_forward_s = 0;
 };
 
+// Whether any cache of the frozen layers' outputs can serve training: not
+// where data.augment transforms the inputs, since the frozen outputs then
+// change every epoch (a cache filled once would feed stale ones, and users
+// would lose accuracy without a word). The config refuses planner.cache =
+// "on" there; "auto" stays off and says why.
+[[nodiscard]] bool cache_allowed(const Config&);
+
 // `micro_batch`: samples per read. Policy off/on is obeyed (on with nothing
 // frozen, or without AutoPipe, is off: there is no separate frozen output to
 // cache). With `measured`, auto compares the measured times instead of the

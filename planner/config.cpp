@@ -37,6 +37,8 @@ constexpr EnumName<BatchPolicy> kBatchPolicies[] = {{BatchPolicy::PerPipeline, "
                                                     {BatchPolicy::LrScaled, "lr_scaled"},
                                                     {BatchPolicy::Global, "global"}};
 constexpr EnumName<ExecDevice> kExecDevices[] = {{ExecDevice::CPU, "cpu"}, {ExecDevice::CUDA, "cuda"}};
+constexpr EnumName<Augmentation> kAugmentations[] = {{Augmentation::HorizontalFlip, "hflip"},
+                                                     {Augmentation::Crop, "crop"}};
 constexpr EnumName<Checkpointing> kCheckpointing[] = {
     {Checkpointing::Never, "never"},
     {Checkpointing::ExceptLast, "except_last"},
@@ -223,7 +225,23 @@ void read_model(Reader& r, ModelConfig& m) {
   if (ck) check_against_checkpoint(r, m, *ck);
 }
 
-void read_data(Reader& r, DataConfig& d) {
+void read_augment(Reader& r, DataConfig& d, const ModelConfig& m) {
+  std::vector<std::string> names;
+  r.string_list("data.augment", names);
+  if (!names.empty() && m.family != ModelFamily::ViT)
+    r.fail("data.augment", "no augmentation for model.family = \"" + to_string(m.family) + "\" (images only)",
+           std::to_string(names.size()) + " transform(s)");
+  for (const std::string& name : names) {
+    const auto* e = std::find_if(std::begin(kAugmentations), std::end(kAugmentations),
+                                 [&](const auto& a) { return name == a.name; });
+    if (e == std::end(kAugmentations)) r.fail("data.augment", "elements " + enum_choices(kAugmentations), "\"" + name + "\"");
+    if (std::find(d.augment.begin(), d.augment.end(), e->value) != d.augment.end())
+      r.fail("data.augment", "distinct transforms", "\"" + name + "\" twice");
+    d.augment.push_back(e->value);
+  }
+}
+
+void read_data(Reader& r, DataConfig& d, const ModelConfig& m) {
   r.string("data.name", d.name, true);
   r.path("data.path", d.path);
   r.integer("data.num_train_samples", d.num_train_samples, true, 1, kMaxSamples,
@@ -237,6 +255,7 @@ void read_data(Reader& r, DataConfig& d) {
       if (d.classes[j] == d.classes[i])
         r.fail("data.classes", "distinct class ids", std::to_string(d.classes[i]) + " twice");
   }
+  read_augment(r, d, m);
 }
 
 void read_training(Reader& r, TrainingConfig& t, const ModelConfig& m) {
@@ -282,6 +301,32 @@ void check_freeze_steps(Reader& r, const TrainingConfig& t, const PlannerConfig&
            std::to_string(p.freeze_interval_epochs) + ", " + std::to_string(steps) + " steps");
 }
 
+// planner.freeze_policy = "replay" takes exactly one source of frozen
+// counts, and only it takes one; a replayed list is a possible run.
+void check_replay(Reader& r, const PlannerConfig& p, int L) {
+  const bool replay = p.freeze_policy == FreezePolicyKind::Replay;
+  const bool has_list = r.has("planner.replay_frozen");
+  const bool has_file = r.has("planner.replay_grad_norms_file");
+  if (replay && has_list == has_file)
+    r.fail("planner.freeze_policy",
+           "with \"replay\", exactly one of planner.replay_frozen or planner.replay_grad_norms_file",
+           has_list ? "both" : "neither");
+  if (!replay && (has_list || has_file))
+    r.fail(has_list ? "planner.replay_frozen" : "planner.replay_grad_norms_file",
+           "only with planner.freeze_policy = \"replay\"", "freeze_policy = \"" +
+               enum_name(kFreezePolicies, p.freeze_policy) + "\"");
+  int prev = 0;
+  for (std::size_t i = 0; i < p.replay_frozen.size(); ++i) {
+    const int f = p.replay_frozen[i];
+    if (f < prev || f > L - p.min_active_layers)
+      r.fail("planner.replay_frozen",
+             "non-decreasing frozen counts in [0, L - min_active_layers = " +
+                 std::to_string(L - p.min_active_layers) + "]",
+             std::to_string(f) + " at position " + std::to_string(i));
+    prev = f;
+  }
+}
+
 void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
   // The chunk search simulates every M in [M_min_factor K, M_max_factor K].
   constexpr const char* kChunkSearchWhy = "micro-batches per stage the chunk search simulates";
@@ -303,6 +348,11 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
   r.integer("planner.M_min_factor", p.M_min_factor, false, 1, 64, kChunkSearchWhy);
   r.integer("planner.M_max_factor", p.M_max_factor, false, 1, 64, kChunkSearchWhy);
   r.choice("planner.cache", p.cache, kCachePolicies, false);
+  if (p.cache == CachePolicyKind::On && !c.data.augment.empty())
+    r.fail("planner.cache",
+           "\"off\" or \"auto\" with data.augment (an augmented input changes the frozen layers' outputs every "
+           "epoch: a cache would serve stale ones)",
+           "\"on\"");
   r.choice("planner.schedule", p.schedule, kSchedules, false);
   r.integer("planner.virtual_stages", p.virtual_stages, false, 1, 64, "chunks per device");
   r.quantity("planner.bucket_size_bytes", p.bucket_size_bytes, false, 1 << 20, 1e12,
@@ -360,27 +410,7 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
              std::to_string(batch));
   }
 
-  const bool replay = p.freeze_policy == FreezePolicyKind::Replay;
-  const bool has_list = r.has("planner.replay_frozen");
-  const bool has_file = r.has("planner.replay_grad_norms_file");
-  if (replay && has_list == has_file)
-    r.fail("planner.freeze_policy",
-           "with \"replay\", exactly one of planner.replay_frozen or planner.replay_grad_norms_file",
-           has_list ? "both" : "neither");
-  if (!replay && (has_list || has_file))
-    r.fail(has_list ? "planner.replay_frozen" : "planner.replay_grad_norms_file",
-           "only with planner.freeze_policy = \"replay\"", "freeze_policy = \"" +
-               enum_name(kFreezePolicies, p.freeze_policy) + "\"");
-  int prev = 0;
-  for (std::size_t i = 0; i < p.replay_frozen.size(); ++i) {
-    const int f = p.replay_frozen[i];
-    if (f < prev || f > L - p.min_active_layers)
-      r.fail("planner.replay_frozen",
-             "non-decreasing frozen counts in [0, L - min_active_layers = " +
-                 std::to_string(L - p.min_active_layers) + "]",
-             std::to_string(f) + " at position " + std::to_string(i));
-    prev = f;
-  }
+  check_replay(r, p, L);
 }
 
 void read_exec(Reader& r, ExecConfig& e) {
@@ -468,7 +498,7 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
   read_cluster(r, c.cluster);
   read_transition(r, c.cluster.transition);
   read_model(r, c.model);
-  read_data(r, c.data);
+  read_data(r, c.data, c.model);
   read_training(r, c.training, c.model);
   read_planner(r, c, c.planner);
   check_freeze_steps(r, c.training, c.planner);
@@ -522,6 +552,7 @@ Config load_config(const std::string& path, const Overrides& overrides) {
 }
 
 std::string to_string(ModelFamily v) { return enum_name(kFamilies, v); }
+std::string to_string(Augmentation v) { return enum_name(kAugmentations, v); }
 std::string to_string(Activation v) { return enum_name(kActivations, v); }
 std::string to_string(Optimizer v) { return enum_name(kOptimizers, v); }
 std::string to_string(ExecDevice v) { return enum_name(kExecDevices, v); }

@@ -135,6 +135,10 @@ struct ModelConfig {
   }
 };
 
+// Random transforms of a training image, drawn per sample and epoch
+// (exec/data.hpp: augment_image); evaluation sees the images as they are.
+enum class Augmentation { HorizontalFlip, Crop };
+
 struct DataConfig {
   std::string name;
   std::string path;  // empty: synthetic or discovered by the executor
@@ -143,6 +147,11 @@ struct DataConfig {
   // fashion-mnist: the classes kept, relabelled 0, 1, ... in this order (a
   // task of its own, e.g. to fine-tune on); empty: all ten.
   std::vector<int> classes;
+  // Image models only. An augmented input changes the frozen layers'
+  // outputs every epoch, so no cache of them can serve training: AutoCache
+  // stays off (planner/cache_policy.hpp: cache_allowed) and planner.cache =
+  // "on" is refused.
+  std::vector<Augmentation> augment;
 };
 
 enum class Optimizer { SGD, Adam, AdamW };
@@ -304,6 +313,7 @@ Config parse_config(const std::string& toml_text, const std::string& origin,
 
 // Names as written in config files, for printing.
 std::string to_string(ModelFamily);
+std::string to_string(Augmentation);
 std::string to_string(Activation);
 std::string to_string(Optimizer);
 std::string to_string(LrSchedule);

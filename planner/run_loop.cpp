@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "planner/cache_policy.hpp"
+
 namespace ep {
 
 StepInputs RunBackend::follow(int step) {
@@ -10,7 +12,7 @@ StepInputs RunBackend::follow(int step) {
 }
 
 bool probes_cache(const Config& c, int frozen_layers) {
-  return frozen_layers > 0 && c.planner.autopipe && c.planner.cache == CachePolicyKind::Auto;
+  return frozen_layers > 0 && c.planner.autopipe && c.planner.cache == CachePolicyKind::Auto && cache_allowed(c);
 }
 
 namespace {

@@ -277,7 +277,7 @@ std::vector<CacheDecision> RunPlanner::cache_candidates(int frozen_layers) const
   const MeasuredCache* m = measured == measured_cache_.end() ? nullptr : &measured->second;
   CacheDecision d = decide_cache(c, ctx_.spec, ctx_.cost, frozen_layers, c.training.batch_size, m);
   if (c.planner.cache != CachePolicyKind::Auto || ModelSpec::frozen_prefix(frozen_layers).empty() ||
-      !c.planner.autopipe)
+      !c.planner.autopipe || !cache_allowed(c))
     return {d};
   // Auto: both are weighed by the time to the end of training, unless a
   // back end measured that reading is slower than recomputing.
@@ -578,7 +578,8 @@ Plan RunPlanner::choose_time(Plan base) {
   });
   Plan plan = std::move(chosen->plan);
   plan.alternatives = std::move(alts);
-  if (pc.cache == CachePolicyKind::Auto && !ModelSpec::frozen_prefix(plan.frozen_layers).empty() && pc.autopipe) {
+  if (pc.cache == CachePolicyKind::Auto && !ModelSpec::frozen_prefix(plan.frozen_layers).empty() && pc.autopipe &&
+      cache_allowed(ctx_.config)) {
     const auto other = std::find_if(plan.alternatives.begin(), plan.alternatives.end(),
                                     [&](const Alternative& a) { return a.cache != plan.cache.on; });
     std::ostringstream why;

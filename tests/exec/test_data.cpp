@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -520,4 +522,115 @@ TEST_CASE("A prepared image set's pixels stay in its file, mapped, until the dat
     CHECK(copy.image_bytes.data() == d.image_bytes.data());
   }
   CHECK_FALSE(mapped(path));
+}
+
+namespace {
+
+// A draw as torchvision composes it, written apart from augment_image:
+// mirror the whole image, pad it by `pad` black pixels on each side, and
+// cut the original size out at (pad + dy, pad + dx).
+std::vector<float> reference_augment(const Dataset& d, const AugmentDraw& a, const std::vector<float>& image) {
+  const int h = d.height, w = d.width, ph = crop_padding(h), pw = crop_padding(w);
+  std::vector<float> out;
+  for (int c = 0; c < d.channels; ++c) {
+    const float black = d.black.empty() ? 0.0F : d.black[c];
+    std::vector<float> padded(static_cast<std::size_t>(h + 2 * ph) * (w + 2 * pw), black);
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        padded[(y + ph) * (w + 2 * pw) + x + pw] = image[(c * h + y) * w + (a.flip ? w - 1 - x : x)];
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) out.push_back(padded[(y + ph + a.dy) * (w + 2 * pw) + x + pw + a.dx]);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("augmentation draws per (seed, epoch, sample) alone, flips half the time and crops within its padding") {
+  CHECK(crop_padding(224) == 28);
+  CHECK(crop_padding(32) == 4);
+  CHECK(crop_padding(7) == 1);
+  const std::vector<Augmentation> both{Augmentation::HorizontalFlip, Augmentation::Crop};
+  CHECK(draw_augment({}, 1, 0, 5, 32, 32) == AugmentDraw{});
+  const int n = 4000;
+  int flips = 0, moved_by_epoch = 0, moved_by_seed = 0;
+  std::map<int, int> dys, dxs;
+  for (int i = 0; i < n; ++i) {
+    const AugmentDraw a = draw_augment(both, 9, 2, i, 16, 40);
+    CHECK(a == draw_augment(both, 9, 2, i, 16, 40));  // no state: the same again, in any order
+    flips += a.flip;
+    ++dys[a.dy];
+    ++dxs[a.dx];
+    moved_by_epoch += !(a == draw_augment(both, 9, 3, i, 16, 40));
+    moved_by_seed += !(a == draw_augment(both, 10, 2, i, 16, 40));
+    const AugmentDraw only_flip = draw_augment({Augmentation::HorizontalFlip}, 9, 2, i, 16, 40);
+    CHECK(only_flip.dy == 0);
+    CHECK(only_flip.dx == 0);
+    const AugmentDraw only_crop = draw_augment({Augmentation::Crop}, 9, 2, i, 16, 40);
+    CHECK_FALSE(only_crop.flip);
+  }
+  CHECK(std::abs(flips - n / 2) < 5 * std::sqrt(n / 4.0));  // 5 sigma
+  // Every offset in [-pad, pad], none outside, each about as often (5 sigma).
+  const auto uniform = [&](const std::map<int, int>& seen, int pad) {
+    CHECK(seen.size() == static_cast<std::size_t>(2 * pad + 1));
+    CHECK(seen.begin()->first == -pad);
+    CHECK(seen.rbegin()->first == pad);
+    const double p = 1.0 / (2 * pad + 1);
+    for (const auto& [off, count] : seen) CHECK(std::abs(count - n * p) < 5 * std::sqrt(n * p * (1 - p)));
+  };
+  uniform(dys, 2);  // 16 / 8
+  uniform(dxs, 5);  // 40 / 8
+  // Another epoch or seed draws anew: the same draw only by chance (2 x 5 x 11 outcomes).
+  CHECK(moved_by_epoch > n * 0.9);
+  CHECK(moved_by_seed > n * 0.9);
+}
+
+TEST_CASE("augment_image is a mirror and a crop of the black-padded image, as torchvision composes them") {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    Dataset d;
+    d.channels = 1 + static_cast<int>(rng() % 3);
+    d.height = 1 + static_cast<int>(rng() % 20);
+    d.width = 1 + static_cast<int>(rng() % 20);
+    if (rng() % 2)
+      for (int c = 0; c < d.channels; ++c) d.black.push_back(-1.0F - static_cast<float>(c));
+    std::vector<float> image(static_cast<std::size_t>(d.channels) * d.height * d.width);
+    for (float& v : image) v = static_cast<float>(rng() % 1000) / 100.0F;
+    const std::vector<Augmentation> ops =
+        rng() % 3 == 0 ? std::vector<Augmentation>{Augmentation::Crop}
+                       : std::vector<Augmentation>{Augmentation::HorizontalFlip, Augmentation::Crop};
+    const AugmentDraw a = draw_augment(ops, rng(), static_cast<int>(rng() % 50), rng() % 1000, d.height, d.width);
+    std::vector<float> got = image;
+    augment_image(d, a, got.data());
+    INFO("trial " << trial << ": " << d.channels << "x" << d.height << "x" << d.width << " flip " << a.flip << " dy "
+                  << a.dy << " dx " << a.dx);
+    CHECK(got == reference_augment(d, a, image));
+  }
+  // A mirror twice is the image; a move there and back keeps the part that stayed in view.
+  Dataset d;
+  d.channels = 2, d.height = 6, d.width = 5;
+  std::vector<float> image(60);
+  std::iota(image.begin(), image.end(), 1.0F);
+  std::vector<float> twice = image;
+  augment_image(d, {true, 0, 0}, twice.data());
+  CHECK(twice != image);
+  augment_image(d, {true, 0, 0}, twice.data());
+  CHECK(twice == image);
+  std::vector<float> moved = image;
+  augment_image(d, {false, 1, -1}, moved.data());
+  augment_image(d, {false, -1, 1}, moved.data());
+  for (int c = 0; c < 2; ++c)
+    for (int y = 0; y < 6; ++y)
+      for (int x = 0; x < 5; ++x) {
+        const float v = moved[(c * 6 + y) * 5 + x];
+        CHECK(v == (y >= 1 && x <= 3 ? image[(c * 6 + y) * 5 + x] : 0.0F));
+      }
+}
+
+TEST_CASE("a prepared image set pads a crop with its black pixel, as normalised") {
+  ep::test::TempDir dir;
+  const std::string path = dir.file("train.epdata");
+  std::ofstream(path, std::ios::binary) << prepared_images(2, 4, 6);
+  const Dataset d = load_prepared(path, 0, 0);
+  CHECK(d.black == std::vector<float>{-2.0F, -2.0F, -2.0F});  // (0 - 0.5) / 0.25
 }

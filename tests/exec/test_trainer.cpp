@@ -107,6 +107,37 @@ TEST_CASE("the run's start is apart from the epochs and updates nothing: a resum
   std::filesystem::remove_all(dir);
 }
 
+// data.augment draws from (seed, epoch, sample): a resumed run repeats the
+// uninterrupted one's draws, so its losses. Where the same run caches
+// without augmentation, AutoCache stays off with it, and the log says so.
+TEST_CASE("augmented training: its own losses, the same again on resume, and never a cache") {
+  ep::test::TempDir dir("augment");
+  std::vector<std::string> lines;
+  exec::TrainOptions o;
+  o.out_dir = dir.file("run");
+  o.log = [&](const std::string& l) { lines.push_back(l); };
+  const Overrides alpha = {"planner.freeze_policy=\"alpha\"", "exec.checkpoint_every=4", "exec.checkpoint_keep=100"};
+  Overrides cached = alpha, augmented = alpha;
+  cached.push_back("planner.cache=\"on\"");
+  augmented.push_back("planner.cache=\"auto\"");
+  augmented.push_back("data.augment=[\"hflip\", \"crop\"]");
+  const exec::TrainResult plain = exec::train(tiny(cached), {});
+  REQUIRE(std::any_of(plain.epochs.begin(), plain.epochs.end(), [](const auto& e) { return e.cache; }));
+  const exec::TrainResult whole = exec::train(tiny(augmented), o);
+  REQUIRE(whole.iteration_losses.size() == 45);
+  CHECK(whole.iteration_losses != plain.iteration_losses);
+  CHECK(whole.iteration_losses.front() != plain.iteration_losses.front());  // epoch 1's first batch is transformed too
+  for (const auto& e : whole.epochs) CHECK_FALSE(e.cache);
+  CHECK(std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+          return l.rfind("augmentation: hflip, crop (crop pads 1x1)", 0) == 0 && l.find("no activation cache") != std::string::npos;
+        }) == 1);
+  exec::TrainOptions r = o;
+  r.out_dir = dir.file("resumed");
+  r.resume = dir.file("run/checkpoints/step-0000000023");  // mid-epoch 2
+  REQUIRE(std::filesystem::exists(r.resume));
+  CHECK(exec::train(tiny(augmented), r).iteration_losses == whole.iteration_losses);
+}
+
 TEST_CASE("training freezes per the gradient-norm policy, and the simulator can replay the recorded norms") {
   const auto dir = std::filesystem::temp_directory_path() / ("ep_train_" + std::to_string(::getpid()));
   const Config c = tiny();

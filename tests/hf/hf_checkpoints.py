@@ -12,7 +12,8 @@
    `elasticpipe train` fine-tunes from a checkpoint on each (pipelined, the
    cache on, every sample once per epoch); its hf/ output opens in
    transformers with ElasticPipe's logits, and a resume from its first
-   epoch's checkpoint records the same losses and ends with the same logits.
+   epoch's checkpoint records the same losses and ends with the same logits;
+   the image set again with data.augment (the cache off, said), resumed alike.
 3. prepare_data.py refuses an image that does not decode, a label outside
    the classes and an empty file: one ERROR line, exit 2, nothing written.
 """
@@ -171,9 +172,13 @@ def samples_once(out, n, epochs):
     return len(seen) == epochs and all(sorted(v) == list(range(n)) for v in seen.values())
 
 
-def train_and_open(w, name, checkpoint, data, model, back_cls, dropout, x, lengths=None):
+def train_and_open(w, name, checkpoint, data, model, back_cls, dropout, x, lengths=None, augment=None):
+    """`augment`: data.augment's transforms and the line train says them in
+    (the cache then stays off; without it the cache is on)."""
+    if augment:
+        data += "\naugment = " + json.dumps(augment[0])
     cfg = write_config(os.path.join(w, name + ".toml"), checkpoint, model, data,
-                       planner='cache = "on"\nfreeze_policy = "alpha"\ncompression = "none"',
+                       planner=f'cache = "{"auto" if augment else "on"}"\nfreeze_policy = "alpha"\ncompression = "none"',
                        training="")
     with open(cfg) as f:
         text = f.read().replace("epochs = 1", "epochs = 2")
@@ -183,6 +188,8 @@ def train_and_open(w, name, checkpoint, data, model, back_cls, dropout, x, lengt
     p = run([ELASTICPIPE, "train", cfg, "--out", out])
     check("initial weights from " + checkpoint in p.stdout, f"{name}: train says where its weights came from")
     check(dropout in p.stdout, f"{name}: train applies the checkpoint's dropout ({dropout})")
+    if augment:
+        check(augment[1] in p.stdout, f"{name}: train says its augmentation ({augment[1]})")
     n = int(data.split("num_train_samples = ")[1].split("\n")[0])
     check(samples_once(out, n, 2), f"{name}: every training sample once per epoch")
     back = reload(back_cls, os.path.join(out, "hf"))
@@ -262,6 +269,10 @@ def image_data(w):
     data = f'name = "prepared"\npath = "{out}"\nnum_train_samples = 16\nnum_test_samples = 8'
     train_and_open(w, "image-train", folder, data, "num_labels = 2", ViTForImageClassification,
                    "dropout from the checkpoint: hidden 0.1, attention 0.2, classifier 0", torch.randn(4, 3, 16, 16))
+    train_and_open(w, "image-augmented", folder, data, "num_labels = 2", ViTForImageClassification,
+                   "dropout from the checkpoint: hidden 0.1, attention 0.2, classifier 0", torch.randn(4, 3, 16, 16),
+                   augment=(["hflip", "crop"], "augmentation: hflip, crop (crop pads 2x2), drawn per sample and epoch; "
+                                               "no activation cache"))
 
 
 def refusals(w):

@@ -562,6 +562,27 @@ TEST_CASE("a class subset is distinct fashion-mnist ids, one label each, whateve
   CHECK_THAT(error_of(kBase, {"data.name=\"synthetic-images\""}), Catch::Contains("key 'data.name'"));
 }
 
+TEST_CASE("data.augment: distinct image transforms for ViT only, and planner.cache = \"on\" beside it refused") {
+  const std::string fmnist = ep::test::repo_path("configs/small/tiny_vit_fmnist.toml");
+  const auto load = [&](ep::Overrides o) { return ep::load_config(fmnist, o); };
+  const auto refused = [&](ep::Overrides o) { return ep::test::error_of([&] { (void)load(o); }); };
+  CHECK(load({}).data.augment.empty());
+  CHECK(load({"data.augment=[\"crop\", \"hflip\"]"}).data.augment ==
+        std::vector<ep::Augmentation>{ep::Augmentation::Crop, ep::Augmentation::HorizontalFlip});
+  CHECK(load({"data.augment=[\"hflip\"]", "planner.cache=\"auto\""}).planner.cache == ep::CachePolicyKind::Auto);
+  std::string msg = refused({"data.augment=[\"rotate\"]"});
+  CHECK_THAT(msg, Catch::Contains("key 'data.augment'") && Catch::Contains("hflip|crop") &&
+                      Catch::Contains("found \"rotate\""));
+  msg = refused({"data.augment=[\"crop\", \"crop\"]"});
+  CHECK_THAT(msg, Catch::Contains("key 'data.augment'") && Catch::Contains("\"crop\" twice"));
+  msg = refused({"data.augment=\"crop\""});
+  CHECK_THAT(msg, Catch::Contains("key 'data.augment'") && Catch::Contains("an array of strings"));
+  msg = refused({"data.augment=[\"hflip\"]", "planner.cache=\"on\""});
+  CHECK_THAT(msg, Catch::Contains("key 'planner.cache'") && Catch::Contains("stale") && Catch::Contains("found \"on\""));
+  CHECK_THAT(error_of(kBase, {"data.augment=[\"hflip\"]"}),
+             Catch::Contains("key 'data.augment'") && Catch::Contains("\"bert\" (images only)"));
+}
+
 TEST_CASE("a key given twice by --set is refused, naming it") {
   CHECK_THAT(error_of(kBase, {"planner.alpha=0.2", "planner.alpha=0.3"}),
              Catch::StartsWith("--set planner.alpha: given twice"));

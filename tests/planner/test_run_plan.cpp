@@ -8,6 +8,8 @@
 #include <string>
 
 #include "planner/cache_policy.hpp"
+#include "planner/modes.hpp"
+#include "planner/run_loop.hpp"
 #include "planner/run_plan.hpp"
 #include "tests/planner/support.hpp"
 
@@ -200,6 +202,34 @@ TEST_CASE("the cache policy follows the predicted costs") {
   CHECK(ep::decide_cache(paper_config("vit_imagenet", {"planner.cache=on",
                                                 "cluster.host.disk_bandwidth_bytes_per_s=1e8"}),
                          spec, slow_cost, 1, 400).on);
+}
+
+TEST_CASE("with data.augment no plan caches: AutoCache weighs no cache and says why") {
+  for (const char* name : {"vit_imagenet", "vit_cifar100"}) {
+    INFO(name);
+    const ep::Config c = ep::mode_config(paper_config(name), ep::Mode::AutoCache);
+    const ep::Config augmented =
+        ep::mode_config(paper_config(name, {"data.augment=[\"hflip\", \"crop\"]"}), ep::Mode::AutoCache);
+    CHECK_FALSE(ep::cache_allowed(augmented));
+    CHECK_FALSE(ep::probes_cache(augmented, 4));
+    const ep::AnalyticCostModel cost(c.cluster, c.training);
+    const ep::ModelSpec spec = ep::build_model_spec(c.model, c.training.precision);
+    const ep::CacheDecision d = ep::decide_cache(augmented, spec, cost, 4, 400);
+    CHECK_FALSE(d.on);
+    CHECK_THAT(d.reason, Catch::Contains("data.augment"));
+    CHECK_FALSE(ep::cache_file_ahead(augmented, spec, cost, true));
+    // Without it the same run caches somewhere (so the check below can fail).
+    const ep::RunPlan with_cache = plan(c);
+    CHECK(std::any_of(with_cache.plans.begin(), with_cache.plans.end(), [](const ep::Plan& p) { return p.cache.on; }));
+    const ep::RunPlan r = plan(augmented);
+    REQUIRE(r.plans.size() > 1);
+    for (const ep::Plan& p : r.plans) {
+      CHECK_FALSE(p.cache.on);
+      CHECK(p.fill_program.empty());
+      for (const ep::Alternative& a : p.alternatives) CHECK_FALSE(a.cache);
+      if (p.frozen_layers > 0) CHECK_THAT(p.cache.reason, Catch::Contains("data.augment"));
+    }
+  }
 }
 
 TEST_CASE("the JSON form carries every plan field under a versioned schema") {

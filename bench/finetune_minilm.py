@@ -157,7 +157,9 @@ def main():
         for run in runs:
             tag = f"{run}-r{r}"
             print(f"round {r}: {run}", flush=True)
-            sets = [f"training.seed={r}"] + a.set
+            # A seed given by --set is every round's (the CLI refuses a key twice).
+            own_seed = any(s.startswith("training.seed=") for s in a.set)
+            sets = ([] if own_seed else [f"training.seed={r}"]) + a.set
             results[run, r] = run_one(command(run, out, ck, jsonl, data, sets, tag),
                                       os.path.join(out, "logs", tag + ".log"))
     with open(os.path.join(out, "minilm_tta.csv"), "w", newline="") as f:

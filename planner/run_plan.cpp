@@ -276,9 +276,7 @@ std::vector<CacheDecision> RunPlanner::cache_candidates(int frozen_layers) const
   const auto measured = measured_cache_.find(frozen_layers);
   const MeasuredCache* m = measured == measured_cache_.end() ? nullptr : &measured->second;
   CacheDecision d = decide_cache(c, ctx_.spec, ctx_.cost, frozen_layers, c.training.batch_size, m);
-  if (c.planner.cache != CachePolicyKind::Auto || ModelSpec::frozen_prefix(frozen_layers).empty() ||
-      !c.planner.autopipe || !cache_allowed(c))
-    return {d};
+  if (!probes_cache(c, frozen_layers)) return {d};  // AutoCache weighs nothing here
   // Auto: both are weighed by the time to the end of training, unless a
   // back end measured that reading is slower than recomputing.
   CacheDecision off = d, on = d;
@@ -534,7 +532,6 @@ bool RunPlanner::probes(int frozen_allowed) {
 }
 
 Plan RunPlanner::choose_time(Plan base) {
-  const auto& pc = ctx_.config.planner;
   const std::vector<Candidate> cands = weigh(base, after());
   std::vector<Alternative> alts;
   for (const Candidate& cand : cands) alts.push_back(alternative(cand.plan, cand.remaining, false));
@@ -578,8 +575,7 @@ Plan RunPlanner::choose_time(Plan base) {
   });
   Plan plan = std::move(chosen->plan);
   plan.alternatives = std::move(alts);
-  if (pc.cache == CachePolicyKind::Auto && !ModelSpec::frozen_prefix(plan.frozen_layers).empty() && pc.autopipe &&
-      cache_allowed(ctx_.config)) {
+  if (probes_cache(ctx_.config, plan.frozen_layers)) {  // AutoCache weighed both
     const auto other = std::find_if(plan.alternatives.begin(), plan.alternatives.end(),
                                     [&](const Alternative& a) { return a.cache != plan.cache.on; });
     std::ostringstream why;

@@ -232,12 +232,11 @@ void read_augment(Reader& r, DataConfig& d, const ModelConfig& m) {
     r.fail("data.augment", "no augmentation for model.family = \"" + to_string(m.family) + "\" (images only)",
            std::to_string(names.size()) + " transform(s)");
   for (const std::string& name : names) {
-    const auto* e = std::find_if(std::begin(kAugmentations), std::end(kAugmentations),
-                                 [&](const auto& a) { return name == a.name; });
-    if (e == std::end(kAugmentations)) r.fail("data.augment", "elements " + enum_choices(kAugmentations), "\"" + name + "\"");
-    if (std::find(d.augment.begin(), d.augment.end(), e->value) != d.augment.end())
+    const Augmentation* a = enum_value(kAugmentations, name);
+    if (!a) r.fail("data.augment", "elements " + enum_choices(kAugmentations), "\"" + name + "\"");
+    if (std::find(d.augment.begin(), d.augment.end(), *a) != d.augment.end())
       r.fail("data.augment", "distinct transforms", "\"" + name + "\" twice");
-    d.augment.push_back(e->value);
+    d.augment.push_back(*a);
   }
 }
 

@@ -37,6 +37,14 @@ std::string enum_name(const EnumName<E> (&table)[N], E value) {
   return "?";
 }
 
+// The value named `name` in `table`; null: none is.
+template <class E, std::size_t N>
+const E* enum_value(const EnumName<E> (&table)[N], const std::string& name) {
+  for (const auto& e : table)
+    if (name == e.name) return &e.value;
+  return nullptr;
+}
+
 template <class E, std::size_t N>
 std::string enum_choices(const EnumName<E> (&table)[N]) {
   std::string out = "one of ";
@@ -192,13 +200,9 @@ class Reader {
   void choice(const std::string& key, E& out, const EnumName<E> (&table)[N], bool required) {
     const toml::node* n = required ? &require(key, enum_choices(table)) : get(key);
     if (!n) return;
-    if (n->is_string()) {
-      const std::string s = *n->value<std::string>();
-      for (const auto& e : table)
-        if (s == e.name) {
-          out = e.value;
-          return;
-        }
+    if (const E* v = n->is_string() ? enum_value(table, *n->value<std::string>()) : nullptr) {
+      out = *v;
+      return;
     }
     fail(key, enum_choices(table), describe(*n));
   }

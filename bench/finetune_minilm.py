@@ -94,8 +94,7 @@ def command(run, out, ck, jsonl, data, sets, tag):
             [x for s in extra for x in ("--set", s)]
     if run == "plain":
         return [os.path.join(ROOT, "build", "plain_train"), CONFIG] + flags
-    return [VENV, os.path.join(ROOT, "bench", "hf_peer.py"), CONFIG, jsonl] + \
-        [x for s in sets for x in ("--set", s)]
+    return [VENV, os.path.join(ROOT, "bench", "hf_peer.py"), CONFIG, jsonl] + flags
 
 
 def run_one(cmd, log):

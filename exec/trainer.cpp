@@ -327,20 +327,20 @@ class SampleAudit {
 
 }  // namespace
 
-// The run's start (planner/transition.hpp): the plan's start_program run
-// kStartIterations times on the epoch's first batch, as the epoch runs
-// iterations (each queued before the one before is read, the next batch
-// assembled meanwhile), updating nothing; the last one's next batch is the
-// epoch's first. It does the process's one-off work the first epoch would
-// otherwise pay. Every process then waits for the others, so the first
+// The run's start (planner/transition.hpp): the plan's start_program, as
+// the run loop lowered it, run kStartIterations times on the epoch's first
+// batch, as the epoch runs iterations (each queued before the one before is
+// read, the next batch assembled meanwhile), updating nothing; the last
+// one's next batch is the epoch's first. It does the process's one-off
+// work the first epoch would otherwise pay. Every process then waits for the others, so the first
 // epoch's first all-reduce waits for no late start. The start, from run()
 // on (planning, any chunk search, the first plan entered, these
 // iterations, that wait), is said and recorded apart from the epochs.
-void Trainer::start(const Plan&, int epoch) {
+void Trainer::start(const Plan&, const IterationProgram& program, int epoch) {
   const Clock::time_point t0 = Clock::now();
   const std::optional<PinnedAllocs> pinned_before =
       c_.exec.device == ExecDevice::CUDA ? pinned_allocs_now() : std::nullopt;
-  if (active()) start_iterations(epoch);
+  if (active()) start_iterations(program, epoch);
   const Clock::time_point t1 = Clock::now();
   if (dist_) dist_->barrier("the run's start");
   const Clock::time_point t2 = Clock::now();
@@ -359,8 +359,7 @@ void Trainer::start(const Plan&, int epoch) {
   log(line);
 }
 
-void Trainer::start_iterations(int epoch) {
-  const IterationProgram program = start_program(ctx_, *plan_, epoch);
+void Trainer::start_iterations(const IterationProgram& program, int epoch) {
   const int ppn = plan_->layout.pipelines_per_node, local = replica().local_rank, batch = plan_->batch;
   next_order_ = node_order(sampler_, node_, epoch);  // train_epoch takes it (epoch_order)
   next_order_epoch_ = epoch;

@@ -45,7 +45,7 @@ class Trainer final : RunBackend {
   StepInputs follow(int step) override;
   void begin_step(int step) override;
   void enter(const Plan& plan, const Plan* previous) override;
-  void start(const Plan& plan, int epoch) override;
+  void start(const Plan& plan, const IterationProgram& program, int epoch) override;
   void run_epoch(const Plan& plan, int epoch) override;
 
   [[nodiscard]] bool rank0() const { return env_.rank == 0; }
@@ -86,7 +86,7 @@ class Trainer final : RunBackend {
   // At `consumed` slots into this epoch.
   [[nodiscard]] std::int64_t lr_position(std::int64_t consumed) const;
   [[nodiscard]] bool filling() const;
-  void start_iterations(int epoch);  // the start's (Trainer::start)
+  void start_iterations(const IterationProgram& program, int epoch);  // the start's (Trainer::start)
   void train_epoch();
   // Logs the epoch's line, then, on a GPU or with the cache, its host line.
   void finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, const HostPace& pace);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "planner/cache_policy.hpp"
+#include "planner/transition.hpp"
 
 namespace ep {
 
@@ -17,8 +18,14 @@ bool probes_cache(const Config& c, int frozen_layers) {
 
 namespace {
 
-// Freeze step T's plan: decided here, or as the decider published it.
-const Plan& plan_step(RunPlanner& planner, RunBackend& b, int T) {
+// A step's plan from its inputs, as every process plans it.
+const Plan& plan_from(RunPlanner& planner, const StepInputs& in) {
+  if (in.cache) planner.measured_cache(in.frozen_layers, *in.cache);
+  return planner.next(in.frozen_layers);
+}
+
+// Freeze step T's inputs and plan: decided here, or as the decider published them.
+std::pair<StepInputs, const Plan*> plan_step(RunPlanner& planner, RunBackend& b, int T) {
   b.begin_step(T);
   StepInputs in;
   if (b.decides()) {
@@ -27,47 +34,10 @@ const Plan& plan_step(RunPlanner& planner, RunBackend& b, int T) {
   } else {
     in = b.follow(T);
   }
-  if (in.cache) planner.measured_cache(in.frozen_layers, *in.cache);
-  const Plan& plan = planner.next(in.frozen_layers);
+  const Plan& plan = plan_from(planner, in);
   if (b.decides()) b.publish(T, in, plan);
-  return plan;
+  return {in, &plan};
 }
-
-}  // namespace
-
-void run_training(RunPlanner& planner, RunBackend& b, int first_epoch) {
-  // Copies: the planner's vector of plans grows (and moves) at every step.
-  Plan current, previous;
-  bool entered = false;
-  int T = static_cast<int>(planner.run().plans.size());
-  // The start, before the first epoch this process runs.
-  bool started = false;
-  const auto start = [&](int epoch) {
-    if (started || epoch >= current.end_epoch) return;
-    b.start(current, epoch);
-    started = true;
-  };
-  if (T > 0) {  // resumed: the last plan continues, entered afresh
-    current = planner.run().plans.back();
-    b.enter(current, nullptr);
-    entered = true;
-  }
-  while (true) {
-    if (entered) {
-      const int from = std::max(first_epoch, current.first_epoch);
-      start(from);
-      for (int e = from; e < current.end_epoch; ++e) b.run_epoch(current, e);
-    }
-    if (T > planner.freeze_steps()) break;
-    const bool first = !entered;
-    if (entered) previous = std::move(current);
-    current = plan_step(planner, b, T++);
-    b.enter(current, first ? nullptr : &previous);
-    entered = true;
-  }
-}
-
-namespace {
 
 // Planning ahead: nothing measured, nothing run.
 struct PlanAhead : RunBackend {
@@ -79,11 +49,62 @@ struct PlanAhead : RunBackend {
 
 }  // namespace
 
+RunRecord run_training(RunPlanner& planner, RunBackend& b, int first_epoch) {
+  RunRecord record;
+  // Copies: the planner's vector of plans grows (and moves) at every step.
+  Plan current, previous;
+  int T = static_cast<int>(planner.run().plans.size());
+  bool started = false;
+  // The plan entered, its epochs run from `from` on (the start before the first).
+  const auto carry_out = [&](StepRecord& step, int from) {
+    step.plan = current.id;
+    b.enter(current, step.previous < 0 ? nullptr : &previous);
+    from = std::max(from, current.first_epoch);
+    if (!started && from < current.end_epoch) {
+      step.start_epoch = from;
+      step.start = start_program(planner.context(), current, from);
+      b.start(current, step.start, from);
+      started = true;
+    }
+    for (int e = from; e < current.end_epoch; ++e) {
+      b.run_epoch(current, e);
+      step.epochs.push_back(e);
+    }
+  };
+  if (T > 0) {  // resumed: the last plan continues, entered afresh
+    current = planner.run().plans.back();
+    StepRecord& step = record.steps.emplace_back();
+    step.step = current.freeze_step;
+    step.inputs.frozen_layers = current.frozen_allowed;
+    carry_out(step, first_epoch);
+  }
+  for (; T <= planner.freeze_steps(); ++T) {
+    const bool first = record.steps.empty();
+    if (!first) previous = std::move(current);
+    StepRecord& step = record.steps.emplace_back();
+    step.step = T;
+    const auto [in, plan] = plan_step(planner, b, T);
+    step.inputs = in;
+    current = *plan;
+    step.previous = first ? -1 : previous.id;
+    carry_out(step, first_epoch);
+  }
+  return record;
+}
+
+RunRecord walk_ahead(RunPlanner& planner) {
+  PlanAhead ahead;
+  return run_training(planner, ahead);
+}
+
+void replay_steps(RunPlanner& planner, const std::vector<StepInputs>& steps) {
+  for (const StepInputs& in : steps) (void)plan_from(planner, in);
+}
+
 RunPlan plan_run(const Config& c, const CostModel& cost, const IterationPredictor& predictor) {
   RunPlanner planner(c, cost, predictor);
-  PlanAhead ahead;
-  run_training(planner, ahead);
-  return planner.run();
+  (void)walk_ahead(planner);
+  return std::move(planner).take();
 }
 
 }  // namespace ep

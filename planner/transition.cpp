@@ -191,11 +191,10 @@ IterationProgram start_program(const PlanContext& ctx, const Plan& plan, int epo
   return start;
 }
 
-TransitionCost predict_start(const PlanContext& ctx, const Plan& plan, const IterationPredictor& predict) {
+TransitionCost predict_start(const PlanContext& ctx, const Plan& plan, const IterationProgram& start,
+                             const IterationPredictor& predict) {
   TransitionCost t = predict_transition(ctx, nullptr, plan);
-  const std::vector<IterationPrediction> start =
-      predict({start_program(ctx, plan, plan.first_epoch)}, PredictionUse::ChunkCandidate);
-  t.warmup_s += kStartIterations * start.at(0).iteration_s;
+  t.warmup_s += kStartIterations * predict({start}, PredictionUse::ChunkCandidate).at(0).iteration_s;
   return t;
 }
 

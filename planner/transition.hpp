@@ -66,10 +66,12 @@ struct TransitionCost {
 inline constexpr int kStartIterations = 2;
 [[nodiscard]] IterationProgram start_program(const PlanContext&, const Plan&, int epoch);
 // Its cost: entering the plan from nothing (predict_transition) and the
-// start's iterations, each priced by `predict` as a timing run from idle
-// devices (PredictionUse::ChunkCandidate): the start program's own
-// schedule, so no optimizer step and no all-reduce are charged.
-[[nodiscard]] TransitionCost predict_start(const PlanContext&, const Plan&, const IterationPredictor& predict);
+// start's iterations of `start` (the run loop's start_program), each priced
+// by `predict` as a timing run from idle devices
+// (PredictionUse::ChunkCandidate): the start program's own schedule, so no
+// optimizer step and no all-reduce are charged.
+[[nodiscard]] TransitionCost predict_start(const PlanContext&, const Plan&, const IterationProgram& start,
+                                           const IterationPredictor& predict);
 
 // The first iteration's extra after a freeze step or a repartition (0 where
 // neither changes): a profile's freeze_warmup, else warmup_iterations of

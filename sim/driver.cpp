@@ -220,22 +220,6 @@ void check_exact(const std::vector<Plan>& plans) {
               std::to_string(most->id) + "): drop --exact to scale each plan's steady state");
 }
 
-}  // namespace
-
-namespace {
-
-// The simulator's side of the run loop: it plans ahead (no measured
-// gradient norms: the freeze policy replays a trace or takes the alpha
-// bound; no cache probe: AutoCache decides on the cost model) and records
-// the epochs each plan runs, priced once the walk is known.
-struct SimWalk : RunBackend {
-  std::map<int, std::vector<int>> epochs;  // plan id -> epochs, in order
-  std::vector<double> grad_norms() override { return {}; }
-  std::optional<MeasuredCache> probe_cache(int) override { return std::nullopt; }
-  void enter(const Plan& plan, const Plan*) override { epochs[plan.id]; }
-  void run_epoch(const Plan& plan, int epoch) override { epochs[plan.id].push_back(epoch); }
-};
-
 // One mode of one training: its plans, epochs and chunk rows, and (the
 // traced mode) its trace.
 struct ModeOutput {
@@ -311,11 +295,12 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   };
   ModeRun& run = out.run;
   run.mode = mode;
-  // The run loop walks the training; the simulator records the walk and
-  // prices it below, its SimGrid runs in parallel.
+  // The run loop walks the training ahead (no measured gradient norms: the
+  // freeze policy replays a trace or takes the alpha bound; no cache probe:
+  // AutoCache decides on the cost model); the simulator prices its record,
+  // its SimGrid runs in parallel.
   RunPlanner planner(mc, cost, predict);
-  SimWalk walk;
-  run_training(planner, walk);
+  const RunRecord record = walk_ahead(planner);
   run.plan = std::move(planner).take();
   if (exact) check_exact(run.plan.plans);
   const bool traced = last && mc.sim.trace;
@@ -323,11 +308,14 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   const TracedPrograms to_trace = traced_programs(plans, traced);
   // The transitions' transfers and the traced iterations depend on nothing
   // but the plans: all start at once (their runs go to the same pool), and
-  // the plans are then walked in order.
+  // the record's steps are then priced in order.
   std::future<std::vector<trace::Trace>> traces =
       std::async(std::launch::async, [&] { return runner.trace(ctx, to_trace.programs, to_trace.plan_ids, to_trace.iterations); });
-  const std::vector<TransitionCost> transitions = parallel_map<TransitionCost>(
-      plans.size(), runner.jobs(), [&](std::size_t pi) { return transition(ctx, pi ? &plans[pi - 1] : nullptr, plans[pi], sim); });
+  const auto entered_from = [&](const StepRecord& step) { return step.previous < 0 ? nullptr : &plans.at(step.previous); };
+  const std::vector<TransitionCost> transitions =
+      parallel_map<TransitionCost>(record.steps.size(), runner.jobs(), [&](std::size_t si) {
+        return transition(ctx, entered_from(record.steps[si]), plans.at(record.steps[si].plan), sim);
+      });
   // The steady states plan_run had simulated (memo hits), for their
   // breakdown: each plan's, then the filling ones of the plans that fill.
   std::vector<IterationProgram> steady;
@@ -345,24 +333,29 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     if (tr.total_s() > 0 && fits) add_transition_events(out.trace, mc, p, prev, tr, at);
     out.untraced += !fits;
   };
-  run.start = predict_start(ctx, plans.front(), predict);  // its iterations SimGrid's, from idle
-  if (traced) trace_transition(plans.front(), nullptr, run.start, 0.0);
+  const auto starts = std::find_if(record.steps.begin(), record.steps.end(),
+                                   [](const StepRecord& step) { return step.start_epoch >= 0; });
+  const Plan& first = plans.at(starts->plan);
+  run.start = predict_start(ctx, first, starts->start, predict);  // its iterations SimGrid's, from idle
+  if (traced) trace_transition(first, nullptr, run.start, 0.0);
   double clock = run.start.total_s();  // start of the plan on the run's timeline
   std::vector<std::pair<double, int>> traced_at;  // start on the run's timeline, epoch
-  for (std::size_t pi = 0; pi < plans.size(); ++pi) {
+  for (std::size_t si = 0; si < record.steps.size(); ++si) {
+    const StepRecord& step = record.steps[si];
+    const auto pi = static_cast<std::size_t>(step.plan);
     const Plan& p = plans[pi];
     PlanSim ps;
     ps.plan_id = p.id;
     ps.steady = steady_states[pi].second.sim;
     ps.exposed_comm_s = std::max(0.0, p.iteration_s - period_without_comm(ctx, p.program));
-    const TransitionCost& tr = transitions[pi];
+    const TransitionCost& tr = transitions[si];
     ps.transition_s = tr.total_s();
     if (to_trace.is_traced[pi]) {
       // After the transition's parts.
       traced_at.push_back({clock + ps.transition_s, p.first_epoch});
-      trace_transition(p, pi ? &plans[pi - 1] : nullptr, tr, clock);
+      trace_transition(p, entered_from(step), tr, clock);
     }
-    for (const int e : walk.epochs.at(p.id)) {
+    for (const int e : step.epochs) {
       const CacheRole role = p.cache_role(e);
       const bool fill = role == CacheRole::Fill || role == CacheRole::Advance;
       const Measured& state = steady_states[fill ? fill_state[pi] : pi].second;
@@ -376,7 +369,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
       clock += epoch_s + transition;
     }
     run.plans.push_back(ps);
-    if (progress) progress((pi + 1.0) / plans.size());
+    if (progress) progress((si + 1.0) / record.steps.size());
   }
   append_traced(out, traces.get(), traced_at);
   for (const Plan& p : run.plan.plans)

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/program_text.hpp"
 #include "planner/run_loop.hpp"
 #include "tests/planner/support.hpp"
 
@@ -25,6 +26,7 @@ using namespace ep;
 struct FakeBackend : RunBackend {
   std::vector<std::string> calls;
   std::vector<int> probed;
+  std::vector<std::string> started_with;  // the start programs given, as text
   std::vector<double> norms;  // empty: plan ahead
   std::deque<std::pair<StepInputs, int>>* channel = nullptr;  // decider -> follower: inputs and plan id
   bool leader = true;
@@ -56,9 +58,11 @@ struct FakeBackend : RunBackend {
   void enter(const Plan& plan, const Plan* previous) override {
     calls.push_back("enter " + std::to_string(plan.id) + "<-" + (previous ? std::to_string(previous->id) : "none"));
   }
-  void start(const Plan& plan, int epoch) override {
+  void start(const Plan& plan, const IterationProgram& program, int epoch) override {
     CHECK(plan.first_epoch <= epoch);
     CHECK(epoch < plan.end_epoch);
+    CHECK(program.setup.partition == plan.program.setup.partition);
+    started_with.push_back(program_text(program));
     calls.push_back("start " + std::to_string(plan.id) + " at " + std::to_string(epoch));
   }
   void run_epoch(const Plan& plan, int epoch) override {
@@ -83,6 +87,32 @@ std::vector<std::string> expected_epochs(const std::vector<Plan>& plans) {
       out.push_back("epoch " + std::to_string(e) + " plan " + std::to_string(p.id));
   }
   return out;
+}
+
+// The walk a record says the loop carried out, in the calls' words.
+std::vector<std::string> record_walk(const RunRecord& record) {
+  std::vector<std::string> out;
+  for (const StepRecord& s : record.steps) {
+    const std::string plan = std::to_string(s.plan);
+    out.push_back("enter " + plan + "<-" + (s.previous < 0 ? "none" : std::to_string(s.previous)));
+    if (s.start_epoch >= 0) out.push_back("start " + plan + " at " + std::to_string(s.start_epoch));
+    for (const int e : s.epochs) out.push_back("epoch " + std::to_string(e) + " plan " + plan);
+  }
+  return out;
+}
+
+// The record's steps against the plans they entered, and its start program
+// the one the back end was given.
+void check_record(const RunRecord& record, const RunPlan& run, const FakeBackend& b) {
+  std::vector<std::string> starts;
+  for (const StepRecord& s : record.steps) {
+    const Plan& p = run.plans.at(s.plan);
+    CHECK(s.step == p.freeze_step);
+    CHECK(s.inputs.frozen_layers == p.frozen_allowed);
+    if (s.start_epoch >= 0) starts.push_back(program_text(s.start));
+  }
+  CHECK(starts == b.started_with);
+  CHECK(starts.size() == 1);
 }
 
 std::vector<std::string> only_walk(const std::vector<std::string>& calls) {
@@ -114,10 +144,15 @@ TEST_CASE("the run loop walks every epoch once, under its plan, after entering i
     const AnalyticCostModel cost(c.cluster, c.training);
     RunPlanner planner(c, cost);
     FakeBackend b;
-    run_training(planner, b);
+    const RunRecord record = run_training(planner, b);
     const std::vector<Plan>& plans = planner.run().plans;
     REQUIRE(static_cast<int>(plans.size()) == planner.freeze_steps() + 1);
     CHECK(only_walk(b.calls) == expected_epochs(plans));
+    // The record is the walk: what the back end was asked, step by step,
+    // each step planned from the inputs it holds (probed where the plan says).
+    CHECK(record_walk(record) == only_walk(b.calls));
+    check_record(record, planner.run(), b);
+    for (const StepRecord& s : record.steps) CHECK(s.inputs.cache.has_value() == plans.at(s.plan).cache_probed);
     // Without measured norms the plans are plan_run's, apart from the
     // cache decisions the probes informed. The loop probes exactly where the
     // planner says a step does, at the depth the policy allows, and only
@@ -173,20 +208,21 @@ TEST_CASE("a resumed run loop continues the uninterrupted walk from the checkpoi
     const AnalyticCostModel cost(c.cluster, c.training);
     RunPlanner whole(c, cost);
     FakeBackend all;
-    run_training(whole, all);
+    const RunRecord record = run_training(whole, all);
     const std::vector<Plan>& plans = whole.run().plans;
     const int epoch = static_cast<int>(rng() % c.training.epochs);
-    // The resumed planner replays the steps up to the plan covering `epoch`
-    // with the frozen counts and measurements the checkpoint recorded.
+    // The resumed planner replays the recorded steps up to the plan
+    // covering `epoch`, from their inputs (the frozen counts and cache
+    // measurements a checkpoint holds).
+    std::vector<StepInputs> steps;
+    for (const StepRecord& s : record.steps)
+      if (plans.at(s.plan).first_epoch <= epoch) steps.push_back(s.inputs);
     RunPlanner resumed(c, cost);
-    for (const Plan& p : plans) {
-      if (p.first_epoch > epoch) break;
-      if (p.freeze_step > 0 && probes_cache(c, p.frozen_layers))  // what the fake back end measured
-        resumed.measured_cache(p.frozen_layers, {1e-3 * p.frozen_layers, 2e-3 * p.frozen_layers});
-      (void)resumed.next(p.frozen_layers);
-    }
+    replay_steps(resumed, steps);
     FakeBackend rest;
-    run_training(resumed, rest, epoch);
+    const RunRecord continued = run_training(resumed, rest, epoch);
+    CHECK(record_walk(continued) == only_walk(rest.calls));
+    check_record(continued, resumed.run(), rest);
     const ModelSpec spec = build_model_spec(c.model, c.training.precision);
     CHECK(to_json(resumed.run(), spec)["plans"] == to_json(whole.run(), spec)["plans"]);
     // The same epochs from `epoch` on, the covering plan entered afresh.

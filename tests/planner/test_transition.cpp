@@ -231,7 +231,7 @@ TEST_CASE("a run's start charges its iterations at the start program's own time,
         }
       const double entry = ep::predict_transition(ctx, nullptr, first).total_s();
       const double own = ep::simulate(start.schedule, ep::iteration_costs(ctx, start.setup).duration).makespan;
-      const ep::TransitionCost t = ep::predict_start(ctx, first, ep::analytic_predictor(ctx));
+      const ep::TransitionCost t = ep::predict_start(ctx, first, start, ep::analytic_predictor(ctx));
       CHECK(t.total_s() == Approx(entry + ep::kStartIterations * own));
       CHECK(own < first.iteration_s);
     }
@@ -249,7 +249,8 @@ TEST_CASE("a run's start charges its iterations at the start program's own time,
   for (const ep::Action& a : first.program.schedule.devices.front())
     if (a.kind == ep::ActionKind::OptimizerStep) step += costs.duration(a);
   REQUIRE(step > 0);
-  const ep::TransitionCost t = ep::predict_start(ctx, first, ep::analytic_predictor(ctx));
+  const ep::TransitionCost t =
+      ep::predict_start(ctx, first, ep::start_program(ctx, first, first.first_epoch), ep::analytic_predictor(ctx));
   CHECK(t.total_s() - ep::predict_transition(ctx, nullptr, first).total_s() ==
         Approx(ep::kStartIterations * (first.iteration_s - step)));
 }

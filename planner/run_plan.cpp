@@ -410,7 +410,7 @@ std::optional<RunPlanner::Candidate> RunPlanner::best_M(const Plan& base, const 
       p.recomputed_microbatches = recomputed_microbatches(c.training.checkpointing, M);
       const double r = remaining_s(p);
       if (p.fits_memory) by_M.emplace_back(r, M);
-      if (!best || better(p, r, best->plan, best->remaining)) best = Candidate{p, r, {}};
+      if (!best || better(p, r, best->plan, best->remaining)) best = Candidate{p, r, 0, false, {}};
     }
   }
   if (best) {
@@ -467,7 +467,7 @@ std::optional<RunPlanner::Candidate> RunPlanner::kept(const Plan& base) const {
   p.fill_program = {};  // the entries stay valid: same depth
   p.fill_iteration_s = 0;
   const double r = remaining_s(p);
-  return Candidate{std::move(p), r, {}};
+  return Candidate{std::move(p), r, 0, false, {}};
 }
 
 std::vector<std::size_t> RunPlanner::finalists(const std::vector<Candidate>& cands) {

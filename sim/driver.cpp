@@ -272,15 +272,11 @@ TracedPrograms traced_programs(const std::vector<Plan>& plans, bool traced) {
   return out;
 }
 
-ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostModel& cost, bool exact,
-                         Runner& runner, Simulator& sim, const std::function<void(double)>& progress) {
-  ModeOutput out;
-  const Config mc = mode_config(config, mode);
-  const PlanContext ctx(mc, cost);
-  // SimGrid answers the planner's profiling step with one iteration per
-  // candidate M (a synchronous iteration starts from idle devices), and a
-  // plan's throughput with its steady state, which the plans below reuse.
-  const IterationPredictor predict = [&](const std::vector<IterationProgram>& programs, PredictionUse use) {
+// SimGrid answers the planner's profiling step with one iteration per
+// candidate M (a synchronous iteration starts from idle devices), and a
+// plan's throughput with its steady state, which the pricing reuses.
+IterationPredictor sim_predictor(Runner& runner, const PlanContext& ctx) {
+  return [&runner, &ctx](const std::vector<IterationProgram>& programs, PredictionUse use) {
     std::vector<IterationPrediction> out;
     if (use == PredictionUse::Plan) {
       for (const auto& [period, m] : steady_periods(runner, ctx, programs))
@@ -293,6 +289,24 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     }
     return out;
   };
+}
+
+// The chunk search's table of every plan, as chunks.csv rows.
+std::vector<ChunkRow> chunk_rows(Mode mode, const std::vector<Plan>& plans) {
+  std::vector<ChunkRow> rows;
+  for (const Plan& p : plans)
+    for (const ChunkCandidate& c : p.chunk_table)
+      rows.push_back({to_string(mode), p.K, c.M, p.layout.replicas, c.iteration_s,
+                      p.layout.replicas * static_cast<double>(p.batch) / c.iteration_s, c.feasible, c.M == p.M});
+  return rows;
+}
+
+ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostModel& cost, bool exact,
+                         Runner& runner, Simulator& sim, const std::function<void(double)>& progress) {
+  ModeOutput out;
+  const Config mc = mode_config(config, mode);
+  const PlanContext ctx(mc, cost);
+  const IterationPredictor predict = sim_predictor(runner, ctx);
   ModeRun& run = out.run;
   run.mode = mode;
   // The run loop walks the training ahead (no measured gradient norms: the
@@ -372,11 +386,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
     if (progress) progress((si + 1.0) / record.steps.size());
   }
   append_traced(out, traces.get(), traced_at);
-  for (const Plan& p : run.plan.plans)
-    for (const ChunkCandidate& c : p.chunk_table)
-      out.chunks.push_back({to_string(mode), p.K, c.M, p.layout.replicas, c.iteration_s,
-                            p.layout.replicas * static_cast<double>(p.batch) / c.iteration_s,
-                            c.feasible, c.M == p.M});
+  out.chunks = chunk_rows(mode, run.plan.plans);
   return out;
 }
 

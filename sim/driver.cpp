@@ -349,6 +349,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   };
   const auto starts = std::find_if(record.steps.begin(), record.steps.end(),
                                    [](const StepRecord& step) { return step.start_epoch >= 0; });
+  if (starts == record.steps.end()) throw Error("simulate: the run loop walked no epoch, so nothing starts");
   const Plan& first = plans.at(starts->plan);
   run.start = predict_start(ctx, first, starts->start, predict);  // its iterations SimGrid's, from idle
   if (traced) trace_transition(first, nullptr, run.start, 0.0);

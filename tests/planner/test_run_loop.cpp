@@ -191,10 +191,18 @@ TEST_CASE("a follower of the run loop plans what the decider planned, from its p
     follower.leader = false;
     // Measured norms that freeze the early layers first.
     for (int l = 0; l < c.model.num_hidden_layers; ++l) lead.norms.push_back(0.1 * (l + 1));
-    run_training(lead_planner, lead);
-    run_training(follow_planner, follower);
+    const RunRecord led = run_training(lead_planner, lead);
+    const RunRecord followed = run_training(follow_planner, follower);
     const ModelSpec spec = build_model_spec(c.model, c.training.precision);
     CHECK(to_json(lead_planner.run(), spec) == to_json(follow_planner.run(), spec));
+    // One record of the run on both: the same walk from the same inputs.
+    CHECK(record_walk(led) == record_walk(followed));
+    REQUIRE(led.steps.size() == followed.steps.size());
+    for (std::size_t i = 0; i < led.steps.size(); ++i) {
+      CHECK(led.steps[i].inputs.frozen_layers == followed.steps[i].inputs.frozen_layers);
+      CHECK(led.steps[i].inputs.cache.has_value() == followed.steps[i].inputs.cache.has_value());
+      CHECK(program_text(led.steps[i].start) == program_text(followed.steps[i].start));
+    }
     CHECK(only_walk(lead.calls) == only_walk(follower.calls));
     CHECK(follower.probed.empty());
     CHECK(channel.empty());

@@ -332,10 +332,11 @@ class SampleAudit {
 // batch, as the epoch runs iterations (each queued before the one before is
 // read, the next batch assembled meanwhile), updating nothing; the last
 // one's next batch is the epoch's first. It does the process's one-off
-// work the first epoch would otherwise pay. Every process then waits for the others, so the first
-// epoch's first all-reduce waits for no late start. The start, from run()
-// on (planning, any chunk search, the first plan entered, these
-// iterations, that wait), is said and recorded apart from the epochs.
+// work the first epoch would otherwise pay. Every process then waits for
+// the others, so the first epoch's first all-reduce waits for no late
+// start. The start, from run() on (planning, any chunk search, the first
+// plan entered, these iterations, that wait), is said and recorded apart
+// from the epochs.
 void Trainer::start(const Plan&, const IterationProgram& program, int epoch) {
   const Clock::time_point t0 = Clock::now();
   const std::optional<PinnedAllocs> pinned_before =

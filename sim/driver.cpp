@@ -8,11 +8,9 @@
 #include <exception>
 #include <filesystem>
 #include <future>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <thread>
 

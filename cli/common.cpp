@@ -15,6 +15,7 @@
 #include "exec/launch.hpp"
 #include "planner/error.hpp"
 #include "planner/profile.hpp"
+#include "sim/collectives.hpp"
 
 namespace ep::cli {
 
@@ -116,11 +117,18 @@ std::function<void(double)> progress_bar(const std::string& label) {
 }
 
 void check_simulable(const Config& c) {
-  if (c.sim.collectives == CollectiveModel::Steps && c.cluster.total_gpus() > kMaxStepDevices)
+  const auto model = sim::find_collective_model(c.sim.collectives);
+  if (!model) {
+    std::string names = "one of ";
+    for (const std::string& n : sim::collective_model_names()) names += (names.back() == ' ' ? "" : "|") + n;
+    throw c.error("sim.collectives", names, "string \"" + printable(c.sim.collectives) + "\"");
+  }
+  if (!model->two_nodes_stand_for_all() && c.cluster.total_gpus() > kMaxStepDevices)
     throw c.error("cluster.nodes",
                   "at most " + std::to_string(kMaxStepDevices) +
-                      " devices to simulate with sim.collectives = \"steps\", nodes x gpus_per_node (every step of "
-                      "every replica's rings: time and memory grow with the square of the devices); "
+                      " devices to simulate with sim.collectives = \"" + c.sim.collectives +
+                      "\", nodes x gpus_per_node (it simulates every replica's rings: time and memory grow with "
+                      "the square of the devices); "
                       "sim.collectives = \"phases\" simulates up to " + std::to_string(kMaxClusterDevices),
                   std::to_string(c.cluster.nodes) + " x " + std::to_string(c.cluster.gpus_per_node));
 }

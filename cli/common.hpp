@@ -67,8 +67,9 @@ void refuse_output_over_input(const std::string& output, const std::string& flag
 // A bar on stderr, only when stdout is a terminal; empty otherwise.
 [[nodiscard]] std::function<void(double)> progress_bar(const std::string& label);
 
-// The simulator models every device, link and flow; its time and memory
-// grow with the square of the devices. Throws a config error beyond that.
+// A registered collective model (sim.collectives), and no more devices
+// than it simulates: where it simulates every replica, time and memory grow
+// with the square of the devices. Throws a config error otherwise.
 void check_simulable(const Config&);
 
 // The cost model fitted to a profile, or nullopt without one. A profile

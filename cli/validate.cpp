@@ -21,6 +21,7 @@ namespace {
 
 int run_validate(const ValidateArgs& a) {
   const Config loaded = load_config(a.config, a.overrides);
+  check_simulable(loaded);
   const Config config = executor_validation_config(loaded, std::thread::hardware_concurrency());
   if (const std::string w = exec::blas_warning(); !w.empty()) std::cerr << "WARNING: " << w << "\n";
   if (config.cluster.shared_cores != loaded.cluster.shared_cores)

@@ -58,7 +58,7 @@ CacheDecision decide_cache(const Config& c, const ModelSpec& spec, const CostMod
 std::optional<CacheTier> cache_file_ahead(const Config& c, const ModelSpec& spec, const CostModel& cost,
                                           bool steps_remain) {
   const int deepest = c.model.num_hidden_layers - c.planner.min_active_layers;
-  if (!steps_remain || c.planner.freeze_policy == FreezePolicyKind::None || deepest < 1) return std::nullopt;
+  if (!steps_remain || c.planner.freeze_policy == "none" || deepest < 1) return std::nullopt;
   const CacheDecision d = decide_cache(c, spec, cost, deepest, c.training.batch_size);
   if (!d.on) return std::nullopt;
   return d.tier;

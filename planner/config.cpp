@@ -14,6 +14,7 @@
 #include "planner/config_overrides.hpp"
 #include "planner/config_reader.hpp"
 #include "planner/datasets.hpp"
+#include "planner/freeze.hpp"
 #include "planner/hf_model.hpp"
 #include "planner/input_file.hpp"
 
@@ -43,11 +44,6 @@ constexpr EnumName<Checkpointing> kCheckpointing[] = {
     {Checkpointing::Never, "never"},
     {Checkpointing::ExceptLast, "except_last"},
     {Checkpointing::Always, "always"}};
-constexpr EnumName<FreezePolicyKind> kFreezePolicies[] = {
-    {FreezePolicyKind::None, "none"},
-    {FreezePolicyKind::Alpha, "alpha"},
-    {FreezePolicyKind::GradientNorm, "gradient_norm"},
-    {FreezePolicyKind::Replay, "replay"}};
 constexpr EnumName<Objective> kObjectives[] = {{Objective::Time, "time"}, {Objective::Paper, "paper"}};
 constexpr EnumName<FreezeRounding> kRoundings[] = {{FreezeRounding::FloorProgress, "floor_progress"},
                                                    {FreezeRounding::Floor, "floor"},
@@ -61,9 +57,6 @@ constexpr EnumName<CompressionKind> kCompressions[] = {{CompressionKind::None, "
 constexpr EnumName<CachePolicyKind> kCachePolicies[] = {{CachePolicyKind::Off, "off"},
                                                         {CachePolicyKind::On, "on"},
                                                         {CachePolicyKind::Auto, "auto"}};
-constexpr EnumName<CollectiveModel> kCollectiveModels[] = {{CollectiveModel::Steps, "steps"},
-                                                           {CollectiveModel::Phases, "phases"},
-                                                           {CollectiveModel::Analytic, "analytic"}};
 constexpr EnumName<ScheduleKind> kSchedules[] = {
     {ScheduleKind::GPipe, "gpipe"},
     {ScheduleKind::OneFOneB, "1f1b"},
@@ -303,7 +296,7 @@ void check_freeze_steps(Reader& r, const TrainingConfig& t, const PlannerConfig&
 // planner.freeze_policy = "replay" takes exactly one source of frozen
 // counts, and only it takes one; a replayed list is a possible run.
 void check_replay(Reader& r, const PlannerConfig& p, int L) {
-  const bool replay = p.freeze_policy == FreezePolicyKind::Replay;
+  const bool replay = p.freeze_policy == "replay";
   const bool has_list = r.has("planner.replay_frozen");
   const bool has_file = r.has("planner.replay_grad_norms_file");
   if (replay && has_list == has_file)
@@ -312,8 +305,7 @@ void check_replay(Reader& r, const PlannerConfig& p, int L) {
            has_list ? "both" : "neither");
   if (!replay && (has_list || has_file))
     r.fail(has_list ? "planner.replay_frozen" : "planner.replay_grad_norms_file",
-           "only with planner.freeze_policy = \"replay\"", "freeze_policy = \"" +
-               enum_name(kFreezePolicies, p.freeze_policy) + "\"");
+           "only with planner.freeze_policy = \"replay\"", "freeze_policy = \"" + p.freeze_policy + "\"");
   int prev = 0;
   for (std::size_t i = 0; i < p.replay_frozen.size(); ++i) {
     const int f = p.replay_frozen[i];
@@ -333,7 +325,7 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
   r.number("planner.alpha", p.alpha, false);
   r.number("planner.lambda_frozen", p.lambda_frozen, false);
   r.integer("planner.freeze_interval_epochs", p.freeze_interval_epochs, false, 1, 10000, "epochs");
-  r.choice("planner.freeze_policy", p.freeze_policy, kFreezePolicies, false);
+  r.choice("planner.freeze_policy", p.freeze_policy, freeze_policy_names(), false);
   r.choice("planner.freeze_rounding", p.freeze_rounding, kRoundings, false);
   r.integer("planner.min_active_layers", p.min_active_layers, false, 1, INT_MAX, "layers");
   r.int_list("planner.replay_frozen", p.replay_frozen);
@@ -432,7 +424,8 @@ void read_exec(Reader& r, ExecConfig& e) {
 
 void read_sim(Reader& r, SimConfig& s) {
   constexpr const char* kIterationsWhy = "iterations simulated per plan, before the period is searched";
-  r.choice("sim.collectives", s.collectives, kCollectiveModels, false);
+  // A name the simulator checks against its registered models (sim/collectives.hpp).
+  r.string("sim.collectives", s.collectives, false);
   r.integer("sim.warmup_iterations", s.warmup_iterations, false, 0, 100, kIterationsWhy);
   r.integer("sim.measure_iterations", s.measure_iterations, false, 2, 100, kIterationsWhy);
   // Transition costs are the cluster's: the planner weighs them too.
@@ -526,7 +519,7 @@ std::map<std::string, std::string> describe(const Config& c) {
           {"alpha", num(pc.alpha)},
           {"lambda_frozen", num(pc.lambda_frozen)},
           {"K0", std::to_string(pc.K)},
-          {"freeze_policy", to_string(pc.freeze_policy)},
+          {"freeze_policy", pc.freeze_policy},
           {"partitioner", to_string(pc.partitioner)},
           {"compression", to_string(pc.compression)},
           {"schedule", to_string(pc.schedule)},
@@ -555,12 +548,10 @@ std::string to_string(Augmentation v) { return enum_name(kAugmentations, v); }
 std::string to_string(Activation v) { return enum_name(kActivations, v); }
 std::string to_string(Optimizer v) { return enum_name(kOptimizers, v); }
 std::string to_string(ExecDevice v) { return enum_name(kExecDevices, v); }
-std::string to_string(CollectiveModel v) { return enum_name(kCollectiveModels, v); }
 std::string to_string(LrSchedule v) { return enum_name(kLrSchedules, v); }
 std::string to_string(Precision v) { return enum_name(kPrecisions, v); }
 std::string to_string(Checkpointing v) { return enum_name(kCheckpointing, v); }
 std::string to_string(BatchPolicy v) { return enum_name(kBatchPolicies, v); }
-std::string to_string(FreezePolicyKind v) { return enum_name(kFreezePolicies, v); }
 std::string to_string(FreezeRounding v) { return enum_name(kRoundings, v); }
 std::string to_string(Objective v) { return enum_name(kObjectives, v); }
 std::string to_string(PartitionerKind v) { return enum_name(kPartitioners, v); }

@@ -191,7 +191,6 @@ struct TrainingConfig {
   std::vector<std::string> init_keep;
 };
 
-enum class FreezePolicyKind { None, Alpha, GradientNorm, Replay };
 // floor_progress: floor, but at least one more layer per step until
 // L - min_active_layers (plain floor stalls once alpha (L - f) < 1, e.g. at
 // 10 of 12 layers with alpha = 1/3).
@@ -211,7 +210,7 @@ struct PlannerConfig {
   double alpha = 1.0 / 3.0;
   double lambda_frozen = 1.0 / 6.0;
   int freeze_interval_epochs = 1;  // one freeze step T at the end of every N epochs
-  FreezePolicyKind freeze_policy = FreezePolicyKind::Alpha;
+  std::string freeze_policy = "alpha";  // a registered policy's name (planner/freeze.hpp)
   FreezeRounding freeze_rounding = FreezeRounding::FloorProgress;
   int min_active_layers = 1;
   std::vector<int> replay_frozen;       // replay: L_frozen per freeze step
@@ -233,18 +232,8 @@ struct PlannerConfig {
 
 // The simulator's knobs: steady-state measurement and the transition costs
 // it cannot derive from bytes and FLOPs (moving weights it derives).
-// How the simulator moves an all-reduce (docs/SIMULATOR.md, "Collective
-// models", has each one's error against steps):
-// - steps: every step of the ring, 2(n-1) flows per rank;
-// - phases: each reduce-scatter and all-gather phase as one flow per rank
-//   (the phase's bytes, the latency of its n-1 steps), and identical nodes
-//   simulated once: two nodes stand for all of them;
-// - analytic: no flow; the ring's closed form over its slowest route
-//   (latency and bandwidth), two nodes standing for all as in phases.
-enum class CollectiveModel { Steps, Phases, Analytic };
-
 struct SimConfig {
-  CollectiveModel collectives = CollectiveModel::Steps;
+  std::string collectives = "steps";  // how an all-reduce moves: a model of sim/collectives.hpp
   int warmup_iterations = 1;    // simulated before the measured iterations of a plan
   int measure_iterations = 2;   // measured back to back; must repeat (the period) within 1e-6
   bool trace = true;                // write a Chrome trace of one iteration per plan
@@ -320,7 +309,6 @@ std::string to_string(LrSchedule);
 std::string to_string(Precision);
 std::string to_string(Checkpointing);
 std::string to_string(BatchPolicy);
-std::string to_string(FreezePolicyKind);
 std::string to_string(FreezeRounding);
 std::string to_string(PartitionerKind);
 std::string to_string(Objective);
@@ -331,6 +319,5 @@ std::string to_string(ScheduleKind);
 // "looping_df"); nullopt for any other text.
 std::optional<ScheduleKind> parse_schedule_kind(const std::string&);
 std::string to_string(ExecDevice);
-std::string to_string(CollectiveModel);
 
 }  // namespace ep

@@ -207,6 +207,19 @@ class Reader {
     fail(key, enum_choices(table), describe(*n));
   }
 
+  // One of names known only at run time (a registry's).
+  void choice(const std::string& key, std::string& out, const std::vector<std::string>& names, bool required) {
+    std::string expected = "one of ";
+    for (std::size_t i = 0; i < names.size(); ++i) expected += (i ? "|" : "") + names[i];
+    const toml::node* n = required ? &require(key, expected) : get(key);
+    if (!n) return;
+    if (n->is_string() && std::find(names.begin(), names.end(), *n->value<std::string>()) != names.end()) {
+      out = *n->value<std::string>();
+      return;
+    }
+    fail(key, expected, describe(*n));
+  }
+
   void string_list(const std::string& key, std::vector<std::string>& out) {
     const toml::array* arr = array(key, "an array of strings");
     if (!arr) return;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "planner/input_file.hpp"
+#include "planner/registry.hpp"
 
 namespace ep {
 
@@ -106,17 +107,37 @@ bool reads_grad_norms(const Config& c) {
   return c.planner.replay_grad_norms_file.empty() && make_freeze_policy(c)->needs_grad_norms();
 }
 
+namespace {
+
+Registry<FreezePolicyFactory>& policies() {
+  static Registry<FreezePolicyFactory> r(
+      "freeze policy",
+      {{"none", [](const Config&) { return std::make_unique<NoFreeze>(); }},
+       {"alpha", [](const Config& c) { return make_alpha_policy(c.model.num_hidden_layers, c.planner); }},
+       {"gradient_norm", [](const Config& c) { return make_gradient_norm_policy(c.model.num_hidden_layers, c.planner); }},
+       {"replay", [](const Config& c) -> std::unique_ptr<FreezePolicy> {
+          if (!c.planner.replay_grad_norms_file.empty())
+            return make_gradient_norm_policy(c.model.num_hidden_layers, c.planner);
+          return std::make_unique<ReplayCounts>(c.planner.replay_frozen);
+        }}});
+  return r;
+}
+
+}  // namespace
+
+void register_freeze_policy(const std::string& name, FreezePolicyFactory make) {
+  if (!make) throw Error("freeze policy \"" + name + "\": no factory");
+  policies().add(name, std::move(make));
+}
+
+std::vector<std::string> freeze_policy_names() { return policies().names(); }
+
 std::unique_ptr<FreezePolicy> make_freeze_policy(const Config& c) {
-  const int L = c.model.num_hidden_layers;
-  switch (c.planner.freeze_policy) {
-    case FreezePolicyKind::None: return std::make_unique<NoFreeze>();
-    case FreezePolicyKind::Alpha: return make_alpha_policy(L, c.planner);
-    case FreezePolicyKind::GradientNorm: return make_gradient_norm_policy(L, c.planner);
-    case FreezePolicyKind::Replay:
-      if (!c.planner.replay_grad_norms_file.empty()) return make_gradient_norm_policy(L, c.planner);
-      return std::make_unique<ReplayCounts>(c.planner.replay_frozen);
-  }
-  throw Error("unknown freeze policy");
+  const auto make = policies().find(c.planner.freeze_policy);
+  if (!make) throw c.error("planner.freeze_policy", "a registered freeze policy", c.planner.freeze_policy);
+  auto policy = (*make)(c);
+  if (!policy) throw Error("freeze policy \"" + c.planner.freeze_policy + "\": its factory made nothing");
+  return policy;
 }
 
 void write_grad_norm_trace(const GradNormTrace& trace, const std::string& path) {
@@ -203,19 +224,31 @@ FreezeDecider::FreezeDecider(const Config& c)
   if (!p_.replay_grad_norms_file.empty()) trace_ = load_grad_norm_trace(p_.replay_grad_norms_file, L_);
 }
 
+// A registered policy is code from anywhere: its answer is checked, not trusted.
+int FreezeDecider::checked(int T, int before, int frozen) const {
+  const int most = std::max(before, L_ - p_.min_active_layers);
+  if (frozen < before || frozen > most)
+    throw Error("freeze policy \"" + policy_->name() + "\" at step " + std::to_string(T) + ": " +
+                std::to_string(frozen) + " frozen layers, expected " + std::to_string(before) + " to " +
+                std::to_string(most) + " (" + std::to_string(before) + " frozen before, L = " + std::to_string(L_) +
+                ", min_active_layers = " + std::to_string(p_.min_active_layers) + ")");
+  return frozen;
+}
+
 int FreezeDecider::projected(int T, int before) const {
-  if (!policy_->needs_grad_norms()) return policy_->next(T, before, {});
+  if (!policy_->needs_grad_norms()) return checked(T, before, policy_->next(T, before, {}));
   if (!p_.replay_grad_norms_file.empty())
-    return T <= static_cast<int>(trace_.steps.size()) ? policy_->next(T, before, trace_.steps[T - 1]) : before;
+    return T <= static_cast<int>(trace_.steps.size()) ? checked(T, before, policy_->next(T, before, trace_.steps[T - 1]))
+                                                      : before;
   return alpha_bound(L_, before, p_.alpha, p_.freeze_rounding, p_.min_active_layers);
 }
 
 int FreezeDecider::next(int T, int before, std::span<const double> measured) {
-  if (!policy_->needs_grad_norms()) return policy_->next(T, before, {});
+  if (!policy_->needs_grad_norms()) return checked(T, before, policy_->next(T, before, {}));
   if (!p_.replay_grad_norms_file.empty())
-    return T <= static_cast<int>(trace_.steps.size()) ? policy_->next(T, before, trace_.steps[T - 1])
+    return T <= static_cast<int>(trace_.steps.size()) ? checked(T, before, policy_->next(T, before, trace_.steps[T - 1]))
                                                       : before;  // the recording ended: nothing more is known to converge
-  if (!measured.empty()) return policy_->next(T, before, measured);
+  if (!measured.empty()) return checked(T, before, policy_->next(T, before, measured));
   used_alpha_bound_ = true;
   return alpha_bound(L_, before, p_.alpha, p_.freeze_rounding, p_.min_active_layers);
 }

@@ -3,6 +3,7 @@
 // least `min_active_layers` stay active.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,6 +32,7 @@ class FreezePolicy {
   // Frozen count after freeze step T >= 1. `grad_norms[l]` is layer l's
   // gradient norm aggregated over the interval since the last step (the
   // executor uses the mean over iterations); empty when not available.
+  // At least frozen_before, at most L - min_active_layers.
   [[nodiscard]] virtual int next(int T, int frozen_before,
                                  std::span<const double> grad_norms) const = 0;
 };
@@ -54,8 +56,15 @@ void write_grad_norm_trace(const GradNormTrace& trace, const std::string& path);
 // a checkpoint or weights.bin.
 [[nodiscard]] bool reads_grad_norms(const Config& config);
 
-// The policy the config asks for. Replay of a gradient-norm trace is the
+// The policies a config may name (planner.freeze_policy): none, alpha,
+// gradient_norm and replay are built in; a new one is registered under its
+// name before any config naming it is read (the config reader checks the
+// name against this list). Replay of a gradient-norm trace is the
 // gradient-norm policy fed from the trace.
+using FreezePolicyFactory = std::function<std::unique_ptr<FreezePolicy>(const Config&)>;
+// Throws ep::Error for a name that is taken or not lower_snake_case.
+void register_freeze_policy(const std::string& name, FreezePolicyFactory make);
+[[nodiscard]] std::vector<std::string> freeze_policy_names();
 [[nodiscard]] std::unique_ptr<FreezePolicy> make_freeze_policy(const Config& config);
 
 // The alpha bound alone: a pure schedule.
@@ -72,6 +81,8 @@ void write_grad_norm_trace(const GradNormTrace& trace, const std::string& path);
 class FreezeDecider {
  public:
   explicit FreezeDecider(const Config&);
+  // Throws ep::Error where the policy answers outside [frozen_before,
+  // L - min_active_layers].
   [[nodiscard]] int next(int T, int frozen_before, std::span<const double> measured);
   // What a later step T is expected to allow, ahead of its measurements: the
   // policy without norms (a replayed trace, else the alpha bound, an upper
@@ -80,6 +91,8 @@ class FreezeDecider {
   [[nodiscard]] bool used_alpha_bound() const { return used_alpha_bound_; }
 
  private:
+  [[nodiscard]] int checked(int T, int frozen_before, int frozen) const;
+
   int L_;
   PlannerConfig p_;
   std::unique_ptr<FreezePolicy> policy_;

@@ -72,7 +72,7 @@ Config mode_config(const Config& c, Mode m) {
   auto& p = out.planner;
   const bool no_freezing = m == Mode::Baseline || m == Mode::GPipe;
   if (no_freezing) {
-    p.freeze_policy = FreezePolicyKind::None;
+    p.freeze_policy = "none";
     p.replay_frozen.clear();
     p.replay_grad_norms_file.clear();
   }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "planner/error.hpp"
+#include "sim/collectives.hpp"
 
 namespace ep::sim {
 
@@ -67,23 +68,10 @@ void collapse_to_two_units(Prepared& p, int gpus_per_node, int alike_nodes) {
   p = std::move(kept);
 }
 
-}  // namespace
-
-Prepared prepare(const SimRequest& q, const Platform& platform) {
-  const int total_gpus = static_cast<int>(platform.gpus.size());
+// The replicas: one GPU per device each, no GPU twice, distinct ranks,
+// the ring in rank order.
+void place_replicas(Prepared& p, const SimRequest& q, int total_gpus) {
   const Schedule& s = q.schedule;
-  Prepared p;
-  p.R = static_cast<int>(q.replica_gpus.size());
-  p.K = s.K;
-  p.iterations = q.iterations;
-  p.replica_gpus = q.replica_gpus;
-  p.cache_tier = q.cache_tier;
-  p.cache_writes_behind = q.cache_writes_behind;
-  p.cache_reads_ahead = q.cache_reads_ahead;
-  p.plan_id = q.plan_id;
-  if (q.iterations < 1) throw Error("simulator: iterations must be >= 1, found " + std::to_string(q.iterations));
-  if (!q.costs.duration || !q.costs.bytes) throw Error("simulator: the request's IterationCosts lacks duration or bytes");
-  if (p.R == 0) throw Error("simulator: no replica (replica_gpus is empty)");
   std::vector<std::pair<int, int>> owner(total_gpus, {-1, -1});
   for (int r = 0; r < p.R; ++r) {
     const auto& gpus = q.replica_gpus[r];
@@ -115,9 +103,31 @@ Prepared prepare(const SimRequest& q, const Platform& platform) {
   for (int i = 1; i < p.R; ++i)
     if (p.ranks[p.at_pos[i]] == p.ranks[p.at_pos[i - 1]])
       throw Error("simulator: two replicas have rank " + std::to_string(p.ranks[p.at_pos[i]]));
+}
+
+}  // namespace
+
+Prepared prepare(const SimRequest& q, const Platform& platform) {
+  const int total_gpus = static_cast<int>(platform.gpus.size());
+  const Schedule& s = q.schedule;
+  Prepared p;
+  p.R = static_cast<int>(q.replica_gpus.size());
+  p.K = s.K;
+  p.iterations = q.iterations;
+  p.replica_gpus = q.replica_gpus;
+  p.cache_tier = q.cache_tier;
+  p.cache_writes_behind = q.cache_writes_behind;
+  p.cache_reads_ahead = q.cache_reads_ahead;
+  p.plan_id = q.plan_id;
+  if (q.iterations < 1) throw Error("simulator: iterations must be >= 1, found " + std::to_string(q.iterations));
+  if (!q.costs.duration || !q.costs.bytes) throw Error("simulator: the request's IterationCosts lacks duration or bytes");
+  if (p.R == 0) throw Error("simulator: no replica (replica_gpus is empty)");
+  place_replicas(p, q, total_gpus);
   p.ring_n = p.R;
   p.collectives = q.collectives;
-  if (p.collectives != CollectiveModel::Steps && !q.every_replica)
+  const auto model = find_collective_model(q.collectives);
+  if (!model) throw Error("simulator: no collective model \"" + printable(q.collectives) + "\"");
+  if (model->two_nodes_stand_for_all() && !q.every_replica)
     collapse_to_two_units(p, platform.gpus_per_node, platform.alike_nodes);
   try {
     check_schedule(s);  // also guarantees every stage and micro-batch below is in range

@@ -77,7 +77,7 @@ class RequestKey {
 struct Prepared {
   int R = 0, K = 0, S = 0, M = 0, iterations = 1, slots = 0;
   int ring_n = 0;  // ranks of each all-reduce: R, or more when R replicas stand for all
-  CollectiveModel collectives = CollectiveModel::Steps;
+  std::string collectives = "steps";  // the collective model's name (collectives.hpp)
   std::vector<std::vector<Step>> lists;  // per device
   std::vector<std::vector<int>> lane;    // per device: indices of its all-reduces in `lists`
   std::vector<int> ranks;                // per replica

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include <simgrid/s4u.hpp>
 
 #include "planner/cache_policy.hpp"
 #include "planner/error.hpp"
+#include "sim/collectives.hpp"
 #include "sim/isolate.hpp"
 #include "sim/platform.hpp"
 #include "sim/recorder.hpp"
@@ -91,8 +93,9 @@ struct Run {
   std::vector<s4u::SemaphorePtr> posted;  // r * slots + slot: one release per SEND posted
   std::vector<int> send_event;            // trace: ((r * slots + slot) * iterations + it) -> SEND's event
   std::vector<s4u::Mailbox*> ring;        // d * R + ring position: that rank's incoming ring chunks
-  std::vector<s4u::BarrierPtr> phase_end;  // phases: per device, its ring's ranks meet after each phase
-  std::vector<RingPace> pace;              // phases, analytic: per device, its ring's slowest hop
+  std::shared_ptr<const CollectiveModel> collectives;  // the request's, moving every all-reduce
+  std::vector<s4u::BarrierPtr> meet;           // per device: where its ring's ranks meet (RingRank::meet)
+  std::vector<std::optional<RingPace>> pace;   // per device: its ring's slowest hop, once a model asks
 
   Worker& worker(int r, int d) { return workers[r * p.K + d]; }
 };
@@ -255,37 +258,74 @@ void device_actor(Run& run, Worker& w) {
 }
 #pragma GCC diagnostic pop
 
-// The device's collective lane: its all-reduces in list order, each a ring
-// over the replicas' same device (all replicas run the same schedule, so
-// the device hosts the same stages everywhere), in rank order, moved as
-// the request's CollectiveModel says (simulator.hpp).
-void lane_actor(Run& run, Worker& w) {
-  static int token;  // mailboxes refuse a null payload; the chunk's data is not simulated
-  const int members = run.p.R;  // simulated ring members
-  const int n = run.p.ring_n;   // ranks of the all-reduce
-  const int pos = run.p.ring_pos[w.r];
-  s4u::Mailbox* to_next = run.ring[w.d * members + (pos + 1) % members];
-  s4u::Mailbox* mine = run.ring[w.d * members + pos];
-  s4u::Host* prev = run.worker(run.p.at_pos[(pos + members - 1) % members], w.d).host;
-  const RingPace pace = run.pace.empty() ? RingPace{} : run.pace[w.d];
-  const auto& list = run.p.lists[w.d];
-  const int rank = run.p.ranks[w.r];
-  // One flow of `bytes` to the next rank while one arrives from the previous;
-  // traced as "<what>" or "<what> <step>" (step >= 0), named only when traced.
-  const auto exchange = [&](std::uint64_t bytes, const Action& a, int it, const char* what, int step) {
-    const s4u::CommPtr out = to_next->put_async(&token, bytes);
+// One simulated rank of a device's ring, as collective models see it
+// (collectives.hpp); the all-reduce it is moving is set per action.
+class LaneRank final : public RingRank {
+ public:
+  LaneRank(Run& run, Worker& w) : run_(run), w_(w) {
+    const int members = run.p.R;  // simulated ring members
+    const int pos = run.p.ring_pos[w.r];
+    to_next_ = run.ring[w.d * members + (pos + 1) % members];
+    mine_ = run.ring[w.d * members + pos];
+    prev_ = run.worker(run.p.at_pos[(pos + members - 1) % members], w.d).host;
+  }
+  void moving(const Action& a, int it) {
+    a_ = &a;
+    it_ = it;
+  }
+
+  int ranks() const override { return run_.p.ring_n; }
+  void exchange(std::uint64_t bytes, const char* what, int step) override {
+    static int token;  // mailboxes refuse a null payload; the chunk's data is not simulated
+    const s4u::CommPtr out = to_next_->put_async(&token, bytes);
     int* payload = nullptr;
-    const s4u::CommPtr in = mine->get_async(&payload);
+    const s4u::CommPtr in = mine_->get_async(&payload);
     in->wait();
-    if (run.rec) {
-      auto e =
-          action_event(-1, a, in->get_start_time(), now(), rank, run.p.plan_id, it, static_cast<std::int64_t>(bytes));
+    if (run_.rec) {
+      auto e = action_event(-1, *a_, in->get_start_time(), now(), run_.p.ranks[w_.r], run_.p.plan_id, it_,
+                            static_cast<std::int64_t>(bytes));
       e.name += std::string(" ") + what;
       if (step >= 0) e.name += " " + std::to_string(step);
-      run.rec.on_links(prev, w.host, e);
+      run_.rec.on_links(prev_, w_.host, e);
     }
     out->wait();
-  };
+  }
+  void meet() override { run_.meet[w_.d]->wait(); }
+  void wait(double seconds) override { s4u::this_actor::sleep_for(seconds); }
+  double latency() override { return pace().latency; }
+  double bandwidth() override { return pace().bandwidth; }
+
+ private:
+  // Routes are looked up only for a model that asks: steps' flows find
+  // their own pace.
+  const RingPace& pace() {
+    std::optional<RingPace>& p = run_.pace[w_.d];
+    if (!p) {
+      std::vector<s4u::Host*> ring;
+      for (const int r : run_.p.at_pos) ring.push_back(run_.worker(r, w_.d).host);
+      p = ring_pace(ring);
+    }
+    return *p;
+  }
+
+  Run& run_;
+  Worker& w_;
+  s4u::Mailbox* to_next_ = nullptr;
+  s4u::Mailbox* mine_ = nullptr;
+  s4u::Host* prev_ = nullptr;
+  const Action* a_ = nullptr;
+  int it_ = 0;
+};
+
+// The device's collective lane: its all-reduces in list order, each a ring
+// over the replicas' same device (all replicas run the same schedule, so
+// the device hosts the same stages everywhere), in rank order, moved by
+// the request's collective model (collectives.hpp).
+void lane_actor(Run& run, Worker& w) {
+  const int n = run.p.ring_n;  // ranks of the all-reduce
+  const auto& list = run.p.lists[w.d];
+  const int rank = run.p.ranks[w.r];
+  LaneRank ring(run, w);
   for (int it = 0; it < run.p.iterations; ++it) {
     for (const int i : run.p.lane[w.d]) {
       const Step& st = list[i];
@@ -293,23 +333,8 @@ void lane_actor(Run& run, Worker& w) {
       const double start = now();
       const std::uint64_t chunk = n > 1 ? whole_bytes(static_cast<double>(st.bytes) / n) : 0;
       if (chunk > 0) {
-        switch (run.p.collectives) {
-          case CollectiveModel::Steps:
-            for (int step = 0; step < 2 * (n - 1); ++step) exchange(chunk, st.a, it, "step", step);
-            break;
-          case CollectiveModel::Phases:
-            for (const char* phase : {"reduce-scatter", "all-gather"}) {
-              exchange(chunk * (n - 1), st.a, it, phase, -1);
-              // A ring's step waits for its slowest link, so a phase ends
-              // for all ranks when its slowest flow does.
-              run.phase_end[w.d]->wait();
-              s4u::this_actor::sleep_for((n - 2) * pace.latency);
-            }
-            break;
-          case CollectiveModel::Analytic:
-            s4u::this_actor::sleep_for(2.0 * (n - 1) * (pace.latency + static_cast<double>(chunk) / pace.bandwidth));
-            break;
-        }
+        ring.moving(st.a, it);
+        run.collectives->all_reduce(ring, chunk);
       }
       w.allreduce += now() - start;
       if (run.rec)
@@ -347,14 +372,12 @@ SimResult simulate_request(const Platform& P, const Prepared& p, Recorder& rec) 
   for (int d = 0; d < p.K; ++d)
     for (int pos = 0; pos < p.R; ++pos)
       run.ring.push_back(s4u::Mailbox::by_name("ring" + std::to_string(d) + "." + std::to_string(pos)));
-  if (p.collectives != CollectiveModel::Steps) {  // the step model's flows find their own pace
-    for (int d = 0; d < p.K; ++d) {
-      std::vector<s4u::Host*> ring;
-      for (const int r : p.at_pos) ring.push_back(run.worker(r, d).host);
-      run.pace.push_back(ring_pace(ring));
-      if (p.collectives == CollectiveModel::Phases) run.phase_end.push_back(s4u::Barrier::create(p.R));
-    }
-  }
+  run.collectives = find_collective_model(p.collectives);
+  if (!run.collectives)
+    throw Error("simulator: no collective model \"" + p.collectives +
+                "\" where the run forked (register it before the Simulator is built)");
+  run.pace.resize(p.K);
+  for (int d = 0; d < p.K; ++d) run.meet.push_back(s4u::Barrier::create(p.R));
   for (Worker& w : run.workers) {
     const std::string name = "r" + std::to_string(w.r) + ".d" + std::to_string(w.d);
     s4u::Actor::create(name, w.host, [&run, &w] { device_actor(run, w); });

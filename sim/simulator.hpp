@@ -19,14 +19,15 @@
 //   which serialises the device's all-reduces in list order while compute
 //   goes on; each is a ring all-reduce over the replicas' devices hosting
 //   stage s in replica-rank order. How it moves is the request's
-//   CollectiveModel (planner/config.hpp): steps: 2(n-1) steps, each sending
+//   collective model (sim/collectives.hpp); built in: steps: 2(n-1) steps, each sending
 //   bytes/n to the next rank while receiving from the previous one;
 //   phases: a reduce-scatter and an all-gather, each one flow of
 //   (n-1)·bytes/n to the next rank, then the latency of the phase's other
 //   n-2 steps on its route; analytic: no flow, 2(n-1)·(latency +
 //   bytes/n / bandwidth) of the route from the previous rank, its slowest
 //   link's bandwidth (n = 1: nothing);
-// - replicas stand for each other (phases, analytic): when every node holds
+// - replicas stand for each other (models where two nodes stand for all:
+//   phases, analytic): when every node holds
 //   the same replicas (the same local GPUs) and the ring visits nodes one
 //   after another, only the ring's first two nodes are simulated, their
 //   rings closed between the two and each all-reduce still of all n ranks
@@ -77,7 +78,7 @@ struct SimRequest {
   CacheTier cache_tier = CacheTier::HostMemory;
   bool cache_writes_behind = false;            // IterationSetup::cache_writes_behind
   bool cache_reads_ahead = false;              // IterationSetup::cache_reads_ahead
-  CollectiveModel collectives = CollectiveModel::Steps;
+  std::string collectives = "steps";           // a registered collective model (sim/collectives.hpp)
   bool every_replica = false;                  // phases, analytic: no two nodes standing for all (tests compare)
   int iterations = 1;                          // back to back
   int plan_id = -1;                            // copied into trace events

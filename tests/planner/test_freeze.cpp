@@ -17,6 +17,8 @@
 
 #include "planner/config.hpp"
 #include "planner/freeze.hpp"
+#include "planner/run_loop.hpp"
+#include "planner/run_plan.hpp"
 #include "tests/planner/support.hpp"
 
 using namespace ep;
@@ -456,4 +458,76 @@ TEST_CASE("replay of a gradient-norm trace runs the gradient-norm policy on it",
     CHECK(got.frozen == expected);
     CHECK_FALSE(got.used_alpha_bound);
   }
+}
+
+// ---------------------------------------------------------------------------
+// The recipe of docs/DESIGN.md ("How to add: a freeze policy"), followed
+// once: a policy written and registered here alone, named by a config, and
+// carried through the planner's walk of a training.
+
+namespace {
+
+// Freezes one more layer at every second freeze step, up to the cap.
+class EveryOtherStep final : public FreezePolicy {
+ public:
+  EveryOtherStep(int L, int min_active) : most_(L - min_active) {}
+  std::string name() const override { return "every_other_step"; }
+  int next(int T, int frozen_before, std::span<const double>) const override {
+    return T % 2 == 0 ? std::min(frozen_before + 1, std::max(frozen_before, most_)) : frozen_before;
+  }
+
+ private:
+  int most_;
+};
+
+// Answers beyond what may freeze: the planner refuses it.
+class Greedy final : public FreezePolicy {
+ public:
+  std::string name() const override { return "freeze_everything"; }
+  int next(int, int, std::span<const double>) const override { return 1000; }
+};
+
+void register_toys() {
+  static const bool once = [] {
+    register_freeze_policy("every_other_step", [](const Config& c) {
+      return std::make_unique<EveryOtherStep>(c.model.num_hidden_layers, c.planner.min_active_layers);
+    });
+    register_freeze_policy("freeze_everything", [](const Config&) { return std::make_unique<Greedy>(); });
+    return true;
+  }();
+  (void)once;
+}
+
+}  // namespace
+
+TEST_CASE("a freeze policy registered outside the planner is named by a config and walked", "[freeze]") {
+  register_toys();
+  const Config c = tiny({"planner.freeze_policy=\"every_other_step\"", "training.epochs=7"});
+  CHECK(freeze_timeline(c, 7).frozen == std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3});
+
+  // The planner's walk takes each step's frozen count from it; the plans
+  // act on it where it pays (decision 0036), never beyond it.
+  const AnalyticCostModel cost(c.cluster, c.training);
+  RunPlanner planner(c, cost);
+  const RunRecord record = walk_ahead(planner);
+  const std::vector<int> allowed{0, 0, 1, 1, 2, 2, 3, 3};
+  REQUIRE(record.steps.size() >= 6);
+  for (const StepRecord& step : record.steps) {
+    CAPTURE(step.step);
+    CHECK(step.inputs.frozen_layers == allowed.at(step.step));
+    CHECK(planner.run().plans.at(step.plan).partition.frozen_layers <= allowed.at(step.step));
+  }
+
+  // Registered names are checked like built-in ones, and a policy's answer
+  // outside [frozen before, L - min_active_layers] is an error naming it.
+  CHECK_THROWS_WITH(register_freeze_policy("every_other_step", {}), Catch::Contains("no factory"));
+  CHECK_THROWS_WITH(register_freeze_policy("alpha", [](const Config&) { return std::make_unique<Greedy>(); }),
+                    Catch::Contains("\"alpha\" is already registered"));
+  CHECK_THROWS_WITH(register_freeze_policy("Bad-Name", [](const Config&) { return std::make_unique<Greedy>(); }),
+                    Catch::Contains("lower_snake_case"));
+  CHECK_THROWS_WITH(tiny({"planner.freeze_policy=\"every_second_step\""}),
+                    Catch::Contains("planner.freeze_policy") && Catch::Contains("every_other_step") &&
+                        Catch::Contains("\"every_second_step\""));
+  CHECK_THROWS_WITH(freeze_timeline(tiny({"planner.freeze_policy=\"freeze_everything\""}), 2),
+                    Catch::Contains("freeze policy \"freeze_everything\" at step 1: 1000 frozen layers, expected 0 to 3"));
 }

@@ -6,10 +6,13 @@
 // runs each TEST_CASE in its own process).
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <numeric>
 #include <random>
 #include <set>
 
+#include "sim/collectives.hpp"
+#include "sim/driver.hpp"
 #include "support.hpp"
 
 using namespace ep;
@@ -18,10 +21,10 @@ using ep::sim::Simulator;
 namespace {
 constexpr LinkSpec kPcie{10e9, 5e-6};
 constexpr LinkSpec kIb{5e9, 3e-6};
-constexpr CollectiveModel kModels[] = {CollectiveModel::Steps, CollectiveModel::Phases, CollectiveModel::Analytic};
+const std::string kModels[] = {"steps", "phases", "analytic"};
 
 // One stage, one all-reduce bucket of S bytes, per replica.
-sim::SimRequest lone_allreduce(double S, const std::vector<int>& first_gpus, CollectiveModel model) {
+sim::SimRequest lone_allreduce(double S, const std::vector<int>& first_gpus, const std::string& model) {
   ScheduleOptions o;
   o.buckets_per_stage = {1};
   o.optimizer_step = true;
@@ -53,9 +56,9 @@ TEST_CASE(
     "[sim][collectives]") {
   Simulator sim(test::cluster(1, 8, kPcie));
   const double S = 80e6;  // divisible by every n: chunks are whole bytes
-  for (const CollectiveModel model : kModels)
+  for (const std::string& model : kModels)
     for (const int n : {2, 4, 8}) {
-      CAPTURE(to_string(model), n);
+      CAPTURE(model, n);
       std::vector<int> first(n);
       std::iota(first.begin(), first.end(), 0);
       const auto r = sim.run(lone_allreduce(S, first, model));
@@ -69,16 +72,16 @@ TEST_CASE("across nodes a ring is paced by its slowest hop in every collective m
   Simulator sim(test::cluster(4, 2, kPcie, kIb));
   const double S = 48e6;
   const double hop_latency = kPcie.latency_s + kIb.latency_s;  // PCIe, NIC, NIC, PCIe
-  for (const CollectiveModel model : kModels)
+  for (const std::string& model : kModels)
     for (const int nodes : {2, 3, 4}) {
-      CAPTURE(to_string(model), nodes);
+      CAPTURE(model, nodes);
       const int n = 2 * nodes;
       std::vector<int> first(n);
       std::iota(first.begin(), first.end(), 0);
       const auto r = sim.run(lone_allreduce(S, first, model));
       const double expected = 2.0 * (n - 1) * (hop_latency + S / n / kIb.bandwidth_bytes_per_s);
       // steps: a rank behind a fast hop starts its next step a little early.
-      CHECK(r.iteration_end_s.at(0) == Approx(expected).epsilon(model == CollectiveModel::Steps ? 0.02 : 1e-6));
+      CHECK(r.iteration_end_s.at(0) == Approx(expected).epsilon(model == "steps" ? 0.02 : 1e-6));
     }
 }
 
@@ -105,8 +108,8 @@ void check_two_stand_for_all(Simulator& sim, int nodes, int I, unsigned seed) {
     const bool drop_last = pick(0, 3) == 0;
     place(q, used, I, K, I / K, drop_last);
     q.iterations = pick(1, 2);
-    q.collectives = pick(0, 1) ? CollectiveModel::Phases : CollectiveModel::Analytic;
-    CAPTURE(instance, K, o.M, used, drop_last, to_string(q.collectives), q.replica_gpus.size());
+    q.collectives = pick(0, 1) ? "phases" : "analytic";
+    CAPTURE(instance, K, o.M, used, drop_last, q.collectives, q.replica_gpus.size());
     auto whole = q;
     whole.every_replica = true;
     const auto two = sim.run(q);
@@ -122,7 +125,7 @@ void check_two_stand_for_all(Simulator& sim, int nodes, int I, unsigned seed) {
 }
 
 // The nodes whose GPUs a traced lone all-reduce over every GPU shows.
-std::set<int> traced_nodes(Simulator& sim, int gpus, CollectiveModel model) {
+std::set<int> traced_nodes(Simulator& sim, int gpus, const std::string& model) {
   std::vector<int> first(gpus);
   std::iota(first.begin(), first.end(), 0);
   trace::Trace tr;
@@ -150,7 +153,7 @@ TEST_CASE(
   c.topology.nodes_per_switch = 2;
   Simulator sim(c);
   check_two_stand_for_all(sim, 6, 4, 29);
-  CHECK(traced_nodes(sim, 24, CollectiveModel::Phases) == std::set<int>{0, 1});
+  CHECK(traced_nodes(sim, 24, "phases") == std::set<int>{0, 1});
 }
 
 TEST_CASE("where hops across leaves are slower two leaves stand for all", "[sim][collectives]") {
@@ -158,14 +161,73 @@ TEST_CASE("where hops across leaves are slower two leaves stand for all", "[sim]
   c.topology = {2, 4, 1e-6};  // leaves of 2 nodes, uplinks at half a NIC's bandwidth
   Simulator sim(c);
   check_two_stand_for_all(sim, 8, 2, 30);
-  CHECK(traced_nodes(sim, 16, CollectiveModel::Analytic) == std::set<int>{0, 1, 2, 3});
+  CHECK(traced_nodes(sim, 16, "analytic") == std::set<int>{0, 1, 2, 3});
 }
 
 TEST_CASE("a traced coarse run holds the two nodes that stand for all", "[sim][collectives]") {
   Simulator sim(test::cluster(4, 2, kPcie, kIb));
   // steps simulates every replica (its outputs stay the golden ones).
-  for (const CollectiveModel model : {CollectiveModel::Phases, CollectiveModel::Analytic}) {
-    CAPTURE(to_string(model));
+  for (const std::string model : {"phases", "analytic"}) {
+    CAPTURE(model);
     CHECK(traced_nodes(sim, 8, model) == std::set<int>{0, 1});
   }
+}
+
+// ---------------------------------------------------------------------------
+// The recipe of docs/DESIGN.md ("How to add: a collective model"), followed
+// once: a model written and registered here alone, then named by a config.
+
+namespace {
+
+// The ring's whole traffic as one flow per rank: 2(n-1) chunks to the next
+// rank while as many arrive, one latency instead of 2(n-1).
+class OneFlow final : public sim::CollectiveModel {
+ public:
+  bool two_nodes_stand_for_all() const override { return false; }
+  void all_reduce(sim::RingRank& rank, std::uint64_t chunk) const override {
+    rank.exchange(2 * (rank.ranks() - 1) * chunk, "one_flow", -1);
+  }
+};
+
+// Registered before any Simulator is built: its fork server copies the
+// registry.
+const bool kOneFlowRegistered = [] {
+  sim::register_collective_model("one_flow", std::make_shared<OneFlow>());
+  return true;
+}();
+
+}  // namespace
+
+TEST_CASE("a registered collective model moves a lone all-reduce as it says", "[sim][collectives]") {
+  REQUIRE(kOneFlowRegistered);
+  Simulator sim(test::cluster(1, 8, kPcie));
+  const double S = 80e6;
+  for (const int n : {2, 4, 8}) {
+    CAPTURE(n);
+    std::vector<int> first(n);
+    std::iota(first.begin(), first.end(), 0);
+    const auto r = sim.run(lone_allreduce(S, first, "one_flow"));
+    const double expected = kPcie.latency_s + 2.0 * (n - 1) * S / n / kPcie.bandwidth_bytes_per_s;
+    CHECK(r.allreduce_s == Approx(expected).epsilon(1e-6));
+  }
+  CHECK_THROWS_WITH(sim.run(lone_allreduce(S, {0, 1}, "tree")), Catch::Contains("no collective model \"tree\""));
+  CHECK_THROWS_WITH(sim::register_collective_model("one_flow", std::make_shared<OneFlow>()),
+                    Catch::Contains("already registered"));
+}
+
+TEST_CASE("a config's sim.collectives names a registered model that moves the run's all-reduces",
+          "[sim][collectives]") {
+  REQUIRE(kOneFlowRegistered);
+  const Config c = test::tiny_bert({"planner.K=1", "sim.collectives=\"one_flow\""});
+  Simulator sim(c.cluster);
+  sim::RunOptions opt;
+  opt.modes = {Mode::Baseline};
+  const sim::RunResult r = sim::simulate_training(c, opt, sim);
+  int moved = 0, ring_steps = 0;
+  for (const auto& e : r.trace.events) {
+    moved += e.name.ends_with(" one_flow");
+    ring_steps += e.name.find(" step ") != std::string::npos;
+  }
+  CHECK(moved > 0);
+  CHECK(ring_steps == 0);
 }

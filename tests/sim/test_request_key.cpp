@@ -90,7 +90,7 @@ TEST_CASE("request key: every input SimGrid reads changes it, plan_id does not",
   change("cache tier", steady, [](SimRequest& q) { q.cache_tier = CacheTier::Disk; });
   change("writes behind", filling, [](SimRequest& q) { q.cache_writes_behind = !q.cache_writes_behind; });
   change("reads ahead", steady, [](SimRequest& q) { q.cache_reads_ahead = !q.cache_reads_ahead; });
-  change("collective model", steady, [](SimRequest& q) { q.collectives = CollectiveModel::Analytic; });
+  change("collective model", steady, [](SimRequest& q) { q.collectives = "analytic"; });
   change("ranks", steady, [](SimRequest& q) { std::swap(q.replica_rank.at(0), q.replica_rank.at(1)); });
   change("GPUs", steady, [](SimRequest& q) { std::swap(q.replica_gpus.at(0).at(0), q.replica_gpus.at(0).at(1)); });
   change("one replica", steady, [](SimRequest& q) {

@@ -186,15 +186,19 @@ small=("${small_data[@]}" --set training.epochs=2)
 expect_rc 0 "train" -- "$bin" train "$fm" "${small[@]}" --set "exec.chunk_memo=\"$tmp/chunk_memo.json\"" --out "$tmp/train" \
   --progress-every 0.1
 expect_text "train epoch line" "epoch 2/2  loss"
-# Without a terminal, progress lines within an epoch: loss, pace, time left.
-grep -qE '^epoch 1/2  [0-9]+/8 iterations \([0-9]+%\)  loss [0-9.]+  [0-9]+ samples/s  about [0-9]+ s left in the epoch$' \
-  <<<"$out" && ok || bad "train printed no progress line within an epoch: $(head -c 600 <<<"$out")"
 expect_text "train transition line" "transition frozen 0->1 K 2->2"
 # The chunk search is timed once per machine and said, since no epoch holds it.
 expect_text "train says its chunk search" "chunk search for K = 2: M = 2 ("
 expect_text "train says where the search is kept" "kept in $tmp/chunk_memo.json for later runs"
 expect_rc 2 "train --progress-every 0" -- "$bin" train "$fm" --progress-every 0
 expect_text "says what --progress-every takes" "expected a number of seconds in [0.1, 86400], found '0'"
+# Without a terminal, progress lines within an epoch: loss, pace, time left
+# (an epoch of 32 iterations: several tenths of a second on any machine).
+expect_rc 0 "train with progress lines" -- "$bin" train "$fm" --set data.num_train_samples=2048 \
+  --set data.num_test_samples=128 --set training.epochs=1 --set "exec.chunk_memo=\"$tmp/chunk_memo.json\"" \
+  --out "$tmp/train_progress" --progress-every 0.1
+grep -qE '^epoch 1/1  [0-9]+/32 iterations \([0-9]+%\)  loss [0-9.]+  [0-9]+ samples/s  about [0-9]+ s left in the epoch$' \
+  <<<"$out" && ok || bad "train printed no progress line within an epoch: $(head -c 600 <<<"$out")"
 for f in summary.json epochs.csv trace.json grad_norms.csv plan.json weights.bin; do
   [ -s "$tmp/train/$f" ] && ok || bad "train wrote no $f"
 done

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec/exec_config.hpp"
 #include "exec/hf_weights.hpp"
 #include "exec/job.hpp"
 #include "exec/model.hpp"
@@ -100,7 +101,8 @@ int run(int argc, char** argv) {
   const std::int64_t n = data.train.size;
   const std::int64_t steps_per_epoch = (n + t.batch_size - 1) / t.batch_size;
   const std::int64_t total = steps_per_epoch * t.epochs;
-  const int eval_batch = c.exec.eval_batch_size > 0 ? c.exec.eval_batch_size : t.batch_size;
+  const int eval_batch_size = ep::exec::read_exec_config(c).eval_batch_size;
+  const int eval_batch = eval_batch_size > 0 ? eval_batch_size : t.batch_size;
   std::mt19937_64 rng(t.seed);
   std::vector<std::int64_t> order = range(0, n);
   std::int64_t step = 0;

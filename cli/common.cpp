@@ -15,7 +15,9 @@
 #include "exec/launch.hpp"
 #include "planner/error.hpp"
 #include "planner/profile.hpp"
+#include "exec/exec_config.hpp"
 #include "sim/collectives.hpp"
+#include "sim/sim_config.hpp"
 
 namespace ep::cli {
 
@@ -81,9 +83,9 @@ const std::string& command_line() { return g_command_line; }
 
 void check_runnable_here(const Config& c) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (c.exec.threads_per_worker > cores)
+  if (c.threads_per_worker > cores)
     throw c.error("exec.threads_per_worker", "at most this machine's " + std::to_string(cores) + " cores (0: cores / K)",
-                  std::to_string(c.exec.threads_per_worker));
+                  std::to_string(c.threads_per_worker));
 }
 
 void refuse_output_over_input(const std::string& output, const std::string& flag,
@@ -116,17 +118,20 @@ std::function<void(double)> progress_bar(const std::string& label) {
   };
 }
 
+Config load_checked_config(const std::string& path, const Overrides& overrides) {
+  Config c = load_config(path, overrides);
+  (void)sim::read_sim_config(c);
+  (void)exec::read_exec_config(c);
+  return c;
+}
+
 void check_simulable(const Config& c) {
-  const auto model = sim::find_collective_model(c.sim.collectives);
-  if (!model) {
-    std::string names = "one of ";
-    for (const std::string& n : sim::collective_model_names()) names += (names.back() == ' ' ? "" : "|") + n;
-    throw c.error("sim.collectives", names, "string \"" + printable(c.sim.collectives) + "\"");
-  }
-  if (!model->two_nodes_stand_for_all() && c.cluster.total_gpus() > kMaxStepDevices)
+  const std::string collectives = sim::read_sim_config(c).collectives;
+  if (!sim::find_collective_model(collectives)->two_nodes_stand_for_all() &&
+      c.cluster.total_gpus() > kMaxStepDevices)
     throw c.error("cluster.nodes",
                   "at most " + std::to_string(kMaxStepDevices) +
-                      " devices to simulate with sim.collectives = \"" + c.sim.collectives +
+                      " devices to simulate with sim.collectives = \"" + collectives +
                       "\", nodes x gpus_per_node (it simulates every replica's rings: time and memory grow with "
                       "the square of the devices); "
                       "sim.collectives = \"phases\" simulates up to " + std::to_string(kMaxClusterDevices),

@@ -67,9 +67,13 @@ void refuse_output_over_input(const std::string& output, const std::string& flag
 // A bar on stderr, only when stdout is a terminal; empty otherwise.
 [[nodiscard]] std::function<void(double)> progress_bar(const std::string& label);
 
-// A registered collective model (sim.collectives), and no more devices
-// than it simulates: where it simulates every replica, time and memory grow
-// with the square of the devices. Throws a config error otherwise.
+// load_config, and the back ends' sections ([sim], [exec]) checked too:
+// every command refuses a bad key of the file, whichever part reads it.
+[[nodiscard]] Config load_checked_config(const std::string& path, const Overrides& overrides);
+
+// No more devices than the collective model (sim.collectives) simulates:
+// where it simulates every replica, time and memory grow with the square
+// of the devices. Throws a config error otherwise.
 void check_simulable(const Config&);
 
 // The cost model fitted to a profile, or nullopt without one. A profile

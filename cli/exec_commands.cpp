@@ -61,7 +61,7 @@ void check_thread_env() {
 Command handed_over(CLI::App* cmd, std::shared_ptr<const ExecArgs> a,
                     std::function<void(const Config&)> also = {}) {
   return {cmd, [a = std::move(a), also = std::move(also)](int, char** argv) {
-            const Config config = load_config(a->config, a->overrides);
+            const Config config = load_checked_config(a->config, a->overrides);
             check_runnable_here(config);
             check_thread_env();
             if (also) also(config);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
 #include "planner/model_spec.hpp"
 #include "planner/run_plan.hpp"
 
@@ -17,7 +18,7 @@ struct PlanArgs {
 };
 
 int run_plan(const PlanArgs& a) {
-  const Config config = load_config(a.config, a.overrides);
+  const Config config = load_checked_config(a.config, a.overrides);
   const AnalyticCostModel cost(config.cluster, config.training);
   const RunPlan run = plan_run(config, cost);
   const ModelSpec spec = build_model_spec(config.model, config.training.precision);

@@ -18,7 +18,7 @@ namespace ep::cli {
 namespace {
 
 int run_profile(const ProfileArgs& a) {
-  const Config config = load_config(a.config, a.overrides);
+  const Config config = load_checked_config(a.config, a.overrides);
   const std::string out =
       a.out.empty() ? (std::filesystem::path("out") / "profile" / (std::filesystem::path(a.config).stem().string() + ".json")).string()
                     : a.out;

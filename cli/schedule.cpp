@@ -42,7 +42,7 @@ int run_schedule(const ScheduleArgs& a) {
   o.kind = ScheduleKind::GPipe;
   o.v = 1;
   if (a.config) {  // defaults from the config's planner section
-    const Config config = load_config(*a.config, a.overrides);
+    const Config config = load_checked_config(*a.config, a.overrides);
     o.kind = config.planner.schedule;
     o.v = config.planner.virtual_stages;
   } else if (!a.overrides.empty()) {

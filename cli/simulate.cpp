@@ -24,7 +24,7 @@ struct SimulateArgs {
 };
 
 int run_simulate(const SimulateArgs& a) {
-  const Config config = load_config(a.config, a.overrides);
+  const Config config = load_checked_config(a.config, a.overrides);
   check_simulable(config);
   sim::RunOptions opt;
   opt.modes = parse_modes(a.mode);

@@ -53,7 +53,7 @@ int run_sweep(const SweepArgs& a) {
   // Validate every point before running any: bad input loses nothing.
   std::vector<Config> configs;
   for (const auto& p : points) {
-    configs.push_back(load_config(a.config, p));
+    configs.push_back(load_checked_config(a.config, p));
     check_simulable(configs.back());
   }
   sim::SweepOptions opt;

@@ -188,7 +188,7 @@ void remove_cache_files_on_signals(const Config& config, const std::string& out)
 }
 
 int run_train(const TrainArgs& a, int argc, char** argv) {
-  const Config config = load_config(a.config, a.overrides);  // bad input fails before any process starts
+  const Config config = load_checked_config(a.config, a.overrides);  // bad input fails before any process starts
   const exec::ProcessEnv env = exec::detect_process_env();
   if (!env.warning.empty() && env.rank == 0) std::cerr << "WARNING: " << env.warning << "\n";
   if (const std::string w = exec::blas_warning(); !w.empty() && env.rank == 0)

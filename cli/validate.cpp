@@ -20,7 +20,7 @@ namespace ep::cli {
 namespace {
 
 int run_validate(const ValidateArgs& a) {
-  const Config loaded = load_config(a.config, a.overrides);
+  const Config loaded = load_checked_config(a.config, a.overrides);
   check_simulable(loaded);
   const Config config = executor_validation_config(loaded, std::thread::hardware_concurrency());
   if (const std::string w = exec::blas_warning(); !w.empty()) std::cerr << "WARNING: " << w << "\n";
@@ -56,7 +56,7 @@ int run_validate(const ValidateArgs& a) {
   const std::vector<ValidationRow> rows = profile_rows(plans, measured, simulated);
   std::cout << "\npredicted from the profile alone (no fitted factor: every plan is held out):\n"
             << format_validation(rows);
-  if (config.exec.device == ExecDevice::CUDA)  // on a CPU the host runs the work: every plan would be "paced"
+  if (config.device == DeviceKind::CUDA)  // on a CPU the host runs the work: every plan would be "paced"
     std::cout << "\n" << format_host_queuing(plans, measured, combine_rounds(queued).median_s);
   if (a.rounds > 1) {
     const auto worst = std::max_element(combined.spread.begin(), combined.spread.end());

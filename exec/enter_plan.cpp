@@ -20,7 +20,7 @@ using nlohmann::json;
 
 std::vector<at::Device> Trainer::plan_devices() const {
   std::vector<at::Device> d = devices(c_);
-  if (c_.exec.device != ExecDevice::CUDA || !active()) return d;
+  if (c_.device != DeviceKind::CUDA || !active()) return d;
   const int visible = std::max<int>(1, static_cast<int>(at::getNumGPUs()));
   const auto& gpus = replica().gpus;  // stage -> global GPU id, AutoDP's layout
   for (std::size_t k = 0; k < gpus.size() && k < d.size(); ++k)

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "exec/cache.hpp"
+#include "exec/exec_config.hpp"
 #include "exec/prepared_data.hpp"
 #include "exec/streams.hpp"
 #include "exec/trainer.hpp"
@@ -78,14 +79,14 @@ void check_runnable(const Config& c, const ProcessEnv& env) {
                 std::to_string(most_K) + "); one process trains one pipeline: run elasticpipe train --nproc " +
                 std::to_string(gpus) + " (or set planner.autodp = false)");
   check_memory(c);
-  if (c.exec.device != ExecDevice::CUDA) return;
+  if (c.device != DeviceKind::CUDA) return;
   const int visible = check_device(c);
   check_gpus_not_shared(c, visible);
   check_gpus_visible(c, visible);
 }
 
 int check_device(const Config& c) {
-  if (c.exec.device != ExecDevice::CUDA) return 0;
+  if (c.device != DeviceKind::CUDA) return 0;
 #ifdef ELASTICPIPE_CUDA
   constexpr const char* no_cuda = "cpu (no CUDA device is visible: no GPU or driver, or CUDA_VISIBLE_DEVICES hides it)";
 #else
@@ -97,7 +98,7 @@ int check_device(const Config& c) {
 
 void check_gpus_visible(const Config& c, int visible) {
   const int I = c.cluster.gpus_per_node;
-  if (c.exec.device != ExecDevice::CUDA || visible >= I) return;
+  if (c.device != DeviceKind::CUDA || visible >= I) return;
   throw c.error("cluster.gpus_per_node",
                 "at most the " + std::to_string(visible) + " GPU(s) this process sees (the plans put each stage and "
                 "replica on a GPU of its own; sharing one, they would run slower than planned and simulated)",
@@ -105,7 +106,7 @@ void check_gpus_visible(const Config& c, int visible) {
 }
 
 void check_gpus_not_shared(const Config& c, int visible) {
-  if (c.exec.device != ExecDevice::CUDA || visible < 1) return;
+  if (c.device != DeviceKind::CUDA || visible < 1) return;
   const int I = c.cluster.gpus_per_node;
   for (const int K : reachable_K(c)) {
     const ReplicaLayout l = replica_layout(c, K);
@@ -346,10 +347,10 @@ std::vector<std::int64_t> first_samples(const Dataset& d, int batch) {
 std::vector<at::Device> devices(const Config& c) {
   std::vector<at::Device> d;
   const int K0 = c.planner.K;
-  const int gpus = c.exec.device == ExecDevice::CUDA ? std::max<int>(1, static_cast<int>(at::getNumGPUs())) : 1;
+  const int gpus = c.device == DeviceKind::CUDA ? std::max<int>(1, static_cast<int>(at::getNumGPUs())) : 1;
   // Up to K0 devices; a plan moves them to its replica's block (plan_devices).
   for (int k = 0; k < K0; ++k)
-    d.emplace_back(c.exec.device == ExecDevice::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(k % gpus))
+    d.emplace_back(c.device == DeviceKind::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(k % gpus))
                                                       : at::Device(at::kCPU));
   return d;
 }
@@ -371,7 +372,8 @@ std::uint64_t hash_text(const std::string& s) {
 // Where a job's node-shared cache files live: the tier's folder (empty: the
 // job's <out>/cache, else the system temp folder).
 std::string cache_dir(const Config& c, CacheTier tier, const std::string& out_dir) {
-  const std::string& dir = tier == CacheTier::HostMemory ? c.exec.cache_memory_dir : c.exec.cache_disk_dir;
+  const ExecConfig x = read_exec_config(c);
+  const std::string& dir = tier == CacheTier::HostMemory ? x.cache_memory_dir : x.cache_disk_dir;
   if (!dir.empty()) return dir;
   return out_dir.empty() ? std::filesystem::temp_directory_path().string()
                          : (std::filesystem::path(out_dir) / "cache").string();

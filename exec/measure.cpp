@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "exec/exec_config.hpp"
 #include "exec/timing.hpp"
 #include "exec/torch_compat.hpp"
 #include "planner/digest.hpp"
@@ -54,7 +55,7 @@ std::string environment(const Config& c, int cores) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const auto& m = c.model;
-  return std::string(host) + "|" + std::to_string(cores) + " cores|" + to_string(c.exec.device) + "|libtorch " +
+  return std::string(host) + "|" + std::to_string(cores) + " cores|" + to_string(c.device) + "|libtorch " +
          TORCH_VERSION + "|" + to_string(m.family) + " L" + std::to_string(m.num_hidden_layers) + " H" +
          std::to_string(m.hidden_size) + " A" + std::to_string(m.num_attention_heads) + " I" +
          std::to_string(m.intermediate_size) + " img" + std::to_string(m.image_size) + "/" +
@@ -65,7 +66,7 @@ std::string environment(const Config& c, int cores) {
 }
 
 std::string memo_path(const Config& c) {
-  if (!c.exec.chunk_memo.empty()) return c.exec.chunk_memo;
+  if (std::string path = read_exec_config(c).chunk_memo; !path.empty()) return path;
   const char* home = std::getenv("HOME");
   return std::string(home && *home ? home : "/tmp") + "/.cache/elasticpipe/chunk_memo.json";
 }

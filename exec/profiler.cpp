@@ -17,6 +17,7 @@
 #include "exec/blas.hpp"
 #include "exec/cache.hpp"
 #include "exec/dist.hpp"
+#include "exec/exec_config.hpp"
 #include "exec/job.hpp"
 #include "exec/measure.hpp"
 #include "exec/model.hpp"
@@ -244,7 +245,7 @@ void profile_collectives(const Config& c, const ProfileOptions& o, const at::Dev
   const bool cuda = dev.is_cuda();
   const int most = cuda ? std::min({4, c.cluster.total_gpus(), static_cast<int>(at::getNumGPUs())})
                         : std::max(2, std::min(4, c.cluster.total_gpus()));
-  const std::chrono::milliseconds timeout(static_cast<std::int64_t>(c.exec.collective_timeout_s * 1000));
+  const std::chrono::milliseconds timeout(static_cast<std::int64_t>(read_exec_config(c).collective_timeout_s * 1000));
   for (int n = 2; n <= most; ++n) {
     std::vector<double> rebuild(n);
     std::vector<std::vector<double>> times(n);
@@ -285,11 +286,12 @@ void profile_collectives(const Config& c, const ProfileOptions& o, const at::Dev
 void profile_probe_setup(const Config& c, Pipeline& pipe, int threads, Model& model,
                          const std::vector<std::int64_t>& shape, const at::Device& dev, Profile& p) {
   const at::Tensor batch = stem_input(c.model, c.training.batch_size, at::kCPU);  // made off the clock
-  const std::string path = (std::filesystem::path(c.exec.cache_memory_dir) /
+  const std::string dir = read_exec_config(c).cache_memory_dir;
+  const std::string path = (std::filesystem::path(dir) /
                             ("elasticpipe-profile-" + std::to_string(getpid()) + "-probe.cache"))
                                .string();
   const auto device_of = [&](int) { return dev; };
-  std::filesystem::create_directories(c.exec.cache_memory_dir);
+  std::filesystem::create_directories(dir);
   const Clock::time_point t0 = Clock::now();
   CacheProbe probe(batch.clone().to(dev), c.training.precision == Precision::BF16, path, shape);
   // And, set up, at half the layers: two depths of whole probes as a run's
@@ -397,9 +399,10 @@ void profile_device_context(const at::Device& dev, Profile& p) {
 void profile_cache(const Config& c, const ProfileOptions& o, const at::Device& dev,
                    const std::vector<std::int64_t>& shape, Profile& p) {
   const int n = std::max(64, c.training.batch_size);
-  std::vector<std::pair<std::string, std::string>> tiers{{"host", c.exec.cache_memory_dir}};
-  tiers.push_back({"disk", c.exec.cache_disk_dir.empty() ? std::filesystem::temp_directory_path().string()
-                                                         : c.exec.cache_disk_dir});
+  const ExecConfig x = read_exec_config(c);
+  std::vector<std::pair<std::string, std::string>> tiers{{"host", x.cache_memory_dir}};
+  tiers.push_back({"disk", x.cache_disk_dir.empty() ? std::filesystem::temp_directory_path().string()
+                                                    : x.cache_disk_dir});
   for (const auto& [tier, dir] : tiers) {
     std::filesystem::create_directories(dir);
     const std::string path = (std::filesystem::path(dir) / ("elasticpipe-profile-" + std::to_string(getpid()) +

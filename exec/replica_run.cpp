@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "exec/cache.hpp"
+#include "exec/exec_config.hpp"
 #include "exec/hf_weights.hpp"
 #include "exec/job.hpp"
 #include "exec/launch.hpp"
@@ -30,7 +31,7 @@ at::Tensor stem_input(const ModelConfig& m, int b, const at::Device& dev) {
 std::vector<at::Device> replica_devices(const Config& c, int K, int rank) {
   std::vector<at::Device> devices;
   for (int k = 0; k < K; ++k)
-    devices.push_back(c.exec.device == ExecDevice::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank * K + k))
+    devices.push_back(c.device == DeviceKind::CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank * K + k))
                                                         : at::Device(at::kCPU));
   return devices;
 }
@@ -99,7 +100,7 @@ MeasuredIterations measure_replica(const Config& c, const ValidationPlan& plan, 
       c10::NoGradGuard g;
       row = r.model.forward({0, 1}, r.mbs.front().input.narrow(0, 0, 1));
     });
-    const std::string dir = s.cache_tier == CacheTier::HostMemory ? c.exec.cache_memory_dir
+    const std::string dir = s.cache_tier == CacheTier::HostMemory ? read_exec_config(c).cache_memory_dir
                                                                   : std::filesystem::temp_directory_path().string();
     cache = std::make_unique<ActivationCache>(
         (std::filesystem::path(dir) /
@@ -149,7 +150,7 @@ void check_measurable(const Config& c, const std::vector<ValidationPlan>& plans)
 std::vector<MeasuredIterations> measure_iterations(const Config& c, const std::vector<ValidationPlan>& plans,
                                                    int iterations) {
   check_measurable(c, plans);
-  const std::chrono::milliseconds timeout(static_cast<std::int64_t>(c.exec.collective_timeout_s * 1000));
+  const std::chrono::milliseconds timeout(static_cast<std::int64_t>(read_exec_config(c).collective_timeout_s * 1000));
   std::vector<MeasuredIterations> out;
   for (const ValidationPlan& plan : plans) {
     const int replicas = plan.program.setup.replicas;

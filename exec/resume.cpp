@@ -79,7 +79,7 @@ void Trainer::checkpoint(double running_s) {
                      {"processes", env_.world_size}};
   write_checkpoint((std::filesystem::path(opt_.out_dir) / "checkpoints").string(),
                    static_cast<std::int64_t>(p_.iteration_losses.size()), pack_state(model_, optimizer_, meta),
-                   c_.exec.checkpoint_keep);
+                   x_.checkpoint_keep);
 }
 
 void Trainer::resume() {

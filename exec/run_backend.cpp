@@ -33,7 +33,7 @@ std::vector<IterationPrediction> to_predictions(const std::vector<double>& times
 // environment, K and batch); the others receive rank 0's table. A plan's
 // predicted throughput stays the cost model's.
 std::vector<IterationPrediction> Trainer::predict(const std::vector<IterationProgram>& programs, PredictionUse use) {
-  if (use == PredictionUse::Plan || programs.size() < 2 || c_.exec.chunk_search_iterations == 0)
+  if (use == PredictionUse::Plan || programs.size() < 2 || x_.chunk_search_iterations == 0)
     return analytic_(programs, use);
   const int K = programs.front().setup.K;
   auto known = p_.chunk_times.find(K);
@@ -53,7 +53,7 @@ std::vector<double> Trainer::chunk_times(const std::vector<IterationProgram>& pr
   if (!times.empty()) return times;
   const Clock::time_point t0 = Clock::now();
   for (const IterationProgram& p : programs)
-    times.push_back(time_chunk_candidate(*pipeline_, data_.train, timing_program(ctx_, p), c_.exec.chunk_search_iterations));
+    times.push_back(time_chunk_candidate(*pipeline_, data_.train, timing_program(ctx_, p), x_.chunk_search_iterations));
   memo.add(programs, times);
   // Said, because no epoch holds it: it runs in the run's start, before the
   // plan it chooses, once per machine, and does the process's one-off work
@@ -111,7 +111,7 @@ std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
 
 void Trainer::begin_step(int) {
   step_start_ = Clock::now();
-  pinned_at_step_ = c_.exec.device == ExecDevice::CUDA ? pinned_allocs_now() : std::nullopt;
+  pinned_at_step_ = c_.device == DeviceKind::CUDA ? pinned_allocs_now() : std::nullopt;
   probe_s_ = probe_setup_s_ = 0;
   probe_parts_ = {};
 }

@@ -24,15 +24,15 @@
 namespace ep::exec {
 
 TraceRecorder::TraceRecorder(const Config& c, const ProcessEnv& env, int cores) {
-  device_prefix_ = c.exec.device == ExecDevice::CUDA ? "gpu" : "cpu";
+  device_prefix_ = c.device == DeviceKind::CUDA ? "gpu" : "cpu";
   rank_ = env.rank;
   trace_.source = "exec";
   trace_.config = c.source;
   trace_.mode = "train";
   trace_.metadata = describe(c);
-  trace_.metadata["device"] = to_string(c.exec.device);
+  trace_.metadata["device"] = to_string(c.device);
   trace_.metadata["threads_per_worker"] =
-      c.exec.threads_per_worker > 0 ? std::to_string(c.exec.threads_per_worker)
+      c.threads_per_worker > 0 ? std::to_string(c.threads_per_worker)
                                     : "cores/(K x pipelines per node), " + std::to_string(cores) + " cores";
   trace_.metadata["libtorch"] = TORCH_VERSION;
   trace_.metadata["processes"] = std::to_string(env.world_size);

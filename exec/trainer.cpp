@@ -41,11 +41,12 @@ auto reporting_errors(const TrainOptions& options, F&& body) -> decltype(body())
 
 Trainer::Trainer(const Config& c, const TrainOptions& opt)
     : c_(c),
+      x_(read_exec_config(c)),
       opt_(opt),
       env_(opt.process),
       data_(load_data(c)),
       L_(c.model.num_hidden_layers),
-      eval_batch_(c.exec.eval_batch_size > 0 ? c.exec.eval_batch_size : c.training.batch_size),
+      eval_batch_(x_.eval_batch_size > 0 ? x_.eval_batch_size : c.training.batch_size),
       cores_(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
       cost_(c.cluster, c.training),
       ctx_(c, cost_, cores_),
@@ -61,7 +62,7 @@ Trainer::Trainer(const Config& c, const TrainOptions& opt)
       timeline_(c, env_, cores_) {
   if (env_.world_size > 1)
     dist_ = std::make_unique<Dist>(env_, std::chrono::milliseconds(static_cast<std::int64_t>(
-                                             c.exec.collective_timeout_s * 1000)));
+                                             x_.collective_timeout_s * 1000)));
   reporting_errors(opt, [&] {
     PipelineOptions po{devices(c), c.training.precision == Precision::BF16};
     pipeline_ = std::make_unique<Pipeline>(model_, optimizer_, po);
@@ -166,8 +167,9 @@ void Trainer::check_ranks_agree() {
   // The initial weights; a resumed run's come from one checkpoint, read
   // by the ranks that train first (the others are sent theirs when woken).
   const std::uint32_t weights = opt_.resume.empty() ? state_crc() : 0;
+  const std::string settings = job_settings(c_);
   const std::int64_t mine[] = {
-      crc32_of(reinterpret_cast<const std::uint8_t*>(c_.settings.data()), c_.settings.size()), data_crc(data_), weights};
+      crc32_of(reinterpret_cast<const std::uint8_t*>(settings.data()), settings.size()), data_crc(data_), weights};
   const std::vector<std::int64_t> all = dist_->all_gather(mine, "comparing the config, data and weights");
   const char* const what[] = {"config (its settings and --set values; paths aside)", "data (samples and labels)",
                                "initial weights"};
@@ -304,8 +306,8 @@ namespace {
 // what it holds); a write it loses is an error, not a silently shorter file.
 class SampleAudit {
  public:
-  SampleAudit(const Config& c, const std::string& out_dir, int rank) {
-    if (!c.exec.record_samples || out_dir.empty()) return;
+  SampleAudit(const ExecConfig& x, const std::string& out_dir, int rank) {
+    if (!x.record_samples || out_dir.empty()) return;
     const auto dir = std::filesystem::path(out_dir) / "samples";
     create_output_dir(dir.string());
     path_ = (dir / ("rank" + std::to_string(rank) + ".csv")).string();
@@ -340,7 +342,7 @@ class SampleAudit {
 void Trainer::start(const Plan&, const IterationProgram& program, int epoch) {
   const Clock::time_point t0 = Clock::now();
   const std::optional<PinnedAllocs> pinned_before =
-      c_.exec.device == ExecDevice::CUDA ? pinned_allocs_now() : std::nullopt;
+      c_.device == DeviceKind::CUDA ? pinned_allocs_now() : std::nullopt;
   if (active()) start_iterations(program, epoch);
   const Clock::time_point t1 = Clock::now();
   if (dist_) dist_->barrier("the run's start");
@@ -390,14 +392,14 @@ void Trainer::train_epoch() {
   const bool prefetch = plan_->cache.on && !fill && plan_->cache.tier == CacheTier::Disk && cache_;
   const int batch = plan_->batch;  // training.batch_policy decides it per plan
   const std::int64_t slot_step = static_cast<std::int64_t>(ppn) * batch;
-  SampleAudit samples(c_, opt_.out_dir, env_.rank);
+  SampleAudit samples(x_, opt_.out_dir, env_.rank);
   TracedMeasures traced;
   HostPace pace;
-  pace.begin(cache_.get(), c_.exec.device == ExecDevice::CUDA);
+  pace.begin(cache_.get(), c_.device == DeviceKind::CUDA);
   const Clock::time_point epoch_start = Clock::now();
   const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
   const std::int64_t real_at_start = p_.epoch_real;  // samples of this epoch before a resume
-  const int every = c_.exec.checkpoint_every;
+  const int every = x_.checkpoint_every;
   // The devices run one iteration ahead of the host's bookkeeping: the host
   // queues iteration i + 1 before it reads iteration i's loss and gradient
   // norms, so a GPU never waits for it. Not with replicas (their loss
@@ -419,11 +421,11 @@ void Trainer::train_epoch() {
     else
       request_next_epoch(program, ppn, local, batch);
     if (prefetch)  // the sampler's next window, read ahead by the kernel
-      for (int w = 1; w <= c_.exec.prefetch_iterations; ++w)
+      for (int w = 1; w <= x_.prefetch_iterations; ++w)
         if (next + w * slot_step < slots) cache_->prefetch(replica_batch(order, next + w * slot_step, ppn, local, batch));
     l.global_real = iteration_real_samples(sampler_, next, ppn, batch);
     l.lr = learning_rate(c_.training, lr_position(next), total0) * plan_->lr_scale;
-    l.traced = launched < c_.exec.trace_iterations;  // on every rank: rank 0 gathers them at the end
+    l.traced = launched < x_.trace_iterations;  // on every rank: rank 0 gathers them at the end
     // A new plan's first iterations are timed as traced ones are (not
     // traced): the warm-up meter needs when the device was done with each.
     l.future = pipeline_->launch(program, batches, static_cast<double>(l.global_real), l.lr,
@@ -487,7 +489,7 @@ void Trainer::finish_epoch(double epoch_s, const TracedMeasures& traced, bool fi
   p_.epochs.push_back(m);
   log(format_epoch(m, c_.training.epochs, L_));
   // Where the host may pace the epoch: a GPU's queued work, the cache's copies.
-  if (c_.exec.device == ExecDevice::CUDA || pace.cache.reads > 0 || pace.cache.writes > 0) log(format_host_pace(pace));
+  if (c_.device == DeviceKind::CUDA || pace.cache.reads > 0 || pace.cache.writes > 0) log(format_host_pace(pace));
   ++p_.epoch;
   p_.consumed = 0;
   p_.iteration = 0;

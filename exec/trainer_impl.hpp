@@ -15,6 +15,7 @@
 
 #include "exec/cache.hpp"
 #include "exec/dist.hpp"
+#include "exec/exec_config.hpp"
 #include "exec/job.hpp"
 #include "exec/measure.hpp"
 #include "exec/model.hpp"
@@ -125,6 +126,7 @@ class Trainer final : RunBackend {
   void load_checkpoint_weights();
 
   const Config& c_;
+  const ExecConfig x_;  // [exec]: how this process runs
   const TrainOptions& opt_;
   ProcessEnv env_;
   Data data_;

@@ -8,7 +8,7 @@ namespace ep {
 
 std::string to_string(CacheTier t) { return t == CacheTier::HostMemory ? "host" : "disk"; }
 
-bool cache_writes_behind(const Config& c) { return c.exec.device == ExecDevice::CUDA; }
+bool cache_writes_behind(const Config& c) { return c.device == DeviceKind::CUDA; }
 
 bool cache_reads_ahead(const Config& c) { return cache_writes_behind(c); }  // both ride a GPU's side streams
 

@@ -37,7 +37,7 @@ constexpr EnumName<Precision> kPrecisions[] = {{Precision::FP32, "fp32"},
 constexpr EnumName<BatchPolicy> kBatchPolicies[] = {{BatchPolicy::PerPipeline, "per_pipeline"},
                                                     {BatchPolicy::LrScaled, "lr_scaled"},
                                                     {BatchPolicy::Global, "global"}};
-constexpr EnumName<ExecDevice> kExecDevices[] = {{ExecDevice::CPU, "cpu"}, {ExecDevice::CUDA, "cuda"}};
+constexpr EnumName<DeviceKind> kDeviceKinds[] = {{DeviceKind::CPU, "cpu"}, {DeviceKind::CUDA, "cuda"}};
 constexpr EnumName<Augmentation> kAugmentations[] = {{Augmentation::HorizontalFlip, "hflip"},
                                                      {Augmentation::Crop, "crop"}};
 constexpr EnumName<Checkpointing> kCheckpointing[] = {
@@ -404,37 +404,10 @@ void read_planner(Reader& r, const Config& c, PlannerConfig& p) {
   check_replay(r, p, L);
 }
 
-void read_exec(Reader& r, ExecConfig& e) {
-  r.choice("exec.device", e.device, kExecDevices, false);
-  r.integer("exec.threads_per_worker", e.threads_per_worker, false, 0, 4096, "threads of one machine");
-  r.integer("exec.trace_iterations", e.trace_iterations, false, 0, 1000000, "iterations traced per epoch");
-  r.integer("exec.eval_batch_size", e.eval_batch_size, false, 0, 1 << 24, "samples per evaluation batch");
-  r.quantity("exec.collective_timeout_s", e.collective_timeout_s, false, 1e-3, 1e6,
-             "seconds, a millisecond to 11 days");
-  r.integer("exec.checkpoint_every", e.checkpoint_every, false, 0, INT_MAX, "iterations, a 32-bit count");
-  r.integer("exec.checkpoint_keep", e.checkpoint_keep, false, 1, 1000, "checkpoints kept on disk");
-  r.path("exec.cache_memory_dir", e.cache_memory_dir);
-  r.path("exec.cache_disk_dir", e.cache_disk_dir);
-  r.integer("exec.prefetch_iterations", e.prefetch_iterations, false, 0, 1024, "iterations read ahead");
-  r.integer("exec.chunk_search_iterations", e.chunk_search_iterations, false, 0, 1000,
-            "timed iterations per candidate M");
-  r.path("exec.chunk_memo", e.chunk_memo);
-  r.boolean("exec.record_samples", e.record_samples);
-}
-
-void read_sim(Reader& r, SimConfig& s) {
-  constexpr const char* kIterationsWhy = "iterations simulated per plan, before the period is searched";
-  // A name the simulator checks against its registered models (sim/collectives.hpp).
-  r.string("sim.collectives", s.collectives, false);
-  r.integer("sim.warmup_iterations", s.warmup_iterations, false, 0, 100, kIterationsWhy);
-  r.integer("sim.measure_iterations", s.measure_iterations, false, 2, 100, kIterationsWhy);
-  // Transition costs are the cluster's: the planner weighs them too.
-  for (const char* part : {"context_creation_s", "group_setup_s", "group_per_rank_s", "warmup_iterations"})
-    if (r.has(std::string("sim.") + part))
-      r.fail(std::string("sim.") + part,
-             std::string("cluster.transition.") + part + " (transition costs are the cluster's; the planner weighs them)",
-             "a key of [sim]");
-  r.boolean("sim.trace", s.trace);
+// The facts of [exec] the planner plans with (exec/exec_config.cpp reads the rest).
+void read_device(Reader& r, Config& c) {
+  r.choice("exec.device", c.device, kDeviceKinds, false);
+  r.integer("exec.threads_per_worker", c.threads_per_worker, false, 0, 4096, "threads of one machine");
 }
 
 void read_transition(Reader& r, TransitionSpec& t) {
@@ -459,32 +432,23 @@ void read_transition(Reader& r, TransitionSpec& t) {
 // A config is a few kB of TOML; a megabyte is far beyond any.
 constexpr InputFormat kConfigFile{"config", 1 << 20, "a config is a few kB of TOML"};
 
-std::string settings_text(toml::table root, const std::set<std::string>& path_keys) {
-  for (const std::string& key : path_keys) {
-    const std::size_t dot = key.find('.');
-    if (toml::table* section = root[key.substr(0, dot)].as_table()) section->erase(key.substr(dot + 1));
-  }
-  std::ostringstream os;
-  os << toml::toml_formatter(root);
-  return os.str();
-}
-
 }  // namespace
 
 Config parse_config(const std::string& toml_text, const std::string& origin, const Overrides& overrides) {
-  toml::table root;
+  auto doc = std::make_shared<ConfigDocument>();
   try {
-    root = toml::parse(toml_text, origin);
+    doc->root = toml::parse(toml_text, origin);
   } catch (const toml::parse_error& e) {
     throw Error(origin + ":" + std::to_string(e.source().begin.line) + ":" +
                 std::to_string(e.source().begin.column) + ": TOML syntax error: " +
                 std::string(e.description()));
   }
-  const std::set<std::string> overridden = apply_overrides(root, overrides);
+  doc->origin = origin;
+  doc->overridden = apply_overrides(doc->root, overrides);
 
   Config c;
   c.source = origin;
-  Reader r(root, origin, overridden);
+  Reader r(*doc);
   for (const char* sec : {"cluster", "model", "data", "training"})
     if (!r.has(sec)) r.fail(sec, "a [" + std::string(sec) + "] section", "none");
   read_cluster(r, c.cluster);
@@ -494,13 +458,28 @@ Config parse_config(const std::string& toml_text, const std::string& origin, con
   read_training(r, c.training, c.model);
   read_planner(r, c, c.planner);
   check_freeze_steps(r, c.training, c.planner);
-  read_sim(r, c.sim);
-  read_exec(r, c.exec);
-  r.reject_unknown({"cluster", "data", "exec", "model", "planner", "sim", "training"});
+  read_device(r, c);
+  // [sim] and [exec] are the back ends' to check (sim/sim_config.cpp,
+  // exec/exec_config.cpp).
+  r.reject_unknown({"cluster", "data", "exec", "model", "planner", "sim", "training"}, {"exec", "sim"});
   c.positions = r.positions();
-  c.settings = settings_text(root, r.path_keys());
+  doc->path_keys = r.path_keys();
+  c.document = std::move(doc);
   check_dataset(c);
   return c;
+}
+
+std::string settings_text(const Config& c, const std::set<std::string>& more_path_keys) {
+  if (!c.document) throw Error("settings_text: a config built in code has no settings");
+  toml::table root = c.document->root;
+  for (const std::set<std::string>* keys : {&c.document->path_keys, &more_path_keys})
+    for (const std::string& key : *keys) {
+      const std::size_t dot = key.find('.');
+      if (toml::table* section = root[key.substr(0, dot)].as_table()) section->erase(key.substr(dot + 1));
+    }
+  std::ostringstream os;
+  os << toml::toml_formatter(root);
+  return os.str();
 }
 
 std::map<std::string, std::string> describe(const Config& c) {
@@ -547,7 +526,7 @@ std::string to_string(ModelFamily v) { return enum_name(kFamilies, v); }
 std::string to_string(Augmentation v) { return enum_name(kAugmentations, v); }
 std::string to_string(Activation v) { return enum_name(kActivations, v); }
 std::string to_string(Optimizer v) { return enum_name(kOptimizers, v); }
-std::string to_string(ExecDevice v) { return enum_name(kExecDevices, v); }
+std::string to_string(DeviceKind v) { return enum_name(kDeviceKinds, v); }
 std::string to_string(LrSchedule v) { return enum_name(kLrSchedules, v); }
 std::string to_string(Precision v) { return enum_name(kPrecisions, v); }
 std::string to_string(Checkpointing v) { return enum_name(kCheckpointing, v); }

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -230,38 +232,14 @@ struct PlannerConfig {
   bool autodp = true;
 };
 
-// The simulator's knobs: steady-state measurement and the transition costs
-// it cannot derive from bytes and FLOPs (moving weights it derives).
-struct SimConfig {
-  std::string collectives = "steps";  // how an all-reduce moves: a model of sim/collectives.hpp
-  int warmup_iterations = 1;    // simulated before the measured iterations of a plan
-  int measure_iterations = 2;   // measured back to back; must repeat (the period) within 1e-6
-  bool trace = true;                // write a Chrome trace of one iteration per plan
-};
+// The kind of device the run executes on (exec.device): the planner
+// prices and lowers for it (cache writes behind a GPU, shared CPU cores).
+enum class DeviceKind { CPU, CUDA };
 
-// The executor's knobs: how it runs, never what it decides (the plan does).
-enum class ExecDevice { CPU, CUDA };
-struct ExecConfig {
-  ExecDevice device = ExecDevice::CPU;  // cuda: stage device k is cuda:(k mod visible GPUs)
-  int threads_per_worker = 0;  // intra-op threads per stage worker; 0: cores / K of the plan, at least 1
-  int trace_iterations = 2;    // iterations traced (every action) at the start of each epoch
-  int eval_batch_size = 0;     // test-set batch; 0: training.batch_size
-  // Multi-process (train --nproc / torchrun / mpirun).
-  double collective_timeout_s = 300;  // any collective or state transfer; then the job fails naming rank and operation
-  int checkpoint_every = 0;      // iterations between checkpoints (0: at epoch ends only); written under <out>/checkpoints
-  int checkpoint_keep = 2;       // newest checkpoints kept
-  // AutoCache's node-shared file: host-memory tier on a tmpfs, disk tier on
-  // disk (empty: <out>/cache, else the system temp dir).
-  std::string cache_memory_dir = "/dev/shm";
-  std::string cache_disk_dir;
-  int prefetch_iterations = 2;   // disk tier: entries read ahead, in the sampler's order
-  // Chunk search: timed iterations per candidate M (after one warm-up); 0:
-  // the cost model ranks the candidates. Results memoised in chunk_memo
-  // (empty: ~/.cache/elasticpipe/chunk_memo.json) per (environment, K, batch).
-  int chunk_search_iterations = 2;
-  std::string chunk_memo;
-  bool record_samples = false;   // audit: <out>/samples/rank<r>.csv, every sample each replica trained on
-};
+// The document a Config was read from (planner/config_reader.hpp): the back
+// ends read their own sections from it (sim/sim_config.hpp,
+// exec/exec_config.hpp).
+struct ConfigDocument;
 
 struct Config {
   std::string source;  // path the config was loaded from
@@ -270,17 +248,15 @@ struct Config {
   DataConfig data;
   TrainingConfig training;
   PlannerConfig planner;
-  SimConfig sim;
-  ExecConfig exec;
+  // The two facts of [exec] the planner plans with; the executor reads the
+  // rest of its section itself.
+  DeviceKind device = DeviceKind::CPU;  // cuda: stage device k is cuda:(k mod visible GPUs)
+  int threads_per_worker = 0;  // intra-op threads per stage worker; 0: cores / K of the plan, at least 1
+  std::shared_ptr<const ConfigDocument> document;
   // Where each key read came from, so a back end that checks a value the
   // planner does not (the executor's dataset name, say) reports it the same
   // way: file:line, key, expected, found.
   std::map<std::string, SourcePos> positions;
-  // The config as read, --set values applied, as TOML text without the
-  // paths: what every process of one job must share (they compare its
-  // digest at start; a path may differ where the file it names does not).
-  std::string settings;
-
   [[nodiscard]] Error error(const std::string& key, const std::string& expected,
                             const std::string& found) const;
 };
@@ -288,7 +264,14 @@ struct Config {
 // "section.key=value" overrides from the command line (--set).
 using Overrides = std::vector<std::string>;
 
-// Load, apply overrides, validate. Throws ep::Error naming file:line, the
+// The config as read, --set values applied, as TOML text without the paths
+// the planner read nor `more_path_keys` (a back end's): what every process
+// of one job must share (they compare its digest at start; a path may
+// differ where the file it names does not).
+[[nodiscard]] std::string settings_text(const Config&, const std::set<std::string>& more_path_keys);
+
+// Load, apply overrides, validate the planner's sections (a back end
+// validates its own). Throws ep::Error naming file:line, the
 // key, what was expected and what was found.
 Config load_config(const std::string& path, const Overrides& overrides = {});
 // Same, from TOML text (tests); `origin` names it in messages.
@@ -318,6 +301,6 @@ std::string to_string(ScheduleKind);
 // The config's name of a schedule kind ("gpipe", "1f1b", "looping_bf",
 // "looping_df"); nullopt for any other text.
 std::optional<ScheduleKind> parse_schedule_kind(const std::string&);
-std::string to_string(ExecDevice);
+std::string to_string(DeviceKind);
 
 }  // namespace ep

@@ -1,9 +1,10 @@
-// Internal to the config loader (config.cpp): a strict reader of one TOML
+// The config loader's (config.cpp) and the back ends' section readers'
+// (sim/sim_config.cpp, exec/exec_config.cpp): a strict reader of one TOML
 // document. It reads typed, range-checked values by dotted key, remembers
 // where each came from (a file line or a --set flag) and which keys were
 // consumed, so that leftovers are reported as unknown; every failure is a
 // config_error naming file:line, the key, what was expected and what was
-// found. The config's schema (which keys, their ranges) is config.cpp's.
+// found. Each section's schema (which keys, their ranges) is its reader's.
 #pragma once
 
 #include <toml++/toml.h>
@@ -21,6 +22,21 @@
 #include <vector>
 
 #include "planner/error.hpp"
+
+namespace ep {
+
+// A config as read: the TOML with the --set values applied, the file it
+// came from, the keys given by --set, and the keys the planner read as
+// paths. Kept by the Config so that a back end reads its own section from
+// it (Config::document).
+struct ConfigDocument {
+  toml::table root;
+  std::string origin;
+  std::set<std::string> overridden;
+  std::set<std::string> path_keys;
+};
+
+}  // namespace ep
 
 namespace ep::config_reader {
 
@@ -78,6 +94,7 @@ class Reader {
  public:
   Reader(const toml::table& root, std::string origin, std::set<std::string> overridden)
       : root_(root), origin_(std::move(origin)), overridden_(std::move(overridden)) {}
+  explicit Reader(const ConfigDocument& d) : Reader(d.root, d.origin, d.overridden) {}
 
   SourcePos pos_of(const std::string& key) const {
     if (const auto flag = override_of(key)) return {"--set " + *flag, 0, 0};
@@ -243,8 +260,13 @@ class Reader {
     }
   }
 
+  // A key another reader of the document consumed: known here too.
+  void known(const std::string& key) { used_.insert(key); }
+
   // Every key present must have been consumed; sections must be tables.
-  void reject_unknown(const std::set<std::string>& sections) const {
+  // `sections` are every section a config may have; `others` those of them
+  // that other readers check (the back ends').
+  void reject_unknown(const std::set<std::string>& sections, const std::set<std::string>& others = {}) const {
     for (const auto& [k, v] : root_) {
       const std::string sec(k.str());
       if (!sections.count(sec)) {
@@ -253,8 +275,13 @@ class Reader {
         throw config_error(source(v, sec), sec, "a section " + known, "unknown section");
       }
       if (!v.is_table()) throw config_error(source(v, sec), sec, "a table", describe(v));
-      walk(*v.as_table(), sec);
+      if (!others.count(sec)) walk(*v.as_table(), sec);
     }
+  }
+
+  // Every key of [section] must have been consumed (a back end's reader).
+  void reject_unknown_in(const std::string& section) const {
+    if (const toml::node* n = root_.at_path(section).node(); n && n->is_table()) walk(*n->as_table(), section);
   }
 
  private:

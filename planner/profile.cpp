@@ -251,7 +251,7 @@ std::string profile_model(const Config& c) {
          " heads=" + std::to_string(m.num_attention_heads) + " I=" + std::to_string(m.intermediate_size) +
          (m.family == ModelFamily::ViT ? " image=" + std::to_string(m.image_size) + "/" + std::to_string(m.patch_size)
                                        : " seq=" + std::to_string(m.seq_length)) +
-         ", " + to_string(c.training.precision) + " on " + to_string(c.exec.device);
+         ", " + to_string(c.training.precision) + " on " + to_string(c.device);
 }
 
 void check_profile_model(const Profile& p, const std::string& profile_source, const Config& config) {

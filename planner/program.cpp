@@ -13,7 +13,7 @@ namespace ep {
 WorkerThreads worker_threads(const Config& c, int K, int pipelines_per_node, int host_cores) {
   if (host_cores <= 0) return {};
   const int process = std::max(1, host_cores / std::max(1, pipelines_per_node));
-  const int worker = c.exec.threads_per_worker > 0 ? c.exec.threads_per_worker : std::max(1, process / std::max(1, K));
+  const int worker = c.threads_per_worker > 0 ? c.threads_per_worker : std::max(1, process / std::max(1, K));
   return {worker};
 }
 

@@ -148,7 +148,7 @@ std::vector<ValidationPlan> validation_plans(const PlanContext& ctx) {
 
 Config executor_validation_config(const Config& config, unsigned hardware_threads) {
   Config out = config;
-  if (out.exec.device == ExecDevice::CPU && out.cluster.shared_cores == 0)
+  if (out.device == DeviceKind::CPU && out.cluster.shared_cores == 0)
     out.cluster.shared_cores = static_cast<int>(std::max(1u, hardware_threads));
   return out;
 }

@@ -21,6 +21,7 @@
 #include "planner/run_loop.hpp"
 #include "planner/transition.hpp"
 #include "sim/runs.hpp"
+#include "sim/sim_config.hpp"
 #include "traces/chunks_csv.hpp"
 #include "traces/plan_epoch.hpp"
 #include "traces/atomic_file.hpp"
@@ -45,7 +46,7 @@ SimRequest program_request(const PlanContext& ctx, const IterationProgram& p, in
   req.cache_tier = p.setup.cache_tier;
   req.cache_writes_behind = p.setup.cache_writes_behind;
   req.cache_reads_ahead = p.setup.cache_reads_ahead;
-  req.collectives = ctx.config.sim.collectives;
+  req.collectives = read_sim_config(ctx.config).collectives;
   req.iterations = iterations;
   req.plan_id = plan_id;
   return req;
@@ -114,7 +115,7 @@ TransitionCost transition(const PlanContext& ctx, const Plan* prev, const Plan& 
 // once the measured ones repeat; more are simulated until they do.
 std::vector<std::pair<double, Measured>> steady_periods(Runner& runner, const PlanContext& ctx,
                                                         const std::vector<IterationProgram>& programs) {
-  const SimConfig& k = ctx.config.sim;
+  const SimConfig k = read_sim_config(ctx.config);
   const auto period = [&](const Measured& m, bool* repeats) {
     const auto& end = m.sim.iteration_end_s;
     std::vector<double> d;
@@ -299,7 +300,8 @@ std::vector<ChunkRow> chunk_rows(Mode mode, const std::vector<Plan>& plans) {
   return rows;
 }
 
-ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostModel& cost, bool exact,
+// `trace`: this mode is traced where [sim] asks (the last mode of a run).
+ModeOutput simulate_mode(const Config& config, Mode mode, bool trace, const CostModel& cost, bool exact,
                          Runner& runner, Simulator& sim, const std::function<void(double)>& progress) {
   ModeOutput out;
   const Config mc = mode_config(config, mode);
@@ -315,7 +317,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool last, const CostM
   const RunRecord record = walk_ahead(planner);
   run.plan = std::move(planner).take();
   if (exact) check_exact(run.plan.plans);
-  const bool traced = last && mc.sim.trace;
+  const bool traced = trace && read_sim_config(mc).trace;
   const std::vector<Plan>& plans = run.plan.plans;
   const TracedPrograms to_trace = traced_programs(plans, traced);
   // The transitions' transfers and the traced iterations depend on nothing
@@ -491,7 +493,7 @@ std::vector<RunResult> simulate_trainings(const std::vector<Config>& configs, co
           for (const double d : done) sum += d;
           opt.progress(sum / static_cast<double>(done.size()));
         };
-        outputs[ci][mi] = simulate_mode(configs[ci], modes[mi], mi + 1 == n_modes, cost, opt.exact, runner,
+        outputs[ci][mi] = simulate_mode(configs[ci], modes[mi], opt.trace && mi + 1 == n_modes, cost, opt.exact, runner,
                                         sim, progress);
       });
   run_in_threads(tasks);

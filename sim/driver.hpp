@@ -67,6 +67,7 @@ struct RunOptions {
   std::vector<Mode> modes{std::begin(kAllModes), std::end(kAllModes)};
   Mode reference = Mode::Baseline;  // speedups are over it; added to `modes` where missing
   bool exact = false;  // simulate every iteration instead of scaling the steady state
+  bool trace = true;   // false: no trace whatever sim.trace says (a sweep keeps each point's summary only)
   int jobs = 0;        // simulations run at once; 0: one per core
   // Called as work completes (fraction in [0, 1]); may be empty.
   std::function<void(double fraction)> progress;

@@ -105,14 +105,12 @@ std::vector<std::vector<SweepModeResult>> run_sweep(const std::vector<Config>& c
       pool.start(
           [&](ByteWriter& w) {
             std::vector<Config> group;
-            for (const std::size_t i : members) {
-              group.push_back(configs[i]);
-              group.back().sim.trace = false;  // a sweep keeps each point's summary only
-            }
+            for (const std::size_t i : members) group.push_back(configs[i]);
             RunOptions ro;
             ro.modes = modes;
             ro.reference = opt.reference;
             ro.exact = opt.exact;
+            ro.trace = false;  // a sweep keeps each point's summary only
             ro.jobs = inner_jobs;
             Simulator sim(group.front().cluster);
             for (const RunResult& r : simulate_trainings(group, ro, sim))

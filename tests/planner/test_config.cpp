@@ -248,10 +248,6 @@ TEST_CASE("inconsistent values are rejected") {
     const std::string text = with("K = 4", "K = 4\nfreeze_policy = \"replay\"\nreplay_frozen = [1, 3, 2]");
     check_names(error_of(text), line_of(text, "replay_frozen"), "planner.replay_frozen");
   }
-  SECTION("the simulator must see its period repeat") {
-    const std::string text = kBase + "\n[sim]\nmeasure_iterations = 1\n";
-    check_names(error_of(text), line_of(text, "measure_iterations"), "sim.measure_iterations");
-  }
   SECTION("a fixed M together with chunk search") {
     const std::string text = with("K = 4", "K = 4\nM = 8");
     check_names(error_of(text), line_of(text, "M = 8"), "planner.M");
@@ -475,9 +471,6 @@ TEST_CASE("physical quantities are checked against physical ranges at load") {
                  "group_per_rank_s") != std::string::npos);
   msg = error_of(kBase + "\n[cluster.transition]\npipeline_warmup_s = 1\n");
   CHECK(msg.find("expected cluster.transition.warmup_iterations") != std::string::npos);
-  // Where transition costs were a simulator knob, the key names where it went.
-  msg = error_of(kBase + "\n[sim]\ncontext_creation_s = 2\n");
-  CHECK(msg.find("key 'sim.context_creation_s': expected cluster.transition.context_creation_s") != std::string::npos);
   msg = error_of(kBase, {"planner.bucket_size_bytes=1"});
   CHECK(msg.find("smaller buckets multiply the all-reduces") != std::string::npos);
 }
@@ -500,8 +493,6 @@ TEST_CASE("errors in a value that --set gave are blamed on the flag, not the fil
   CHECK(msg.rfind("--set cluster.intra_node: key 'cluster.intra_node.latncy'", 0) == 0);
   msg = error_of(kBase, {"cluster.intra_node={latency_s = 1e-6}"});  // a required key missing from it
   CHECK(msg.rfind("--set cluster.intra_node: key 'cluster.intra_node.bandwidth_bytes_per_s'", 0) == 0);
-  msg = error_of(kBase, {"sim.measure_iterations=1"});  // a section the file does not have
-  CHECK(msg.rfind("--set sim.measure_iterations: key 'sim.measure_iterations'", 0) == 0);
 }
 
 TEST_CASE("schedule kind names round-trip, and nothing else parses") {

@@ -577,7 +577,7 @@ TEST_CASE("a profile recorded on another model is refused, naming both", "[profi
   CHECK_THROWS_AS(check_profile_model(p, "vit.json", wider), Error);
   // A CPU fp32 profile times no CUDA bf16 training.
   Config gpu = vit;
-  gpu.exec.device = ExecDevice::CUDA;
+  gpu.device = DeviceKind::CUDA;
   gpu.training.precision = Precision::BF16;
   CHECK_THROWS_WITH(check_profile_model(p, "vit.json", gpu), Catch::Contains("trains 'vit L=12 H=768 heads=12 I=3072 "
                                                                             "image=224/16, bf16 on cuda'"));

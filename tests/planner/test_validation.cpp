@@ -101,7 +101,7 @@ TEST_CASE("validation plans: every K, AutoDP's replicas, frozen depth and cache,
 TEST_CASE("validation config: the CPU executor's threads share this machine's cores unless the config says",
           "[validation]") {
   Config c = test::tiny_bert();
-  c.exec.device = ExecDevice::CPU;
+  c.device = DeviceKind::CPU;
   c.cluster.shared_cores = 0;
   CHECK(executor_validation_config(c, 6).cluster.shared_cores == 6);
   CHECK(executor_validation_config(c, 0).cluster.shared_cores == 1);

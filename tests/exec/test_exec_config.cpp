@@ -10,7 +10,7 @@
 
 using namespace ep;
 
-TEST_CASE("[exec] is read by the executor; the planner reads only device and threads", "[exec][config]") {
+TEST_CASE("[exec] is read by the executor, the planner reading only device and threads", "[exec][config]") {
   const Config c = load_config(test::repo_path("configs/fashion_mnist_vit_tiny.toml"),
                                {"exec.device=\"cuda\"", "exec.threads_per_worker=3", "exec.trace_iterations=5",
                                 "exec.chunk_memo=\"memo.json\""});

@@ -90,7 +90,7 @@ void Trainer::onboard() {
       const std::string what = "state from rank " + std::to_string(src);
       const json meta = unpack_state(bytes, model_, optimizer_, what);
       trace::RunState received = trace::parse_run_state(meta.dump(), what);
-      received.frozen_history = p_.frozen_history;  // planned here, in lockstep
+      received.steps = p_.steps;  // planned here, in lockstep
       received.chunk_times.insert(p_.chunk_times.begin(), p_.chunk_times.end());
       p_ = std::move(received);
     }

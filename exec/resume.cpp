@@ -94,13 +94,7 @@ void Trainer::resume() {
   // timings and cache measurements, replayed through the RunPlanner. A
   // resume of another layout may time a K the interrupted run never did:
   // rank 0 replays first and hands every timing it then holds to the others.
-  std::vector<StepInputs> steps;
-  for (const int frozen : p_.frozen_history) {
-    StepInputs& in = steps.emplace_back();
-    in.frozen_layers = frozen;
-    if (const auto it = p_.cache_measurements.find(frozen); it != p_.cache_measurements.end()) in.cache = it->second;
-  }
-  const auto replay = [&] { replay_steps(planner_, steps); };
+  const auto replay = [&] { replay_steps(planner_, p_.steps); };
   if (rank0()) {
     replay();
     if (dist_) dist_->control("resume/chunk_times", chunk_times_json());

@@ -86,27 +86,29 @@ std::vector<double> Trainer::grad_norms() {
   return norms;
 }
 
-// Rank 0: the cache probe at a frozen depth, once per depth (kept in the
-// run state, so a resumed run plans with the same measurement).
+// Rank 0: the cache probe at a frozen depth, once per depth: an earlier
+// step's at that depth is taken (the run state's steps hold it, so a
+// resumed run plans with the same measurement).
 std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
-  if (!p_.cache_measurements.count(frozen)) {
-    const Clock::time_point t0 = Clock::now();
-    if (!probe_) {  // its set-up (batch on the device, probe file) once per run
-      const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
-      probe_ = std::make_unique<CacheProbe>(data_.train, c_.training.batch_size, pipeline_->device_of_sublayer(0),
-                                            c_.training.precision == Precision::BF16,
-                                            cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)),
-                                            entry_shape());
-      probe_setup_s_ += seconds(t0, Clock::now());
-    }
-    on_worker([&] {
-      p_.cache_measurements[frozen] =
-          probe_->measure(model_, frozen, [this](int sublayer) { return pipeline_->device_of_sublayer(sublayer); });
-    });
-    probe_parts_ += probe_->last_parts();
-    probe_s_ += seconds(t0, Clock::now());
+  for (const StepInputs& in : p_.steps)
+    if (in.frozen_layers == frozen && in.cache) return in.cache;
+  const Clock::time_point t0 = Clock::now();
+  if (!probe_) {  // its set-up (batch on the device, probe file) once per run
+    const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
+    probe_ = std::make_unique<CacheProbe>(data_.train, c_.training.batch_size, pipeline_->device_of_sublayer(0),
+                                          c_.training.precision == Precision::BF16,
+                                          cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)),
+                                          entry_shape());
+    probe_setup_s_ += seconds(t0, Clock::now());
   }
-  return p_.cache_measurements.at(frozen);
+  MeasuredCache measured;
+  on_worker([&] {
+    measured =
+        probe_->measure(model_, frozen, [this](int sublayer) { return pipeline_->device_of_sublayer(sublayer); });
+  });
+  probe_parts_ += probe_->last_parts();
+  probe_s_ += seconds(t0, Clock::now());
+  return measured;
 }
 
 void Trainer::begin_step(int) {
@@ -126,7 +128,7 @@ void Trainer::publish(int step, const StepInputs& in, const Plan&) {
   json msg = {{"frozen", in.frozen_layers}, {"chunk_times", chunk_times_json()}};
   if (in.cache) msg["cache"] = {in.cache->read_s, in.cache->frozen_forward_s};
   if (dist_) dist_->control(step_key(step), msg);
-  p_.frozen_history.push_back(in.frozen_layers);
+  p_.steps.push_back(in);
 }
 
 // The others: rank 0's inputs; its chunk timings answer this process's
@@ -136,12 +138,9 @@ StepInputs Trainer::follow(int step) {
   const json msg = dist_->control(step_key(step));
   StepInputs in;
   in.frozen_layers = msg.at("frozen");
-  if (msg.contains("cache")) {
-    in.cache = MeasuredCache{msg["cache"][0], msg["cache"][1]};
-    p_.cache_measurements[in.frozen_layers] = *in.cache;
-  }
+  if (msg.contains("cache")) in.cache = MeasuredCache{msg["cache"][0], msg["cache"][1]};
   take_chunk_times(msg.at("chunk_times"));
-  p_.frozen_history.push_back(in.frozen_layers);
+  p_.steps.push_back(in);
   return in;
 }
 

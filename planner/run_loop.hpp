@@ -9,16 +9,9 @@
 #include <vector>
 
 #include "planner/run_plan.hpp"
+#include "planner/step_inputs.hpp"
 
 namespace ep {
-
-// What every process must plan freeze step T from, alike: the frozen count
-// the freeze policy allowed and, where the step probes the cache
-// (RunPlanner::probes), the measured cache.
-struct StepInputs {
-  int frozen_layers = 0;
-  std::optional<MeasuredCache> cache;
-};
 
 class RunBackend {
  public:

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/cache_policy.hpp"
+#include "planner/step_inputs.hpp"
 #include "traces/trace.hpp"
 
 namespace ep::trace {
@@ -48,9 +48,11 @@ struct RunState {
   std::int64_t iteration = 0;  // iterations run this epoch
   std::vector<double> interval_norm_sum;
   std::int64_t interval_iterations = 0;
-  std::vector<int> frozen_history;                  // per freeze step T
+  // Per freeze step T so far, the run loop's inputs (the frozen count
+  // allowed, the cache measured where the step probed it): the record a
+  // resumed run plans its steps from again.
+  std::vector<StepInputs> steps;
   std::map<int, std::vector<double>> chunk_times;   // K -> measured iteration time per candidate M
-  std::map<int, MeasuredCache> cache_measurements;  // frozen layers -> measured read / frozen forward
   double train_s = 0;  // the run's time so far: each process's start and every epoch with its transition
   // The running epoch's totals (global: loss and counts are all-reduced per iteration).
   double epoch_loss_sum = 0;

@@ -69,14 +69,62 @@ int int_key(const std::string& key, const std::string& field_name, const std::st
 
 constexpr std::int64_t kMax = std::int64_t{1} << 62;
 
+sorted_json cache_to_json(const MeasuredCache& m) { return {{"read_s", m.read_s}, {"frozen_forward_s", m.frozen_forward_s}}; }
+
+MeasuredCache cache_from_json(const json& m, const std::string& at) {
+  if (!m.is_object()) throw Error(at + ": expected an object, found " + m.dump());
+  check_keys(m, {"read_s", "frozen_forward_s"}, at);
+  return {get_number(m, "read_s", at), get_number(m, "frozen_forward_s", at)};
+}
+
+int frozen_count(const json& f, const std::string& where, const std::string& field_name) {
+  if (!f.is_number_integer() || f.get<std::int64_t>() < 0 || f.get<std::int64_t>() > (1 << 30))
+    bad_field(where, field_name, "a non-negative integer", f);
+  return f.get<int>();
+}
+
+// "steps": per freeze step {"frozen": n} with "cache" where it probed.
+std::vector<StepInputs> steps_from_json(const json& j, const std::string& where) {
+  std::vector<StepInputs> out;
+  const json& steps = get_array(j, "steps", where);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const std::string at = where + ": steps[" + std::to_string(i) + "]";
+    if (!steps[i].is_object()) throw Error(at + ": expected an object, found " + steps[i].dump());
+    check_keys(steps[i], {"frozen", "cache"}, at);
+    StepInputs& in = out.emplace_back();
+    in.frozen_layers = frozen_count(field(steps[i], "frozen", at), at, "frozen");
+    if (steps[i].contains("cache")) in.cache = cache_from_json(steps[i]["cache"], at + ": cache");
+  }
+  return out;
+}
+
+// A checkpoint written before "steps": the frozen count per step, and the
+// cache measured per frozen depth, which each step at that depth probed.
+std::vector<StepInputs> steps_from_history(const json& j, const std::string& where) {
+  std::map<int, MeasuredCache> caches;
+  for (const auto& [f, m] : get_object(j, "cache_measurements", where).items())
+    caches[int_key(f, "cache_measurements", where)] = cache_from_json(m, where + ": cache_measurements." + f);
+  std::vector<StepInputs> out;
+  const json& history = get_array(j, "frozen_history", where);
+  for (std::size_t i = 0; i < history.size(); ++i) {
+    StepInputs& in = out.emplace_back();
+    in.frozen_layers = frozen_count(history[i], where, "frozen_history[" + std::to_string(i) + "]");
+    if (const auto it = caches.find(in.frozen_layers); it != caches.end()) in.cache = it->second;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string run_state_json(const RunState& s) {
-  sorted_json chunks = sorted_json::object(), caches = sorted_json::object(), epochs = sorted_json::array(),
+  sorted_json chunks = sorted_json::object(), steps = sorted_json::array(), epochs = sorted_json::array(),
               transitions = sorted_json::array();
   for (const auto& [K, t] : s.chunk_times) chunks[std::to_string(K)] = t;
-  for (const auto& [f, m] : s.cache_measurements)
-    caches[std::to_string(f)] = {{"read_s", m.read_s}, {"frozen_forward_s", m.frozen_forward_s}};
+  for (const StepInputs& in : s.steps) {
+    sorted_json step = {{"frozen", in.frozen_layers}};
+    if (in.cache) step["cache"] = cache_to_json(*in.cache);
+    steps.push_back(step);
+  }
   for (const auto& e : s.epochs) epochs.push_back(epoch_to_json(e));
   for (const auto& t : s.transitions) transitions.push_back(transition_to_json(t));
   const sorted_json j = {{"epoch", s.epoch},
@@ -84,9 +132,8 @@ std::string run_state_json(const RunState& s) {
                   {"iteration", s.iteration},
                   {"interval_norm_sum", s.interval_norm_sum},
                   {"interval_iterations", s.interval_iterations},
-                  {"frozen_history", s.frozen_history},
+                  {"steps", steps},
                   {"chunk_times", chunks},
-                  {"cache_measurements", caches},
                   {"train_s", s.train_s},
                   {"epoch_loss_sum", s.epoch_loss_sum},
                   {"epoch_real", s.epoch_real},
@@ -102,33 +149,23 @@ std::string run_state_json(const RunState& s) {
 RunState parse_run_state(const std::string& text, const std::string& where) {
   const json j = parse_json<json>(text, where);
   if (!j.is_object()) throw Error(where + ": expected a JSON object, found " + j.dump().substr(0, 60));
-  check_keys(j,
-             {"epoch", "consumed", "iteration", "interval_norm_sum", "interval_iterations", "frozen_history",
-              "chunk_times", "cache_measurements", "train_s", "epoch_loss_sum", "epoch_real", "epoch_correct",
-              "epoch_elapsed_s", "epochs", "transitions", "iteration_losses", "grad_norms"},
-             where);
+  const bool before_steps = j.contains("frozen_history");  // written before "steps"
+  std::vector<std::string_view> keys{"epoch",          "consumed",        "iteration",  "interval_norm_sum",
+                                     "interval_iterations", "chunk_times", "train_s",    "epoch_loss_sum",
+                                     "epoch_real",     "epoch_correct",   "epoch_elapsed_s", "epochs",
+                                     "transitions",    "iteration_losses", "grad_norms"};
+  if (before_steps) keys.insert(keys.end(), {"frozen_history", "cache_measurements"});
+  else keys.push_back("steps");
+  check_keys(j, keys, where);
   RunState s;
   s.epoch = static_cast<int>(get_int(j, "epoch", where, 0, 1 << 30));
   s.consumed = get_int(j, "consumed", where, 0, kMax);
   s.iteration = get_int(j, "iteration", where, 0, kMax);
   s.interval_norm_sum = numbers(field(j, "interval_norm_sum", where), "interval_norm_sum", where);
   s.interval_iterations = get_int(j, "interval_iterations", where, 0, kMax);
-  const json& history = get_array(j, "frozen_history", where);
-  for (std::size_t i = 0; i < history.size(); ++i)
-    if (!history[i].is_number_integer() || history[i].get<std::int64_t>() < 0 ||
-        history[i].get<std::int64_t>() > (1 << 30))
-      bad_field(where, "frozen_history[" + std::to_string(i) + "]", "a non-negative integer", history[i]);
-    else
-      s.frozen_history.push_back(history[i].get<int>());
+  s.steps = before_steps ? steps_from_history(j, where) : steps_from_json(j, where);
   for (const auto& [K, t] : get_object(j, "chunk_times", where).items())
     s.chunk_times[int_key(K, "chunk_times", where)] = numbers(t, "chunk_times." + K, where);
-  for (const auto& [f, m] : get_object(j, "cache_measurements", where).items()) {
-    const std::string at = where + ": cache_measurements." + f;
-    if (!m.is_object()) throw Error(at + ": expected an object, found " + m.dump());
-    check_keys(m, {"read_s", "frozen_forward_s"}, at);
-    s.cache_measurements[int_key(f, "cache_measurements", where)] = {get_number(m, "read_s", at),
-                                                                       get_number(m, "frozen_forward_s", at)};
-  }
   s.train_s = get_number(j, "train_s", where);
   s.epoch_loss_sum = get_number(j, "epoch_loss_sum", where);
   s.epoch_real = get_int(j, "epoch_real", where, 0, kMax);

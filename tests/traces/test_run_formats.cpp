@@ -84,9 +84,8 @@ trace::RunState sample_state() {
   s.iteration = 16;
   s.interval_norm_sum = {0.5, 1.0 / 3, 2e-9};
   s.interval_iterations = 16;
-  s.frozen_history = {0, 1};
+  s.steps = {{0, std::nullopt}, {1, MeasuredCache{0.001, 0.004}}};
   s.chunk_times = {{4, {0.1, 0.2, 0.30000000000000004}}, {2, {0.5}}};
-  s.cache_measurements = {{1, {0.001, 0.004}}};
   s.train_s = 33.25;
   s.epoch_loss_sum = 123.456;
   s.epoch_real = 500;
@@ -105,14 +104,15 @@ void require_same(const trace::RunState& a, const trace::RunState& b) {
   REQUIRE(a.iteration == b.iteration);
   REQUIRE(a.interval_norm_sum == b.interval_norm_sum);
   REQUIRE(a.interval_iterations == b.interval_iterations);
-  REQUIRE(a.frozen_history == b.frozen_history);
-  REQUIRE(a.chunk_times == b.chunk_times);
-  REQUIRE(a.cache_measurements.size() == b.cache_measurements.size());
-  for (const auto& [f, m] : a.cache_measurements) {
-    REQUIRE(b.cache_measurements.count(f));
-    REQUIRE(m.read_s == b.cache_measurements.at(f).read_s);
-    REQUIRE(m.frozen_forward_s == b.cache_measurements.at(f).frozen_forward_s);
+  REQUIRE(a.steps.size() == b.steps.size());
+  for (std::size_t i = 0; i < a.steps.size(); ++i) {
+    REQUIRE(a.steps[i].frozen_layers == b.steps[i].frozen_layers);
+    REQUIRE(a.steps[i].cache.has_value() == b.steps[i].cache.has_value());
+    if (!a.steps[i].cache) continue;
+    REQUIRE(a.steps[i].cache->read_s == b.steps[i].cache->read_s);
+    REQUIRE(a.steps[i].cache->frozen_forward_s == b.steps[i].cache->frozen_forward_s);
   }
+  REQUIRE(a.chunk_times == b.chunk_times);
   REQUIRE(a.train_s == b.train_s);
   REQUIRE(a.epoch_loss_sum == b.epoch_loss_sum);
   REQUIRE(a.epoch_real == b.epoch_real);
@@ -221,6 +221,23 @@ TEST_CASE("run state JSON: exact round trip, epochs carry every epoch CSV column
   require_same(trace::parse_run_state(trace::run_state_json({}), "empty"), trace::RunState{});
 }
 
+// Checkpoints written before the run state held its steps: the frozen
+// count per step and the cache measured per depth become the same steps.
+TEST_CASE("run state JSON: a state with frozen_history and cache_measurements reads as its steps", "[traces]") {
+  const std::string now = trace::run_state_json(sample_state());
+  const std::string steps = R"("steps":[{"frozen":0},{"cache":{"frozen_forward_s":0.004,"read_s":0.001},"frozen":1}])";
+  REQUIRE_THAT(now, Contains(steps));
+  std::string before = edit(now, steps, R"("frozen_history":[0,1,1])");
+  before = edit(before, "\"consumed\"",
+                R"("cache_measurements":{"1":{"frozen_forward_s":0.004,"read_s":0.001},"3":{"frozen_forward_s":1.0,"read_s":2.0}},"consumed")");
+  const trace::RunState read = trace::parse_run_state(before, "old");
+  trace::RunState expected = sample_state();
+  expected.steps.push_back(expected.steps.back());  // a third step at depth 1 had probed it too
+  require_same(read, expected);
+  REQUIRE_THROWS_WITH(trace::parse_run_state(edit(before, "[0,1,1]", "[0,-1,1]"), "old"),
+                      Contains("old: field 'frozen_history[1]': expected a non-negative integer, found -1"));
+}
+
 TEST_CASE("run state JSON: malformed states name where, the key, expected and found", "[traces]") {
   const std::string good = trace::run_state_json(sample_state());
   const auto fails = [&](const std::string& text, const std::string& message) {
@@ -231,11 +248,12 @@ TEST_CASE("run state JSON: malformed states name where, the key, expected and fo
   fails(edit(good, "\"consumed\":512,", ""), "ck: progress: missing field 'consumed'");
   fails(edit(good, "\"consumed\":512,", "\"consumed\":512,\"extra\":0,"), "ck: progress: unknown field 'extra'");
   fails(edit(good, "\"consumed\":512", "\"consumed\":-1"), "field 'consumed': expected an integer in [0, ");
-  fails(edit(good, "\"frozen_history\":[0,1]", "\"frozen_history\":[0,\"x\"]"),
-        "ck: progress: field 'frozen_history[1]': expected a non-negative integer, found \"x\"");
+  fails(edit(good, "{\"frozen\":0}", "{\"frozen\":\"x\"}"),
+        "ck: progress: steps[0]: field 'frozen': expected a non-negative integer, found \"x\"");
+  fails(edit(good, "{\"frozen\":0}", "{\"frozen\":0,\"probe\":1}"), "ck: progress: steps[0]: unknown field 'probe'");
   fails(edit(good, "\"4\":[", "\"four\":["), "field 'chunk_times': key 'four': expected a non-negative integer");
   fails(edit(good, "\"read_s\":0.001", "\"read_s\":null"),
-        "ck: progress: cache_measurements.1: field 'read_s': expected a number, found null");
+        "ck: progress: steps[1]: cache: field 'read_s': expected a number, found null");
   fails(edit(good, "\"K\":4,", ""), "ck: progress: epochs[0]: missing field 'K'");
   fails(edit(good, "\"cache\":false", "\"cache\":0"), "ck: progress: epochs[0]: field 'cache': expected true or false");
   fails(edit(good, "\"source\":\"exec\"", "\"source\":\"gpu\""), "ck: progress: epochs[0]: source 'gpu'");

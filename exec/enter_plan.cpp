@@ -38,21 +38,20 @@ bool unchanged(const Plan& prev, const Plan& plan) {
 
 }  // namespace
 
-void Trainer::enter_plan(TransitionCost* cost) {
+void Trainer::enter_plan(TransitionCost* move) {
   const bool was_active = previous_plan_ != nullptr &&
                           std::count(previous_plan_->layout.active_ranks.begin(),
                                      previous_plan_->layout.active_ranks.end(), env_.rank) > 0;
-  cache_file_s_ = cache_ahead_s_ = 0;  // set where repartition() creates or takes the node's file
   // A freeze step the planner did not act on keeps the plan as it was:
   // nothing to move, repartition or rebuild (the planner charges nothing).
   if (previous_plan_ && was_active && unchanged(*previous_plan_, *plan_)) return;
   Clock::time_point t = Clock::now();
   if (dist_ && previous_plan_) onboard();
-  if (cost) cost->state_transfer_s = seconds(t, Clock::now());
+  if (move) move->state_transfer_s = seconds(t, Clock::now());
   t = Clock::now();
   const bool now_active = active();
   if (now_active) repartition();
-  if (cost) cost->repartition_s = seconds(t, Clock::now());
+  if (move) move->repartition_s = seconds(t, Clock::now());
   t = Clock::now();
   // The group is made again only for new ranks or lanes (one per device:
   // K), as the planner prices it (predict_transition).
@@ -60,7 +59,7 @@ void Trainer::enter_plan(TransitionCost* cost) {
                        previous_plan_->K != plan_->K;
   if (dist_ && (now_active || was_active) && regroup)
     dist_->rebuild_active(plan_->id, plan_->layout.active_ranks, plan_->K, plan_devices());
-  if (cost) cost->rebuild_s = seconds(t, Clock::now());
+  if (move) move->rebuild_s = seconds(t, Clock::now());
   t = Clock::now();
   if (now_active) {
     if (plan_->cache.on && !cache_)
@@ -70,7 +69,7 @@ void Trainer::enter_plan(TransitionCost* cost) {
     if (dist_ && plan_->layout.replicas > 1) check_replicas();
     make_cache_ahead();
   }
-  if (cost) cost->repartition_s += seconds(t, Clock::now());
+  if (move) move->repartition_s += seconds(t, Clock::now());
   resumed_ = false;
 }
 
@@ -108,11 +107,12 @@ void Trainer::repartition() {
   pipeline_->configure(plan_->partition, plan_->K, plan_->v);
   if (plan_->cache.on && !cache_ && leader_) {
     const Clock::time_point t0 = Clock::now();
+    double made_ahead_s = 0;
     if (cache_ahead_.valid()) {  // made while the plan before trained: here its wait, if any
       MadeCache made = cache_ahead_.get();
       if (made.tier == plan_->cache.tier) {
         cache_ = std::move(made.cache);
-        cache_ahead_s_ = made.seconds;
+        made_ahead_s = made.seconds;
       } else {
         made.cache->remove();
       }
@@ -120,7 +120,7 @@ void Trainer::repartition() {
     if (!cache_)
       cache_ = std::make_unique<ActivationCache>(node_cache_file(plan_->cache.tier), data_.train.size, entry_shape(),
                                                  true);
-    cache_file_s_ = seconds(t0, Clock::now());
+    meter_.cache_file(seconds(t0, Clock::now()), made_ahead_s);
     if (resumed_) rebuild_cache();
   }
 }
@@ -219,7 +219,7 @@ void Trainer::rebuild_cache() {
 // The run loop enters a plan: a process active in the plan before moves
 // (transition), any other just takes its place in the new one.
 void Trainer::enter(const Plan& plan, const Plan* previous) {
-  planning_s_ = seconds(step_start_, Clock::now());
+  meter_.planned();
   const bool was_active = previous && plan_ && active();
   if (previous) prev_storage_ = *previous;
   previous_plan_ = previous ? &prev_storage_ : nullptr;
@@ -231,55 +231,16 @@ void Trainer::enter(const Plan& plan, const Plan* previous) {
 
 // At a plan's end epoch, the next freeze step's plan entered; a move
 // (frozen count or K changed) is recorded, traced and logged, and its
-// warm-up measured over the next iterations.
+// warm-up measured over the next iterations (TransitionMeter).
 void Trainer::transition(const Plan& previous) {
-  const Clock::time_point t0 = step_start_;  // planning included
-  const int frozen_before = previous.frozen_layers, K_before = previous.K, replicas_before = previous.layout.replicas;
-  TransitionCost cost;
-  cost.epoch = p_.epoch;
-  cost.cache_probe_s = probe_s_;
-  cost.planning_s = planning_s_ - probe_s_;
-  enter_plan(&cost);
+  const int epoch = p_.epoch;
+  enter_plan(&meter_.move());
   std::fill(p_.interval_norm_sum.begin(), p_.interval_norm_sum.end(), 0.0);
   p_.interval_iterations = 0;
-  cost.frozen_before = frozen_before;
-  cost.frozen_after = plan_->frozen_layers;
-  cost.K_before = K_before;
-  cost.K_after = plan_->K;
-  cost.replicas_before = replicas_before;
-  cost.replicas_after = plan_->layout.replicas;
-  const bool moved = plan_->frozen_layers != frozen_before || plan_->K != K_before;
-  const Clock::time_point t1 = Clock::now();
-  pending_transition_s_ = seconds(t0, t1);
-  if (!moved) return;
-  timeline_.transition(seconds(origin_, t0), seconds(origin_, t1), p_.epoch,
-                       "transition frozen " + std::to_string(frozen_before) + "->" +
-                           std::to_string(plan_->frozen_layers) + " K " + std::to_string(K_before) + "->" +
-                           std::to_string(plan_->K) + " replicas " + std::to_string(replicas_before) + "->" +
-                           std::to_string(plan_->layout.replicas));
-  p_.transitions.push_back(cost);
-  warmup_.start();
-  first_batch_pending_ = true;
-  char probe[128] = "";
-  if (cost.cache_probe_s > 0)
-    std::snprintf(probe, sizeof probe, " [set-up %.3f, frozen forward %.3f, rows written %.3f, reads %.3f]",
-                  probe_setup_s_, probe_parts_.forward_s, probe_parts_.write_s, probe_parts_.read_s);
-  char file[80] = "";
-  if (cache_ahead_s_ > 0)
-    std::snprintf(file, sizeof file, " [cache file %.3f, made ahead in %.3f]", cache_file_s_, cache_ahead_s_);
-  else if (cache_file_s_ > 0)
-    std::snprintf(file, sizeof file, " [cache file %.3f]", cache_file_s_);
-  // The probe's and the cache's first pinned blocks are made here, not in
-  // the epoch after (its host line counts its own).
-  const std::optional<PinnedAllocs> pinned = pinned_allocs_since(pinned_at_step_);
-  char buf[480];
-  std::snprintf(buf, sizeof buf,
-                "transition frozen %d->%d K %d->%d replicas %d->%d (%.3f s: cache probe %.3f%s, planning %.3f, "
-                "state transfer %.3f, group rebuild %.3f, repartition %.3f%s%s%s)",
-                frozen_before, plan_->frozen_layers, K_before, plan_->K, replicas_before, plan_->layout.replicas,
-                pending_transition_s_, cost.cache_probe_s, probe, cost.planning_s, cost.state_transfer_s, cost.rebuild_s,
-                cost.repartition_s, file, pinned ? "; " : "", pinned ? format_pinned(*pinned).c_str() : "");
-  log(buf);
+  if (!meter_.moved(previous, *plan_, epoch)) return;
+  timeline_.transition(seconds(origin_, meter_.step_start()), seconds(origin_, meter_.move_end()), epoch,
+                       "transition " + meter_.what());
+  log(meter_.line());
 }
 
 }  // namespace ep::exec

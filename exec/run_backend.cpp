@@ -93,29 +93,26 @@ std::optional<MeasuredCache> Trainer::probe_cache(int frozen) {
   for (const StepInputs& in : p_.steps)
     if (in.frozen_layers == frozen && in.cache) return in.cache;
   const Clock::time_point t0 = Clock::now();
+  double setup_s = 0;
   if (!probe_) {  // its set-up (batch on the device, probe file) once per run
     const CacheDecision analytic = decide_cache(c_, ctx_.spec, cost_, frozen, c_.training.batch_size);
     probe_ = std::make_unique<CacheProbe>(data_.train, c_.training.batch_size, pipeline_->device_of_sublayer(0),
                                           c_.training.precision == Precision::BF16,
                                           cache_file(analytic.tier, "probe-" + std::to_string(env_.rank)),
                                           entry_shape());
-    probe_setup_s_ += seconds(t0, Clock::now());
+    setup_s = seconds(t0, Clock::now());
   }
   MeasuredCache measured;
   on_worker([&] {
     measured =
         probe_->measure(model_, frozen, [this](int sublayer) { return pipeline_->device_of_sublayer(sublayer); });
   });
-  probe_parts_ += probe_->last_parts();
-  probe_s_ += seconds(t0, Clock::now());
+  meter_.probed(seconds(t0, Clock::now()), setup_s, probe_->last_parts());
   return measured;
 }
 
 void Trainer::begin_step(int) {
-  step_start_ = Clock::now();
-  pinned_at_step_ = c_.device == DeviceKind::CUDA ? pinned_allocs_now() : std::nullopt;
-  probe_s_ = probe_setup_s_ = 0;
-  probe_parts_ = {};
+  meter_.begin(c_.device == DeviceKind::CUDA ? pinned_allocs_now() : std::nullopt);
 }
 
 namespace {

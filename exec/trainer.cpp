@@ -279,9 +279,7 @@ void Trainer::request_next_epoch(const IterationProgram& program, int ppn, int l
 
 // After a transition, its first batch: assembled ahead or not, the host's wait.
 void Trainer::note_first_batch() {
-  if (!std::exchange(first_batch_pending_, false)) return;
-  p_.transitions.back().first_batch_prefetched = loader_.last_take().prefetched;
-  p_.transitions.back().first_batch_wait_s = loader_.last_take().wait_s;
+  meter_.first_batch(loader_.last_take().prefetched, loader_.last_take().wait_s);
 }
 
 // One of the new plan's first iterations into the warm-up meter: launched at
@@ -290,7 +288,7 @@ void Trainer::note_first_batch() {
 void Trainer::meter_warmup(Clock::time_point launch, const IterationResult& r, bool epoch_done) {
   double done_s = seconds(origin_, launch);
   for (const ActionRecord& rec : r.records) done_s = std::max(done_s, rec.end_s);
-  warmup_.add(seconds(origin_, launch), done_s, epoch_done, p_.transitions.back().warmup_s);
+  meter_.warmup_iteration(seconds(origin_, launch), done_s, epoch_done);
 }
 
 // This epoch's sampler order (drawn at the last epoch's end, where it was).
@@ -429,7 +427,7 @@ void Trainer::train_epoch() {
     // A new plan's first iterations are timed as traced ones are (not
     // traced): the warm-up meter needs when the device was done with each.
     l.future = pipeline_->launch(program, batches, static_cast<double>(l.global_real), l.lr,
-                                 l.traced || warmup_.on() ? std::optional<Clock::time_point>(origin_) : std::nullopt);
+                                 l.traced || meter_.warming() ? std::optional<Clock::time_point>(origin_) : std::nullopt);
     pace.queue_s.push_back(seconds(l.start, Clock::now()));
     next += slot_step;
     ++launched;
@@ -461,7 +459,7 @@ void Trainer::train_epoch() {
     ++p_.interval_iterations;
     p_.consumed += slot_step;
     ++p_.iteration;
-    if (warmup_.on()) meter_warmup(l.start, r, p_.consumed >= slots);
+    if (meter_.warming()) meter_warmup(l.start, r, p_.consumed >= slots);
     ++done;
     if (opt_.progress && rank0())
       opt_.progress(epoch_progress(p_, c_.training.epochs, seconds(epoch_start, Clock::now()), real_at_start, done, n));
@@ -482,8 +480,7 @@ void Trainer::train_epoch() {
 
 // Records the epoch just run, starts the next, and checkpoints.
 void Trainer::finish_epoch(double epoch_s, const TracedMeasures& traced, bool fill, const HostPace& pace) {
-  const double transition_s = pending_transition_s_;
-  pending_transition_s_ = 0;
+  const double transition_s = meter_.take_seconds();
   p_.train_s += epoch_s + transition_s;
   const trace::EpochMetrics m = epoch_metrics(*plan_, p_, traced, epoch_s, transition_s, fill, evaluate());
   p_.epochs.push_back(m);

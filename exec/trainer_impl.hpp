@@ -23,6 +23,7 @@
 #include "exec/pipeline.hpp"
 #include "exec/progress.hpp"
 #include "exec/train_outputs.hpp"
+#include "exec/transition_meter.hpp"
 #include "exec/timing.hpp"
 #include "exec/trainer.hpp"
 #include "planner/autodp.hpp"
@@ -70,7 +71,7 @@ class Trainer final : RunBackend {
 
   // enter_plan.cpp: carrying out a plan and the move between two.
   [[nodiscard]] std::vector<at::Device> plan_devices() const;
-  void enter_plan(TransitionCost* cost);
+  void enter_plan(TransitionCost* move);
   void onboard();
   void repartition();
   void make_cache_ahead();
@@ -157,16 +158,8 @@ class Trainer final : RunBackend {
   const Plan* plan_ = nullptr;
   const Plan* previous_plan_ = nullptr;
   trace::RunState p_;
-  Clock::time_point step_start_ = Clock::now();  // the freeze step being planned began
-  std::optional<PinnedAllocs> pinned_at_step_;    // pinned blocks made before it, on a GPU where counted
-  double planning_s_ = 0, pending_transition_s_ = 0;
-  double probe_s_ = 0;  // of the step being planned: AutoCache's probe (inside planning_s_)
-  double probe_setup_s_ = 0;        // of probe_s_: the probe's set-up
-  CacheProbe::Parts probe_parts_;  // of probe_s_: its measure()s' parts
-  double cache_file_s_ = 0;  // of the transition's repartition: creating the node's cache file
+  TransitionMeter meter_{p_.transitions};  // the freeze step being planned and carried out
   bool resumed_ = false, ever_active_ = false;
-  WarmupMeter warmup_;
-  bool first_batch_pending_ = false;  // the new plan's first batch goes into its transition
   TraceRecorder timeline_;
   Clock::time_point origin_ = Clock::now();
   Clock::time_point run_start_ = origin_;  // run() began: the run's start counts from here
@@ -180,7 +173,6 @@ class Trainer final : RunBackend {
     double seconds = 0;
   };
   std::future<MadeCache> cache_ahead_;
-  double cache_ahead_s_ = 0;  // of the transition: how long the file it took had taken, made ahead
 };
 
 }  // namespace ep::exec

@@ -12,10 +12,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "exec/exec_config.hpp"
 #include "exec/launch.hpp"
 #include "planner/error.hpp"
 #include "planner/profile.hpp"
-#include "exec/exec_config.hpp"
 #include "sim/collectives.hpp"
 #include "sim/sim_config.hpp"
 

@@ -439,6 +439,11 @@ expect_rc 0 "simulate 320 devices, phases" -- timeout 60 "$bin" simulate "$bert"
 expect_text "320 devices simulated" "autocache"
 expect_rc 2 "unknown collective model" -- timeout 10 "$bin" simulate "$bert" --set sim.collectives=tree --out "$tmp/tree"
 expect_text "collective models named" "expected one of steps|phases|analytic, found string \"tree\""
+# [sim] and [exec] are read by their back ends, yet every command checks them.
+expect_rc 2 "plan checks [exec]" -- "$bin" plan "$bert" --set exec.trace_iteratons=1
+expect_text "[exec]'s unknown key named" "key 'exec.trace_iteratons': expected a known key of [exec] (see docs/CONFIG.md), found unknown key (did you mean exec.trace_iterations?)"
+expect_rc 2 "plan checks [sim]" -- "$bin" plan "$bert" --set sim.measure_iterations=1
+expect_text "[sim]'s range named" "key 'sim.measure_iterations': expected an integer >= 2"
 expect_rc 2 "train --nproc 1000" -- timeout 10 "$bin" train "$fm" --nproc 1000
 expect_text "nproc bound" "ERROR: --nproc: expected an integer in [1, 256] (each rank is a LibTorch process"
 expect_rc 2 "train --nproc 8 on 4 devices" -- timeout 10 "$bin" train "$fm" --nproc 8

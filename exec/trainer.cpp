@@ -378,25 +378,45 @@ void Trainer::run_epoch(const Plan&, int epoch) {
   train_epoch();
 }
 
-void Trainer::train_epoch() {
-  pipeline_->set_dropout_seed(dropout_seed(c_.training.seed, p_.epoch));
-  const int ppn = plan_->layout.pipelines_per_node;
-  const int local = replica().local_rank;
-  const bool fill = filling();
-  const IterationProgram& program = plan_->program_for(p_.epoch);
-  const std::vector<std::int64_t> order = epoch_order();
-  const auto slots = static_cast<std::int64_t>(order.size());
-  const std::int64_t total0 = per_epoch0() * c_.training.epochs;
-  const bool prefetch = plan_->cache.on && !fill && plan_->cache.tier == CacheTier::Disk && cache_;
-  const int batch = plan_->batch;  // training.batch_policy decides it per plan
-  const std::int64_t slot_step = static_cast<std::int64_t>(ppn) * batch;
-  SampleAudit samples(x_, opt_.out_dir, env_.rank);
+// One epoch as train_epoch runs it: its fixed facts (the program, the
+// node's sampler order, the batch), its cursors and what it measures.
+struct Trainer::EpochPass {
+  EpochPass(const IterationProgram& p, std::vector<std::int64_t> o, SampleAudit audit)
+      : program(p), order(std::move(o)), samples(std::move(audit)) {}
+  const IterationProgram& program;
+  std::vector<std::int64_t> order;
+  std::int64_t slots = 0;      // the order's sampler slots
+  int ppn = 0, local = 0, batch = 0;
+  std::int64_t slot_step = 0;  // slots per iteration: pipelines per node x batch
+  std::int64_t total0 = 0;     // the lr schedule's steps
+  bool prefetch = false;       // the disk tier's next windows read ahead
+  std::int64_t n = 0;          // iterations to run
+  std::int64_t real_at_start = 0;  // samples of this epoch before a resume
+  Clock::time_point start;
+  std::int64_t next = 0, launched = 0, done = 0;  // the launch cursor (slots), iterations launched, recorded
+  SampleAudit samples;
   TracedMeasures traced;
   HostPace pace;
-  pace.begin(cache_.get(), c_.device == DeviceKind::CUDA);
-  const Clock::time_point epoch_start = Clock::now();
-  const std::int64_t n = iterations_in_epoch(sampler_, p_.consumed, ppn, batch);
-  const std::int64_t real_at_start = p_.epoch_real;  // samples of this epoch before a resume
+};
+
+void Trainer::train_epoch() {
+  pipeline_->set_dropout_seed(dropout_seed(c_.training.seed, p_.epoch));
+  const bool fill = filling();
+  std::vector<std::int64_t> order = epoch_order();
+  EpochPass e(plan_->program_for(p_.epoch), std::move(order), SampleAudit(x_, opt_.out_dir, env_.rank));
+  e.ppn = plan_->layout.pipelines_per_node;
+  e.local = replica().local_rank;
+  e.slots = static_cast<std::int64_t>(e.order.size());
+  e.total0 = per_epoch0() * c_.training.epochs;
+  e.prefetch = plan_->cache.on && !fill && plan_->cache.tier == CacheTier::Disk && cache_;
+  e.batch = plan_->batch;  // training.batch_policy decides it per plan
+  e.slot_step = static_cast<std::int64_t>(e.ppn) * e.batch;
+  e.pace.begin(cache_.get(), c_.device == DeviceKind::CUDA);
+  e.start = Clock::now();
+  e.n = iterations_in_epoch(sampler_, p_.consumed, e.ppn, e.batch);
+  e.real_at_start = p_.epoch_real;
+  e.next = p_.consumed;
+  e.launched = p_.iteration;
   const int every = x_.checkpoint_every;
   // The devices run one iteration ahead of the host's bookkeeping: the host
   // queues iteration i + 1 before it reads iteration i's loss and gradient
@@ -405,77 +425,85 @@ void Trainer::train_epoch() {
   // rank), nor before a checkpoint (it saves the weights after iteration i).
   const bool ahead = !(dist_ && plan_->layout.replicas > 1);
   const auto checkpoint_after = [&] {  // the oldest iteration in flight, once recorded
-    return every > 0 && (p_.iteration + 1) % every == 0 && p_.consumed + slot_step < slots;
-  };
-  std::int64_t next = p_.consumed, launched = p_.iteration;  // the launch cursor
-  const auto launch = [&] {
-    Launched l;
-    l.start = Clock::now();
-    l.idx = replica_batch(order, next, ppn, local, batch);
-    const std::vector<MicroBatch> batches = loader_.take(batch_request(l.idx, program, p_.epoch));
-    note_first_batch();
-    if (next + slot_step < slots)
-      loader_.request(batch_request(replica_batch(order, next + slot_step, ppn, local, batch), program, p_.epoch));
-    else
-      request_next_epoch(program, ppn, local, batch);
-    if (prefetch)  // the sampler's next window, read ahead by the kernel
-      for (int w = 1; w <= x_.prefetch_iterations; ++w)
-        if (next + w * slot_step < slots) cache_->prefetch(replica_batch(order, next + w * slot_step, ppn, local, batch));
-    l.global_real = iteration_real_samples(sampler_, next, ppn, batch);
-    l.lr = learning_rate(c_.training, lr_position(next), total0) * plan_->lr_scale;
-    l.traced = launched < x_.trace_iterations;  // on every rank: rank 0 gathers them at the end
-    // A new plan's first iterations are timed as traced ones are (not
-    // traced): the warm-up meter needs when the device was done with each.
-    l.future = pipeline_->launch(program, batches, static_cast<double>(l.global_real), l.lr,
-                                 l.traced || meter_.warming() ? std::optional<Clock::time_point>(origin_) : std::nullopt);
-    pace.queue_s.push_back(seconds(l.start, Clock::now()));
-    next += slot_step;
-    ++launched;
-    return l;
-  };
-  std::int64_t done = 0;
-  const auto record = [&](Launched& l) {
-    const IterationResult r = l.future.get();
-    pace.done_s.push_back(seconds(epoch_start, Clock::now()));
-    if (l.traced) {
-      timeline_.add(r, *plan_, p_.epoch, static_cast<int>(p_.iteration), replica());
-      traced.add(r, plan_->K);
-    }
-    double loss = r.loss, correct = static_cast<double>(r.correct);
-    if (dist_ && plan_->layout.replicas > 1) {  // the global batch's loss and hits
-      at::Tensor t = at::tensor({loss, correct}, at::kDouble);
-      dist_->allreduce_now(t, "loss all-reduce");
-      loss = t[0].item<double>();
-      correct = t[1].item<double>();
-    }
-    check_finite(loss, r.layer_grad_sq, l.lr);  // before anything records the iteration
-    samples.add(p_.epoch, p_.consumed, l.idx);
-    p_.iteration_losses.push_back(loss);
-    p_.epoch_loss_sum += loss * static_cast<double>(l.global_real);
-    p_.epoch_real += l.global_real;
-    p_.epoch_correct += static_cast<std::int64_t>(std::llround(correct));
-    for (int layer = 0; layer < L_ && !r.layer_grad_sq.empty(); ++layer)
-      p_.interval_norm_sum[layer] += std::sqrt(r.layer_grad_sq[layer]);
-    ++p_.interval_iterations;
-    p_.consumed += slot_step;
-    ++p_.iteration;
-    if (meter_.warming()) meter_warmup(l.start, r, p_.consumed >= slots);
-    ++done;
-    if (opt_.progress && rank0())
-      opt_.progress(epoch_progress(p_, c_.training.epochs, seconds(epoch_start, Clock::now()), real_at_start, done, n));
-    if (every > 0 && p_.iteration % every == 0 && p_.consumed < slots) checkpoint(seconds(epoch_start, Clock::now()));
+    return every > 0 && (p_.iteration + 1) % every == 0 && p_.consumed + e.slot_step < e.slots;
   };
   std::optional<Launched> in_flight;
-  while (next < slots || in_flight) {
+  while (e.next < e.slots || in_flight) {
     std::optional<Launched> queued;
-    if (next < slots && (!in_flight || (ahead && !checkpoint_after()))) queued = launch();
-    if (in_flight) record(*in_flight);
+    if (e.next < e.slots && (!in_flight || (ahead && !checkpoint_after()))) queued = launch_iteration(e);
+    if (in_flight) record_iteration(e, *in_flight);
     in_flight = std::move(queued);
   }
-  samples.close();
+  e.samples.close();
   if (cache_) cache_->flush();  // the epoch's writes stored behind it: landed, or their failure raised here
-  pace.end(cache_.get());
-  finish_epoch(p_.epoch_elapsed_s + seconds(epoch_start, Clock::now()), traced, fill, pace);
+  e.pace.end(cache_.get());
+  finish_epoch(p_.epoch_elapsed_s + seconds(e.start, Clock::now()), e.traced, fill, e.pace);
+}
+
+// Queues the pass's next iteration: its batch taken (the next one asked for,
+// the disk tier's windows read ahead), its lr, whether it is traced.
+Trainer::Launched Trainer::launch_iteration(EpochPass& e) {
+  Launched l;
+  l.start = Clock::now();
+  l.idx = replica_batch(e.order, e.next, e.ppn, e.local, e.batch);
+  const std::vector<MicroBatch> batches = loader_.take(batch_request(l.idx, e.program, p_.epoch));
+  note_first_batch();
+  if (e.next + e.slot_step < e.slots)
+    loader_.request(
+        batch_request(replica_batch(e.order, e.next + e.slot_step, e.ppn, e.local, e.batch), e.program, p_.epoch));
+  else
+    request_next_epoch(e.program, e.ppn, e.local, e.batch);
+  if (e.prefetch)  // the sampler's next window, read ahead by the kernel
+    for (int w = 1; w <= x_.prefetch_iterations; ++w)
+      if (e.next + w * e.slot_step < e.slots)
+        cache_->prefetch(replica_batch(e.order, e.next + w * e.slot_step, e.ppn, e.local, e.batch));
+  l.global_real = iteration_real_samples(sampler_, e.next, e.ppn, e.batch);
+  l.lr = learning_rate(c_.training, lr_position(e.next), e.total0) * plan_->lr_scale;
+  l.traced = e.launched < x_.trace_iterations;  // on every rank: rank 0 gathers them at the end
+  // A new plan's first iterations are timed as traced ones are (not
+  // traced): the warm-up meter needs when the device was done with each.
+  l.future = pipeline_->launch(e.program, batches, static_cast<double>(l.global_real), l.lr,
+                               l.traced || meter_.warming() ? std::optional<Clock::time_point>(origin_) : std::nullopt);
+  e.pace.queue_s.push_back(seconds(l.start, Clock::now()));
+  e.next += e.slot_step;
+  ++e.launched;
+  return l;
+}
+
+// A launched iteration's result into the run state: the global batch's loss
+// and hits, the layers' gradient norms, the counters; then the warm-up, the
+// progress line and a checkpoint where one is due.
+void Trainer::record_iteration(EpochPass& e, Launched& l) {
+  const IterationResult r = l.future.get();
+  e.pace.done_s.push_back(seconds(e.start, Clock::now()));
+  if (l.traced) {
+    timeline_.add(r, *plan_, p_.epoch, static_cast<int>(p_.iteration), replica());
+    e.traced.add(r, plan_->K);
+  }
+  double loss = r.loss, correct = static_cast<double>(r.correct);
+  if (dist_ && plan_->layout.replicas > 1) {  // the global batch's loss and hits
+    at::Tensor t = at::tensor({loss, correct}, at::kDouble);
+    dist_->allreduce_now(t, "loss all-reduce");
+    loss = t[0].item<double>();
+    correct = t[1].item<double>();
+  }
+  check_finite(loss, r.layer_grad_sq, l.lr);  // before anything records the iteration
+  e.samples.add(p_.epoch, p_.consumed, l.idx);
+  p_.iteration_losses.push_back(loss);
+  p_.epoch_loss_sum += loss * static_cast<double>(l.global_real);
+  p_.epoch_real += l.global_real;
+  p_.epoch_correct += static_cast<std::int64_t>(std::llround(correct));
+  for (int layer = 0; layer < L_ && !r.layer_grad_sq.empty(); ++layer)
+    p_.interval_norm_sum[layer] += std::sqrt(r.layer_grad_sq[layer]);
+  ++p_.interval_iterations;
+  p_.consumed += e.slot_step;
+  ++p_.iteration;
+  if (meter_.warming()) meter_warmup(l.start, r, p_.consumed >= e.slots);
+  ++e.done;
+  if (opt_.progress && rank0())
+    opt_.progress(epoch_progress(p_, c_.training.epochs, seconds(e.start, Clock::now()), e.real_at_start, e.done, e.n));
+  const int every = x_.checkpoint_every;
+  if (every > 0 && p_.iteration % every == 0 && p_.consumed < e.slots) checkpoint(seconds(e.start, Clock::now()));
 }
 
 // Records the epoch just run, starts the next, and checkpoints.

@@ -101,6 +101,10 @@ class Trainer final : RunBackend {
     bool traced = false;
     Clock::time_point start;
   };
+  // One epoch as train_epoch runs it (trainer.cpp): its launches and records.
+  struct EpochPass;
+  Launched launch_iteration(EpochPass& e);
+  void record_iteration(EpochPass& e, Launched& l);
   void check_finite(double loss, const std::vector<double>& layer_grad_sq, double lr) const;
   void check_finite_weights() const;
   [[noreturn]] void diverged(std::int64_t iteration, const std::string& what) const;

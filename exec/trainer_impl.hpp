@@ -130,6 +130,7 @@ class Trainer final : RunBackend {
   void check_ranks_agree();
   void load_checkpoint_weights();
 
+  // The run: its config, this process, its data and sizes.
   const Config& c_;
   const ExecConfig x_;  // [exec]: how this process runs
   const TrainOptions& opt_;
@@ -138,13 +139,18 @@ class Trainer final : RunBackend {
   int L_;
   int eval_batch_;  // samples per evaluation or cache-fill chunk (exec.eval_batch_size, else training.batch_size)
   int cores_;       // this machine's: the planner's thread counts divide them
+  // Planning: the cost model, the context, the run planner (which times
+  // the chunk search through predict()).
   AnalyticCostModel cost_;
   PlanContext ctx_;
   IterationPredictor analytic_;
   RunPlanner planner_;
+  // Training: the model, its optimizer, the sampler.
   Model model_;
   Optimizer optimizer_;
   SamplerSpec sampler_;
+  // Carrying plans out: this process's node, its group, its pipeline, the
+  // node's activation cache and rank 0's cache probe.
   int node_;
   bool leader_;
   std::unique_ptr<Dist> dist_;
@@ -158,12 +164,15 @@ class Trainer final : RunBackend {
   int next_order_epoch_ = -1;
   std::vector<std::int64_t> next_order_;
   std::vector<std::int64_t> entry_shape_;
+  // Where the run stands: the plan in force and the one before, the run
+  // state a checkpoint holds, the freeze step's transition being measured.
   Plan plan_storage_, prev_storage_;
   const Plan* plan_ = nullptr;
   const Plan* previous_plan_ = nullptr;
   trace::RunState p_;
   TransitionMeter meter_{p_.transitions};  // the freeze step being planned and carried out
   bool resumed_ = false, ever_active_ = false;
+  // The trace and the clocks.
   TraceRecorder timeline_;
   Clock::time_point origin_ = Clock::now();
   Clock::time_point run_start_ = origin_;  // run() began: the run's start counts from here

@@ -21,7 +21,6 @@
 #include "planner/run_loop.hpp"
 #include "planner/transition.hpp"
 #include "sim/runs.hpp"
-#include "sim/sim_config.hpp"
 #include "traces/chunks_csv.hpp"
 #include "traces/plan_epoch.hpp"
 #include "traces/atomic_file.hpp"
@@ -35,7 +34,8 @@ double ModeRun::total_s() const {
   return t;
 }
 
-SimRequest program_request(const PlanContext& ctx, const IterationProgram& p, int iterations, int plan_id) {
+SimRequest program_request(const PlanContext& ctx, const SimConfig& sim, const IterationProgram& p, int iterations,
+                           int plan_id) {
   SimRequest req;
   req.schedule = p.schedule;
   req.costs = iteration_costs(ctx, p.setup);
@@ -46,7 +46,7 @@ SimRequest program_request(const PlanContext& ctx, const IterationProgram& p, in
   req.cache_tier = p.setup.cache_tier;
   req.cache_writes_behind = p.setup.cache_writes_behind;
   req.cache_reads_ahead = p.setup.cache_reads_ahead;
-  req.collectives = read_sim_config(ctx.config).collectives;
+  req.collectives = sim.collectives;
   req.iterations = iterations;
   req.plan_id = plan_id;
   return req;
@@ -113,9 +113,8 @@ TransitionCost transition(const PlanContext& ctx, const Plan* prev, const Plan& 
 
 // Steady-state periods: the last iteration of warm-up + measured ones,
 // once the measured ones repeat; more are simulated until they do.
-std::vector<std::pair<double, Measured>> steady_periods(Runner& runner, const PlanContext& ctx,
+std::vector<std::pair<double, Measured>> steady_periods(Runner& runner, const PlanContext& ctx, const SimConfig& k,
                                                         const std::vector<IterationProgram>& programs) {
-  const SimConfig k = read_sim_config(ctx.config);
   const auto period = [&](const Measured& m, bool* repeats) {
     const auto& end = m.sim.iteration_end_s;
     std::vector<double> d;
@@ -125,14 +124,14 @@ std::vector<std::pair<double, Measured>> steady_periods(Runner& runner, const Pl
     return d.back();
   };
   const int n0 = k.warmup_iterations + k.measure_iterations;
-  const std::vector<Measured> first = runner.run(ctx, programs, n0);
+  const std::vector<Measured> first = runner.run(ctx, k, programs, n0);
   std::vector<std::pair<double, Measured>> out;
   for (std::size_t i = 0; i < programs.size(); ++i) {
     Measured m = first[i];
     bool repeats = false;
     double p = period(m, &repeats);
     for (int n = 2 * n0; !repeats && n <= 64; n *= 2) {
-      m = runner.run(ctx, {programs[i]}, n).front();
+      m = runner.run(ctx, k, {programs[i]}, n).front();
       p = period(m, &repeats);
     }
     out.emplace_back(p, m);
@@ -274,15 +273,15 @@ TracedPrograms traced_programs(const std::vector<Plan>& plans, bool traced) {
 // SimGrid answers the planner's profiling step with one iteration per
 // candidate M (a synchronous iteration starts from idle devices), and a
 // plan's throughput with its steady state, which the pricing reuses.
-IterationPredictor sim_predictor(Runner& runner, const PlanContext& ctx) {
-  return [&runner, &ctx](const std::vector<IterationProgram>& programs, PredictionUse use) {
+IterationPredictor sim_predictor(Runner& runner, const PlanContext& ctx, const SimConfig& sim) {
+  return [&runner, &ctx, &sim](const std::vector<IterationProgram>& programs, PredictionUse use) {
     std::vector<IterationPrediction> out;
     if (use == PredictionUse::Plan) {
-      for (const auto& [period, m] : steady_periods(runner, ctx, programs))
+      for (const auto& [period, m] : steady_periods(runner, ctx, sim, programs))
         out.push_back({period, m.bubble_fraction(period)});
       return out;
     }
-    for (const Measured& m : runner.run(ctx, programs, 1)) {
+    for (const Measured& m : runner.run(ctx, sim, programs, 1)) {
       const double t = m.sim.iteration_end_s.front();
       out.push_back({t, m.bubble_fraction(t)});
     }
@@ -306,7 +305,8 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool trace, const Cost
   ModeOutput out;
   const Config mc = mode_config(config, mode);
   const PlanContext ctx(mc, cost);
-  const IterationPredictor predict = sim_predictor(runner, ctx);
+  const SimConfig sc = read_sim_config(mc);  // [sim], read once for every request of the mode
+  const IterationPredictor predict = sim_predictor(runner, ctx, sc);
   ModeRun& run = out.run;
   run.mode = mode;
   // The run loop walks the training ahead (no measured gradient norms: the
@@ -317,14 +317,14 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool trace, const Cost
   const RunRecord record = walk_ahead(planner);
   run.plan = std::move(planner).take();
   if (exact) check_exact(run.plan.plans);
-  const bool traced = trace && read_sim_config(mc).trace;
+  const bool traced = trace && sc.trace;
   const std::vector<Plan>& plans = run.plan.plans;
   const TracedPrograms to_trace = traced_programs(plans, traced);
   // The transitions' transfers and the traced iterations depend on nothing
   // but the plans: all start at once (their runs go to the same pool), and
   // the record's steps are then priced in order.
   std::future<std::vector<trace::Trace>> traces =
-      std::async(std::launch::async, [&] { return runner.trace(ctx, to_trace.programs, to_trace.plan_ids, to_trace.iterations); });
+      std::async(std::launch::async, [&] { return runner.trace(ctx, sc, to_trace.programs, to_trace.plan_ids, to_trace.iterations); });
   const auto entered_from = [&](const StepRecord& step) { return step.previous < 0 ? nullptr : &plans.at(step.previous); };
   const std::vector<TransitionCost> transitions =
       parallel_map<TransitionCost>(record.steps.size(), runner.jobs(), [&](std::size_t si) {
@@ -340,7 +340,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool trace, const Cost
       fill_state[pi] = steady.size();
       steady.push_back(plans[pi].fill_program);
     }
-  const auto steady_states = steady_periods(runner, ctx, steady);
+  const auto steady_states = steady_periods(runner, ctx, sc, steady);
   // A transition's spans from `at`, where a trace can hold them (else counted as left out).
   const auto trace_transition = [&](const Plan& p, const Plan* prev, const TransitionCost& tr, double at) {
     const bool fits = at + tr.total_s() <= trace::kMaxTraceTimeS && tr.total_s() <= trace::kMaxTraceSpanS;
@@ -377,7 +377,7 @@ ModeOutput simulate_mode(const Config& config, Mode mode, bool trace, const Cost
       double epoch_s = epoch_seconds(state.sim, fill ? p.fill_iteration_s : p.iteration_s, p.iterations_per_epoch);
       if (exact) {
         const auto n = static_cast<int>(p.iterations_per_epoch);  // check_exact bounds it
-        epoch_s = runner.run(ctx, {p.program_for(e)}, n).front().sim.drained_s;
+        epoch_s = runner.run(ctx, sc, {p.program_for(e)}, n).front().sim.drained_s;
       }
       const double transition = e == p.first_epoch ? ps.transition_s : 0.0;
       run.epochs.push_back(epoch_row(mode, p, ps, state, e, fill, epoch_s, transition, mc.data.num_train_samples));
@@ -667,7 +667,7 @@ std::vector<double> simulate_steady_iterations(const Config& config, const CostM
   const PlanContext ctx(config, cost);
   Runner runner(sim, default_jobs(0));
   std::vector<double> out;
-  for (const auto& [period, m] : steady_periods(runner, ctx, programs)) out.push_back(period);
+  for (const auto& [period, m] : steady_periods(runner, ctx, read_sim_config(config), programs)) out.push_back(period);
   return out;
 }
 
@@ -676,7 +676,8 @@ std::vector<double> simulate_chunk_iterations(const Config& config, const CostMo
   const PlanContext ctx(config, cost);
   Runner runner(sim, default_jobs(0));
   std::vector<double> out;
-  for (const Measured& m : runner.run(ctx, programs, 1)) out.push_back(m.sim.iteration_end_s.front());
+  for (const Measured& m : runner.run(ctx, read_sim_config(config), programs, 1))
+    out.push_back(m.sim.iteration_end_s.front());
   return out;
 }
 

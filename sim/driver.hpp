@@ -12,6 +12,7 @@
 #include "planner/modes.hpp"
 #include "planner/run_plan.hpp"
 #include "planner/transition.hpp"
+#include "sim/sim_config.hpp"
 #include "sim/simulator.hpp"
 #include "traces/chunks_csv.hpp"
 #include "traces/trace.hpp"
@@ -88,9 +89,10 @@ struct RunOptions {
 
 // What SimGrid runs for a program as the planner lowered it: its schedule,
 // replicas (GPUs and ranks) and cache, its actions priced by ctx's cost
-// model (iteration_costs), `iterations` back to back.
-[[nodiscard]] SimRequest program_request(const PlanContext& ctx, const IterationProgram& p, int iterations = 1,
-                                         int plan_id = -1);
+// model (iteration_costs), `iterations` back to back, its all-reduces moved
+// as `sim` (the config's [sim], read_sim_config) says.
+[[nodiscard]] SimRequest program_request(const PlanContext& ctx, const SimConfig& sim, const IterationProgram& p,
+                                         int iterations = 1, int plan_id = -1);
 
 // The steady-state iteration time (seconds) SimGrid gives each program under
 // `cost`: what `elasticpipe validate` compares with measured iterations.

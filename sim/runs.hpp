@@ -38,14 +38,15 @@ class Runner {
   Runner(Simulator& sim, int jobs) : sim_(sim), jobs_(jobs) {}
   [[nodiscard]] int jobs() const { return jobs_; }
 
-  std::vector<Measured> run(const PlanContext& ctx, const std::vector<IterationProgram>& programs, int iterations) {
+  std::vector<Measured> run(const PlanContext& ctx, const SimConfig& sim, const std::vector<IterationProgram>& programs,
+                            int iterations) {
     std::vector<std::string> keys;
     std::vector<SimRequest> misses;
     std::vector<std::string> miss_keys;
     {
       std::vector<SimRequest> requests;
       for (const IterationProgram& p : programs) {
-        requests.push_back(program_request(ctx, p, iterations, -1));
+        requests.push_back(program_request(ctx, sim, p, iterations, -1));
         keys.push_back(sim_.request_key(requests.back()));
       }
       const std::lock_guard lock(mutex_);
@@ -82,11 +83,11 @@ class Runner {
 
   // Each program's first `iterations` traced, in parallel (not memoised:
   // the traces are the point).
-  std::vector<trace::Trace> trace(const PlanContext& ctx, const std::vector<IterationProgram>& programs,
+  std::vector<trace::Trace> trace(const PlanContext& ctx, const SimConfig& sim, const std::vector<IterationProgram>& programs,
                                   const std::vector<int>& plan_ids, const std::vector<int>& iterations) {
     std::vector<SimRequest> requests;
     for (std::size_t i = 0; i < programs.size(); ++i)
-      requests.push_back(program_request(ctx, programs[i], iterations.at(i), plan_ids[i]));
+      requests.push_back(program_request(ctx, sim, programs[i], iterations.at(i), plan_ids[i]));
     std::vector<trace::Trace> traces;
     (void)sim_.run_batch(requests, jobs_, &traces);
     return traces;

@@ -61,8 +61,8 @@ TEST_CASE("request key: every input SimGrid reads changes it, plan_id does not",
   setup.batch = c.training.batch_size;
   IterationSetup fill = setup;
   fill.cache_valid_layers = 0;
-  const SimRequest steady = sim::program_request(ctx, lower_iteration(ctx, setup));
-  const SimRequest filling = sim::program_request(ctx, lower_iteration(ctx, fill));
+  const SimRequest steady = sim::program_request(ctx, sim::read_sim_config(c), lower_iteration(ctx, setup));
+  const SimRequest filling = sim::program_request(ctx, sim::read_sim_config(c), lower_iteration(ctx, fill));
   REQUIRE(steady.replica_gpus.size() == 2);
   REQUIRE(has(steady, ActionKind::CacheRead));
   REQUIRE(has(filling, ActionKind::CacheWrite));

@@ -234,7 +234,7 @@ TEST_CASE("a node's replicas reading the cache at once: the planner's prediction
       setup.cache_tier = tier;
       setup.batch = c.training.batch_size;
       const double predicted = predict_iteration(ctx, setup).makespan;
-      CHECK(sim.run(sim::program_request(ctx, lower_iteration(ctx, setup))).iteration_end_s.at(0) ==
+      CHECK(sim.run(sim::program_request(ctx, sim::read_sim_config(c), lower_iteration(ctx, setup))).iteration_end_s.at(0) ==
             Approx(predicted).epsilon(0.005));
       // Sharing binds: eight readers take far longer than one.
       if (replicas == 1) alone_s = predicted;

@@ -89,9 +89,9 @@ bool fits_trace(const Trace& t, double offset_s) {
 }
 
 void note_start(Trace& t, double start_s) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6f", start_s);
-  t.metadata[kStartKey] = text;
+  // To the microsecond, in the shortest text: "0.57953", not "0.579530",
+  // which the metadata's writer would keep as a string, not a number.
+  t.metadata[kStartKey] = csv::shortest(std::round(start_s * 1e6) / 1e6);
 }
 
 std::optional<double> start_of(const Trace& t) {

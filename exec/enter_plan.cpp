@@ -31,7 +31,7 @@ std::vector<at::Device> Trainer::plan_devices() const {
 namespace {
 
 bool unchanged(const Plan& prev, const Plan& plan) {
-  return !repartitioned(prev, plan) && prev.frozen_layers == plan.frozen_layers && prev.M == plan.M &&
+  return !repartitioned(prev, plan) && !refrozen(prev, plan) && prev.M == plan.M &&
          prev.layout.active_ranks == plan.layout.active_ranks && prev.cache.on == plan.cache.on &&
          prev.cache.tier == plan.cache.tier && plan.cache_fill_from < 0 && prev.cache_file_ahead == plan.cache_file_ahead;
 }

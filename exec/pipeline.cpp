@@ -141,7 +141,7 @@ void Pipeline::configure(const Partition& partition, int K, int v) {
   for (int i = 0; i < model_.num_sublayers(); ++i) {
     Sublayer& sub = model_.sublayer(i);
     const at::Device device = device_of_sublayer(i);
-    const bool trainable = i >= partition.frozen_end;
+    const bool trainable = partition.trains(i);  // not the prefix, nor a layer frozen inside
     sub.to(device);
     sub.set_requires_grad(trainable);
     for (const auto& p : sub.params()) {
@@ -331,6 +331,7 @@ void Pipeline::prepare_step(const IterationProgram& program) {
     std::set<std::tuple<int, int, int>> kinds;  // device type, index, dtype
     for (int i = partition_.frozen_end; i < model_.num_sublayers(); ++i)
       for (const auto& p : model_.sublayer(i).params()) {
+        if (!partition_.trains(i)) break;
         trained.push_back(p);
         const at::Tensor& t = p.tensor;
         if (kinds.insert({static_cast<int>(t.device().type()), static_cast<int>(t.device().index()),
@@ -449,7 +450,8 @@ struct Pipeline::DeviceRun {
   std::vector<NamedTensor> stage_params(int s) const {
     std::vector<NamedTensor> ps;
     for (int i = part.active(s).first; i < part.active(s).last; ++i)
-      for (const auto& p : pipe.model_.sublayer(i).params()) ps.push_back(p);
+      if (part.trains(i))
+        for (const auto& p : pipe.model_.sublayer(i).params()) ps.push_back(p);
     return ps;
   }
 

@@ -1,5 +1,7 @@
 #include "exec/transition_meter.hpp"
 
+#include "planner/transition.hpp"
+
 #include <cstdio>
 #include <utility>
 
@@ -39,7 +41,7 @@ bool TransitionMeter::moved(const Plan& previous, const Plan& plan, int epoch) {
   row_.replicas_after = plan.layout.replicas;
   move_end_ = Clock::now();
   seconds_ = exec::seconds(step_start_, move_end_);
-  if (plan.frozen_layers == previous.frozen_layers && plan.K == previous.K) return false;
+  if (!refrozen(previous, plan) && plan.K == previous.K) return false;
   rows_.push_back(row_);
   warmup_.start();
   first_batch_pending_ = true;

@@ -78,7 +78,8 @@ double max_device_memory(const ModelSpec& spec, const TrainingConfig& t, const P
   const int b = (batch + M - 1) / M;
   std::vector<double> per_device(K, 0.0);
   for (int s = 0; s < p.K(); ++s) {
-    const StageLoad load{p.active(s), p.hosted_frozen(s), b, M};
+    const StageLoad load{p.active(s), p.hosted_frozen(s), b, M,
+                         spec.params(p.active(s)) - trained_params(spec, p, s)};
     per_device[s % K] += stage_memory(spec, t, load).total_bytes();
   }
   return *std::max_element(per_device.begin(), per_device.end());

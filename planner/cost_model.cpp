@@ -52,6 +52,10 @@ double AnalyticCostModel::backward_s(const Sublayer& s, int samples) const {
   return compute_s(s.bwd_flops_per_sample * samples);
 }
 
+double AnalyticCostModel::backward_input_s(const Sublayer& s, int samples) const {
+  return compute_s(s.bwd_input_flops_per_sample * samples);
+}
+
 double AnalyticCostModel::frozen_forward_s(const Sublayer& s, int samples) const {
   return forward_s(s, samples);
 }

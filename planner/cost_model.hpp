@@ -36,6 +36,13 @@ class CostModel {
   [[nodiscard]] virtual double forward_again_s(const Sublayer& s, int samples) const { return forward_s(s, samples); }
   // Input and weight gradients, no recompute.
   [[nodiscard]] virtual double backward_s(const Sublayer&, int samples) const = 0;
+  // The input's gradient alone (a layer frozen inside, decision 0037).
+  // Default: backward_s by the sublayer's FLOP share of it (a profile does
+  // not time it apart).
+  [[nodiscard]] virtual double backward_input_s(const Sublayer& s, int samples) const {
+    return s.bwd_flops_per_sample > 0 ? backward_s(s, samples) * s.bwd_input_flops_per_sample / s.bwd_flops_per_sample
+                                      : 0.0;
+  }
   // Forward under no_grad (F_frozen): no autograd bookkeeping.
   [[nodiscard]] virtual double frozen_forward_s(const Sublayer&, int samples) const = 0;
   [[nodiscard]] virtual double p2p_s(double bytes, LinkKind) const = 0;
@@ -85,6 +92,7 @@ class CostModel {
 // compute   = sublayer_overhead_s + FLOPs / (peak_flops_per_s · efficiency),
 //             one peak for FP32 and BF16 (DeviceSpec holds only the FP32
 //             peak; BF16 runs at that rate here), frozen forward = forward;
+//             input-only backward (a layer frozen inside) on its FLOPs;
 // p2p       = latency + bytes / bandwidth;
 // all-reduce (ring, n ranks) = 2(n−1)/n · bytes / bandwidth + 2(n−1) · latency, 0 for n = 1;
 // cache     = bytes / min(host memory (disk tier: and disk) bandwidth, the
@@ -102,6 +110,7 @@ class AnalyticCostModel final : public CostModel {
   [[nodiscard]] std::string name() const override { return "analytic"; }
   [[nodiscard]] double forward_s(const Sublayer&, int samples) const override;
   [[nodiscard]] double backward_s(const Sublayer&, int samples) const override;
+  [[nodiscard]] double backward_input_s(const Sublayer&, int samples) const override;
   [[nodiscard]] double frozen_forward_s(const Sublayer&, int samples) const override;
   [[nodiscard]] double p2p_s(double bytes, LinkKind) const override;
   [[nodiscard]] double allreduce_s(double bytes, int ranks, LinkKind slowest_link) const override;

@@ -39,15 +39,28 @@ CacheCopy cache_copy(const PlanContext& ctx, const IterationSetup& s, double byt
 
 // A stage's forward of micro-batch m: the first casts the trained weights
 // (bf16 autocast), later ones (and recomputes) reuse the copies; frozen
-// weights take no gradient, so autocast casts them every time. A
-// micro-batch its backward recomputes runs forward without autograd (no
-// graph kept): a frozen forward's cost.
-double stage_forward_of(const CostModel& cost, const ModelSpec& spec, SublayerRange active,
+// weights (the prefix in place, layers frozen inside) take no gradient, so
+// autocast casts them every time. A micro-batch its backward recomputes
+// runs forward without autograd (no graph kept): a frozen forward's cost.
+double stage_forward_of(const CostModel& cost, const ModelSpec& spec, const Partition& p, SublayerRange active,
                         SublayerRange frozen_in_place, int m, bool recomputed, int samples) {
-  const double trained = recomputed ? stage_frozen_forward_s(cost, spec, active, samples)
-                         : m == 0   ? stage_forward_s(cost, spec, active, samples)
-                                    : stage_forward_again_s(cost, spec, active, samples);
+  double trained = 0;
+  for (int i = active.first; i < active.last; ++i) {
+    const Sublayer& sub = spec.sublayers[i];
+    trained += recomputed                ? cost.frozen_forward_s(sub, samples)
+               : m == 0 || !p.trains(i) ? cost.forward_s(sub, samples)
+                                         : cost.forward_again_s(sub, samples);
+  }
   return trained + stage_frozen_forward_s(cost, spec, frozen_in_place, samples);
+}
+
+// A stage's backward: the input's gradient alone for a layer frozen inside.
+double stage_backward_of(const CostModel& cost, const ModelSpec& spec, const Partition& p, SublayerRange active,
+                         int samples) {
+  double s = 0;
+  for (int i = active.first; i < active.last; ++i)
+    s += p.trains(i) ? cost.backward_s(spec.sublayers[i], samples) : cost.backward_input_s(spec.sublayers[i], samples);
+  return s;
 }
 
 }  // namespace
@@ -66,7 +79,7 @@ ScheduleOptions schedule_options(const PlanContext& ctx, const IterationSetup& s
   if (s.replicas > 1) {
     const double bucket = ctx.config.planner.bucket_size_bytes;
     for (int st = 0; st < s.partition.K(); ++st) {
-      const double grad_bytes = 4.0 * ctx.spec.params(s.partition.active(st));
+      const double grad_bytes = 4.0 * trained_params(ctx.spec, s.partition, st);
       o.buckets_per_stage.push_back(static_cast<int>(std::ceil(grad_bytes / bucket)));
     }
   }
@@ -110,8 +123,8 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
       const SublayerRange a = p.active(st);
       const SublayerRange in_place = st == 0 && p.bounds[0] > 0 ? SublayerRange{} : p.hosted_frozen(st);
       const bool recompute = recomputes(ckpt, m, s.M);
-      fwd[st][m] = stage_forward_of(cost, spec, a, in_place, m, recompute, b);
-      bwd[st][m] = stage_backward_s(cost, spec, a, b) + (recompute ? stage_forward_again_s(cost, spec, a, b) : 0.0);
+      fwd[st][m] = stage_forward_of(cost, spec, p, a, in_place, m, recompute, b);
+      bwd[st][m] = stage_backward_of(cost, spec, p, a, b) + (recompute ? stage_forward_again_s(cost, spec, a, b) : 0.0);
       act_bytes[st][m] = b * out_bytes(stage_range(p, st).last - 1);
       act[st][m] = cost.p2p_s(act_bytes[st][m], LinkKind::IntraNode);
     }
@@ -120,7 +133,7 @@ IterationCosts iteration_costs(const PlanContext& ctx, const IterationSetup& s) 
   const LinkKind dp_link = s.replicas_span_nodes ? LinkKind::InterNode : LinkKind::IntraNode;
   std::vector<double> ar(stages, 0), ar_bytes(stages, 0), opt(stages);
   for (int st = 0; st < stages; ++st) {
-    const double params = spec.params(p.active(st));
+    const double params = trained_params(spec, p, st);
     opt[st] = params > 0 ? cost.optimizer_step_s(params) + (s.grad_norms ? cost.grad_norms_s(params) : 0.0) : 0.0;
     if (!o.buckets_per_stage.empty() && o.buckets_per_stage[st] > 0) {
       ar_bytes[st] = 4.0 * params / o.buckets_per_stage[st];

@@ -65,10 +65,11 @@ MemoryBreakdown stage_memory(const ModelSpec& spec, const TrainingConfig& traini
                              const StageLoad& stage) {
   const double active_params = spec.params(stage.active);
   const double frozen_params = spec.params(stage.frozen);
+  const double trained_params = active_params - stage.frozen_inside_params;
   return {
       kWeightBytesPerParam * (active_params + frozen_params),
-      kGradientBytesPerParam * active_params,
-      optimizer_bytes_per_param(training) * active_params,
+      kGradientBytesPerParam * trained_params,
+      optimizer_bytes_per_param(training) * trained_params,
       active_activation_bytes(spec, training.checkpointing, stage) +
           frozen_transient_bytes(spec, stage),
   };

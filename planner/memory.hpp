@@ -28,6 +28,9 @@ struct StageLoad {
   SublayerRange frozen;  // frozen sublayers hosted here (F_frozen, first stage only); may be empty
   int micro_batch_size = 1;
   int M = 1;  // micro-batches per mini-batch
+  // Of the active sublayers' parameters, those of layers frozen inside
+  // (decision 0037): weights and activations, no gradients or optimizer state.
+  double frozen_inside_params = 0;
 };
 
 // Parameters: FP32 weights (4 B/param, also under BF16 autocast) for active

@@ -40,9 +40,10 @@ struct Dims {
 
 Sublayer make(SublayerKind kind, int layer, std::string name, double params,
               double fwd_flops, double bwd_factor, double out_bytes,
-              double saved_elements, double e) {
+              double saved_elements, double e, double weight_grad_flops = 0) {
   return {kind,      layer,           std::move(name),  params,
-          fwd_flops, bwd_factor * fwd_flops, out_bytes, saved_elements * e};
+          fwd_flops, bwd_factor * fwd_flops, out_bytes, saved_elements * e,
+          bwd_factor * fwd_flops - weight_grad_flops};
 }
 
 // Saved activations (elements per sample) follow what autograd keeps:
@@ -66,8 +67,9 @@ Sublayer attention(const Dims& d, int layer) {
                        2 * 2 * d.s * d.s * d.H + kSoftmaxFlops * d.a * d.s * d.s +
                        2 * d.s * d.H * d.H + kResidualFlops * d.s * d.H;
   const double saved = 6 * d.s * d.H + 2 * d.a * d.s * d.s;
+  // The four projections' weight gradients: one matrix product each.
   return make(SublayerKind::Attention, layer, "att." + std::to_string(layer), params,
-              flops, 2, d.s * d.H * kResidualBytes, saved, d.e);
+              flops, 2, d.s * d.H * kResidualBytes, saved, d.e, 2 * d.s * 4 * d.H * d.H);
 }
 
 Sublayer mlp(const Dims& d, int layer) {
@@ -76,7 +78,7 @@ Sublayer mlp(const Dims& d, int layer) {
                        kActivationFlops * d.s * d.I + kResidualFlops * d.s * d.H;
   const double saved = 2 * d.s * d.H + 2 * d.s * d.I;
   return make(SublayerKind::Mlp, layer, "mlp." + std::to_string(layer), params, flops,
-              2, d.s * d.H * kResidualBytes, saved, d.e);
+              2, d.s * d.H * kResidualBytes, saved, d.e, 2 * 2 * d.s * d.H * d.I);
 }
 
 // ViT (HF ViTModel / timm vit_base_patch16_224): Conv2d patch embedding,

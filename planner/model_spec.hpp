@@ -30,6 +30,9 @@ struct Sublayer {
   // Bytes autograd keeps for backward while the sublayer is active and not
   // recomputed.
   double saved_activation_bytes_per_sample = 0;
+  // The input's gradient alone, without the weights' (a layer frozen
+  // inside, decision 0037): bwd less one matrix product per weight matrix.
+  double bwd_input_flops_per_sample = 0;
 };
 
 std::ostream& operator<<(std::ostream&, const Sublayer&);

@@ -33,7 +33,9 @@ int Partition::stage_of(int sublayer) const {
 std::ostream& operator<<(std::ostream& os, const Partition& p) {
   os << "Partition{frozen=" << p.frozen_layers << ", bounds=[";
   for (std::size_t i = 0; i < p.bounds.size(); ++i) os << (i ? "," : "") << p.bounds[i];
-  return os << "]}";
+  os << "]";
+  if (!p.frozen_inside.empty()) os << ", inside=" << layer_list(p.frozen_inside);
+  return os << "}";
 }
 
 std::string describe(const Partition& p, const ModelSpec& spec) {
@@ -49,7 +51,27 @@ std::string describe(const Partition& p, const ModelSpec& spec) {
     if (b > a) os << ".." << spec.sublayers[b].name;
   }
   if (in_place) os << "  (frozen " << frozen << " forward-only in place)";
+  if (!p.frozen_inside.empty()) os << "  (frozen inside: layers " << layer_list(p.frozen_inside) << ")";
   return os.str();
+}
+
+double trained_params(const ModelSpec& spec, const Partition& p, int stage) {
+  double v = 0;
+  const SublayerRange a = p.active(stage);
+  for (int i = a.first; i < a.last; ++i)
+    if (p.trains(i)) v += spec.sublayers[i].params;
+  return v;
+}
+
+std::string frozen_inside_by_stage(const Partition& p) {
+  std::string out;
+  for (int s = 0; s < p.K(); ++s) {
+    std::vector<int> here;
+    for (const int l : p.frozen_inside)
+      if (p.stage_of(ModelSpec::first_sublayer_of_layer(l)) == s) here.push_back(l);
+    out += (s ? " | " : "") + layer_list(here);
+  }
+  return out;
 }
 
 namespace {

@@ -31,6 +31,11 @@ struct Partition {
   int frozen_layers = 0;
   int frozen_end = 0;
   std::vector<int> bounds;  // size K+1; bounds.front() == frozen_end, bounds.back() == #sublayers
+  // Layers frozen behind a trainable one (decision 0037), sorted, each past
+  // the prefix: they stay in their stage's active range and run its forward
+  // and their input's gradient, but have no weight gradient, optimizer
+  // state or all-reduce. Empty: prefix freezing.
+  std::vector<int> frozen_inside;
 
   [[nodiscard]] int K() const { return static_cast<int>(bounds.size()) - 1; }
   // The sublayers stage s trains.
@@ -42,6 +47,13 @@ struct Partition {
   [[nodiscard]] SublayerRange hosted_frozen(int s) const {
     if (s == 0 && bounds[0] > 0) return {0, bounds[0]};
     return {bounds[s], std::min(bounds[s + 1], frozen_end)};
+  }
+  // Whether `sublayer` computes its weights' gradient: past the prefix and
+  // not of a layer frozen inside.
+  [[nodiscard]] bool trains(int sublayer) const {
+    if (sublayer < frozen_end) return false;
+    if (sublayer == 0 || frozen_inside.empty()) return true;  // the stem freezes only with the prefix
+    return !std::binary_search(frozen_inside.begin(), frozen_inside.end(), (sublayer - 1) / 2);
   }
   // The stage running `sublayer`; -1 for a sublayer of F_frozen (which runs
   // on stage 0's device, outside the pipeline).
@@ -55,8 +67,24 @@ struct Partition {
   friend bool operator==(const Partition&, const Partition&) = default;
 };
 std::ostream& operator<<(std::ostream&, const Partition&);
-// "stem..mlp.2 | att.3..mlp.5 | ..." with the frozen prefix in brackets.
+// "stem..mlp.2 | att.3..mlp.5 | ..." with the frozen prefix in brackets,
+// and the layers frozen inside after it ("frozen inside: 4 7").
 [[nodiscard]] std::string describe(const Partition&, const ModelSpec&);
+// Stage s's parameters that train (their gradients are all-reduced and
+// stepped): its active sublayers' less those of layers frozen inside.
+[[nodiscard]] double trained_params(const ModelSpec&, const Partition&, int stage);
+// The layers frozen inside as a list, "4 7" ("-" when none): what plan.json
+// and epochs.csv show.
+// Inline: the trace writers (ep_traces) use it without the planner.
+[[nodiscard]] inline std::string layer_list(const std::vector<int>& layers) {
+  if (layers.empty()) return "-";
+  std::string out;
+  for (const int l : layers) out += (out.empty() ? "" : " ") + std::to_string(l);
+  return out;
+}
+// Per stage, its layers frozen inside, "att.. | 4 | - | 7,9": what the
+// plan table shows.
+[[nodiscard]] std::string frozen_inside_by_stage(const Partition&);
 // Sublayers per stage, e.g. "3,3,2,2".
 [[nodiscard]] std::string stage_sizes(const Partition&);
 

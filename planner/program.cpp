@@ -53,7 +53,7 @@ std::string joined(const std::vector<T>& v) {
 
 // Every field is written: a field added to these types changes their size
 // and stops the build here until it is written too.
-static_assert(sizeof(IterationProgram) == 224 && sizeof(IterationSetup) == 72 && sizeof(Partition) == 32 &&
+static_assert(sizeof(IterationProgram) == 248 && sizeof(IterationSetup) == 96 && sizeof(Partition) == 56 &&
                   sizeof(Schedule) == 40 && sizeof(ReplicaLayout) == 72 && sizeof(ReplicaLayout::Replica) == 40 &&
                   sizeof(WorkerThreads) == 4,
               "program_text writes every field: write the new one too, then update these sizes");
@@ -66,7 +66,10 @@ std::string program_text(const IterationProgram& p) {
      << " valid_layers=" << s.cache_valid_layers << " batch=" << s.batch << " writes_behind=" << s.cache_writes_behind
      << " reads_ahead=" << s.cache_reads_ahead << " grad_norms=" << s.grad_norms << "\n";
   os << "partition frozen_layers=" << s.partition.frozen_layers << " frozen_end=" << s.partition.frozen_end
-     << " bounds=" << joined(s.partition.bounds) << "\n";
+     << " bounds=" << joined(s.partition.bounds);
+  // Only where there are any: a prefix program's text (and digest) is as before.
+  if (!s.partition.frozen_inside.empty()) os << " inside=" << joined(s.partition.frozen_inside);
+  os << "\n";
   os << to_csv(p.schedule);
   os << "micro_batches " << joined(p.micro_batches) << "\nrecomputed " << p.recomputed_microbatches << "\n";
   const ReplicaLayout& l = p.layout;

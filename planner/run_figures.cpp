@@ -18,7 +18,7 @@ double flops_per_sample(const ModelSpec& spec, const Plan& p, bool reads) {
     if (i < p.partition.frozen_end)
       flops += reads ? 0.0 : s.fwd_flops_per_sample;
     else
-      flops += s.fwd_flops_per_sample + s.bwd_flops_per_sample;
+      flops += s.fwd_flops_per_sample + (p.partition.trains(i) ? s.bwd_flops_per_sample : s.bwd_input_flops_per_sample);
   }
   return flops;
 }

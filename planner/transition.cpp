@@ -22,9 +22,11 @@ const ReplicaLayout::Replica& replica_of(const ReplicaLayout& l, int rank) {
   return *it;
 }
 
-// Weights and optimizer state of the sublayers: what moves with them.
-double state_bytes(const PlanContext& ctx, SublayerRange active, SublayerRange frozen) {
-  const MemoryBreakdown m = stage_memory(ctx.spec, ctx.config.training, StageLoad{active, frozen, 1, 1});
+// Weights and optimizer state of the sublayers: what moves with them
+// (`frozen_inside_params` of the active ones have no optimizer state).
+double state_bytes(const PlanContext& ctx, SublayerRange active, SublayerRange frozen, double frozen_inside_params = 0) {
+  const MemoryBreakdown m =
+      stage_memory(ctx.spec, ctx.config.training, StageLoad{active, frozen, 1, 1, frozen_inside_params});
   return m.weights_bytes + m.optimizer_bytes;
 }
 
@@ -61,7 +63,7 @@ std::vector<StateMove> state_moves(const PlanContext& ctx, const Plan& prev, con
   // placed on each replica's GPUs (thousands of replicas stay linear).
   std::map<std::pair<int, int>, double> by_device;
   for (int i = 0; i < ctx.spec.num_sublayers(); ++i) {
-    const bool active = i >= plan.partition.frozen_end;
+    const bool active = plan.partition.trains(i);
     by_device[{prev.partition.device_of(i, prev.K), plan.partition.device_of(i, plan.K)}] +=
         state_bytes(ctx, active ? SublayerRange{i, i + 1} : SublayerRange{}, active ? SublayerRange{} : SublayerRange{i, i + 1});
   }
@@ -76,7 +78,9 @@ std::vector<StateMove> state_moves(const PlanContext& ctx, const Plan& prev, con
   if (!plan.onboarding.empty()) {
     std::vector<double> stage_bytes;  // what a woken replica receives per stage
     for (int s = 0; s < plan.partition.K(); ++s)
-      stage_bytes.push_back(state_bytes(ctx, plan.partition.active(s), plan.partition.hosted_frozen(s)));
+      stage_bytes.push_back(state_bytes(ctx, plan.partition.active(s), plan.partition.hosted_frozen(s),
+                                        ctx.spec.params(plan.partition.active(s)) -
+                                            trained_params(ctx.spec, plan.partition, s)));
     for (const Onboarding& o : plan.onboarding) {
       const auto& dst = replica_of(plan.layout, o.rank);
       const auto& src = replica_of(plan.layout, o.source);
@@ -93,6 +97,10 @@ std::vector<StateMove> state_moves(const PlanContext& ctx, const Plan& prev, con
 
 bool repartitioned(const Plan& prev, const Plan& plan) {
   return prev.partition.bounds != plan.partition.bounds || prev.K != plan.K;
+}
+
+bool refrozen(const Plan& prev, const Plan& plan) {
+  return prev.frozen_layers != plan.frozen_layers || prev.partition.frozen_inside != plan.partition.frozen_inside;
 }
 
 // The transition's terms, each a formula (docs/SIMULATOR.md, "Transition
@@ -134,7 +142,7 @@ TransitionCost process_start(const TransitionSpec& k, const CostModel& cost, dou
 }  // namespace
 
 double predict_warmup_s(const PlanContext& ctx, const Plan& prev, const Plan& plan) {
-  if (!repartitioned(prev, plan) && plan.frozen_layers == prev.frozen_layers) return 0;
+  if (!repartitioned(prev, plan) && !refrozen(prev, plan)) return 0;
   return ctx.cost.freeze_warmup_s().value_or(ctx.config.cluster.transition.warmup_iterations * plan.iteration_s);
 }
 
@@ -154,7 +162,7 @@ TransitionCost predict_transition(const PlanContext& ctx, const Plan* prev, cons
                                             ctx.config.training.batch_size, plan.cache_probe_set_up);
   const bool moved = repartitioned(*prev, plan);
   const bool regrouped = prev->layout.active_ranks != plan.layout.active_ranks;
-  if (!moved && !regrouped && prev->frozen_layers == plan.frozen_layers) return t;
+  if (!moved && !regrouped && !refrozen(*prev, plan)) return t;
   const int I = ctx.config.cluster.gpus_per_node;
   for (const StateMove& m : state_moves(ctx, *prev, plan)) {
     const LinkKind link = m.src_gpu / I == m.dst_gpu / I ? LinkKind::IntraNode : LinkKind::InterNode;

@@ -80,5 +80,8 @@ inline constexpr int kStartIterations = 2;
 
 // Whether entering `next` from `previous` changes anything a back end must redo.
 [[nodiscard]] bool repartitioned(const Plan& previous, const Plan& next);
+// Whether the frozen set changed (the prefix or the layers frozen inside):
+// what runs with autograd changes, so the executor reconfigures and warms up.
+[[nodiscard]] bool refrozen(const Plan& previous, const Plan& next);
 
 }  // namespace ep

@@ -363,7 +363,7 @@ TEST_CASE("a stage with nothing to train works: no optimizer state, no gradient 
   p.frozen_end = ModelSpec::frozen_prefix(2).last;
   p.bounds = {0, p.frozen_end, n};
   run.pipeline.configure(p, 2, 1);
-  Partition single{2, p.frozen_end, {0, n}};
+  Partition single{2, p.frozen_end, {0, n}, {}};
   ref.pipeline.configure(single, 1, 1);
   const at::Tensor x = inputs(m, 8, 4);
   const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
@@ -471,7 +471,7 @@ TEST_CASE("bf16 autocast: every iteration computes with the weights the last opt
   const at::Tensor y = at::randint(0, m.num_labels, {8}, at::kLong);
   const auto bf16_run = [&](Model& model, exec::Optimizer& opt, double lr_first) {
     Pipeline pipe(model, opt, {cpus(1), true});
-    Partition all{0, 0, {0, model.num_sublayers()}};
+    Partition all{0, 0, {0, model.num_sublayers()}, {}};
     pipe.configure(all, 1, 1);
     const auto program = [&] { return testing::program_of(schedule_for(ScheduleKind::GPipe, 1, 1, 1, all, true)); };
     if (lr_first > 0) (void)pipe.run(program(), split(x, y, 1), 8, lr_first);
@@ -495,7 +495,7 @@ TEST_CASE("model work handed to stage 0's worker runs there, with the threads gi
   Model model(m, 7);
   exec::Optimizer opt(sgd());
   Pipeline pipe(model, opt, {cpus(2), true});  // bf16 autocast on every worker
-  Partition all{0, 0, {0, model.num_sublayers()}};
+  Partition all{0, 0, {0, model.num_sublayers()}, {}};
   pipe.configure(all, 1, 1);
   const auto loss_on = [&](Pipeline& p) {  // lr 0: the loss at the weights as they are
     return p.run(testing::program_of(schedule_for(ScheduleKind::GPipe, 1, 1, 1, all, true)), split(x, y, 1), 8, 0).loss;
@@ -550,3 +550,66 @@ TEST_CASE("a thread's intra-op count holds in libtorch's own operators after ano
   CHECK(seen == 1);
 }
 #endif
+
+// Decision 0037: layers frozen inside (behind a trainable one) stay in their
+// stages and pass their input's gradient on, but take none themselves.
+TEST_CASE("for random models, frozen sets and partitions, a pipelined run equals one device with those "
+          "parameters' requires_grad off, and frozen weights never change") {
+  std::mt19937 rng(37);
+  const Dropout dropout{0.2, 0.3, 0.25};
+  for (int trial = 0; trial < 24; ++trial) {
+    const ModelFamily family = trial % 2 == 0 ? ModelFamily::ViT : ModelFamily::Bert;
+    const ModelConfig m = tiny(family);
+    const int L = m.num_hidden_layers;
+    Partition set;  // the frozen set: a prefix, and layers inside at random
+    set.frozen_layers = static_cast<int>(rng() % 2);
+    set.frozen_end = ModelSpec::frozen_prefix(set.frozen_layers).last;
+    for (int l = set.frozen_layers + 1; l < L; ++l)
+      if (rng() % 2 == 0) set.frozen_inside.push_back(l);
+    if (set.frozen_inside.empty()) set.frozen_inside.push_back(L - 1);
+    const at::Tensor x = inputs(m, 12, 50 + trial);
+    const at::Tensor y = at::randint(0, m.num_labels, {12}, at::kLong);
+    std::vector<std::int64_t> all_indices(12);
+    std::iota(all_indices.begin(), all_indices.end(), 0);
+
+    // One device by hand: requires_grad off for the frozen set, the prefix
+    // without dropout, the rest with the samples' keys.
+    Model ref(m, 7, dropout);
+    const int n = ref.num_sublayers();
+    for (int i = 0; i < n; ++i) ref.sublayer(i).set_requires_grad(set.trains(i));
+    const at::Tensor keys = dropout_keys(41, all_indices);
+    const at::Tensor loss =
+        at::cross_entropy_loss(ref.forward({set.frozen_end, n}, ref.forward({0, set.frozen_end}, x), {}, keys), y);
+    loss.backward();
+    const auto ref_grads = grads(ref);
+
+    const int K = std::vector<int>{1, 2, 4}[rng() % 3];
+    const int M = K * static_cast<int>(1 + rng() % 2);
+    const ScheduleKind kind = rng() % 2 == 0 ? ScheduleKind::GPipe : ScheduleKind::OneFOneB;
+    const Checkpointing ckpt = rng() % 2 == 0 ? Checkpointing::Never : Checkpointing::Always;
+    Partition part = random_partition(n, set.frozen_layers, K, rng);
+    part.frozen_inside = set.frozen_inside;
+    INFO("trial " << trial << " " << to_string(family) << " " << part << " " << to_string(kind) << " M=" << M
+                  << " recompute=" << (ckpt == Checkpointing::Always));
+    Run run(m, K, ckpt, sgd(), dropout);
+    run.pipeline.configure(part, K, 1);
+    run.pipeline.set_dropout_seed(41);
+    const auto result = run.run(schedule_for(kind, K, M, 1, part, false), split(x, y, M), 12, 0);
+    CHECK(result.loss == Approx(loss.item<double>()).epsilon(1e-5));
+    require_close(grads(run.model), ref_grads);  // the same trained parameters have gradients, and equal ones
+
+    // Trained with steps (momentum and weight decay, which would move any
+    // weight the optimizer held): the frozen set's weights stay bit for bit.
+    std::map<std::string, at::Tensor> before;
+    for (const auto& p : run.model.named_params()) before[p.name] = p.tensor.detach().clone();
+    for (int it = 0; it < 3; ++it)
+      (void)run.run(schedule_for(kind, K, M, 1, part, true), split(x, y, M), 12, 0.05);
+    for (int i = 0; i < n; ++i)
+      for (const auto& p : run.model.sublayer(i).params()) {
+        INFO(p.name);
+        CHECK(run.optimizer.contains(p.name) == part.trains(i));
+        if (!part.trains(i)) CHECK(at::equal(p.tensor.detach(), before.at(p.name)));
+        else CHECK_FALSE(at::equal(p.tensor.detach(), before.at(p.name)));
+      }
+  }
+}

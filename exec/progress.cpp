@@ -144,10 +144,11 @@ std::string format_host_pace(const HostPace& h) {
 
 std::string format_epoch(const trace::EpochMetrics& m, int epochs, int L) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "epoch %d/%d  loss %.4f  acc %s  frozen %d/%d  K %d  M %d  %s%.0f samples/s%s",
+  const std::string frozen = trace::frozen_text(m);
+  std::snprintf(buf, sizeof buf, "epoch %d/%d  loss %.4f  acc %s  frozen %s/%d  K %d  M %d  %s%.0f samples/s%s",
                 m.epoch + 1, epochs, m.loss,
                 m.accuracy < 0 ? "n/a" : (std::to_string(std::round(m.accuracy * 10000) / 100).substr(0, 5) + "%").c_str(),
-                m.frozen_layers, L, m.K, m.M, m.replicas > 1 ? ("x" + std::to_string(m.replicas) + "  ").c_str() : "",
+                frozen.c_str(), L, m.K, m.M, m.replicas > 1 ? ("x" + std::to_string(m.replicas) + "  ").c_str() : "",
                 m.samples_per_s, m.cache ? "  cache" : "");
   return buf;
 }

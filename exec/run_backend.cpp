@@ -124,6 +124,8 @@ std::string step_key(int step) { return "step/" + std::to_string(step); }
 void Trainer::publish(int step, const StepInputs& in, const Plan&) {
   json msg = {{"frozen", in.frozen_layers}, {"chunk_times", chunk_times_json()}};
   if (in.cache) msg["cache"] = {in.cache->read_s, in.cache->frozen_forward_s};
+  if (!in.frozen_inside.empty()) msg["inside"] = in.frozen_inside;
+  if (!in.frozen_set_reason.empty()) msg["set_reason"] = in.frozen_set_reason;
   if (dist_) dist_->control(step_key(step), msg);
   p_.steps.push_back(in);
 }
@@ -136,6 +138,8 @@ StepInputs Trainer::follow(int step) {
   StepInputs in;
   in.frozen_layers = msg.at("frozen");
   if (msg.contains("cache")) in.cache = MeasuredCache{msg["cache"][0], msg["cache"][1]};
+  if (msg.contains("inside")) in.frozen_inside = msg["inside"].get<std::vector<int>>();
+  if (msg.contains("set_reason")) in.frozen_set_reason = msg["set_reason"].get<std::string>();
   take_chunk_times(msg.at("chunk_times"));
   p_.steps.push_back(in);
   return in;

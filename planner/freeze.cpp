@@ -78,6 +78,38 @@ class GradientNormPolicy final : public FreezePolicy {
   PlannerConfig p_;
 };
 
+// The gradient-norm criterion per layer: Eq. 1's alpha bound caps the
+// count, and the trainable layers of least norm (the most converged; the
+// lower index on a tie) are the ones that freeze, wherever they sit.
+class PerLayerPolicy final : public FreezePolicy {
+ public:
+  PerLayerPolicy(int L, const PlannerConfig& p) : L_(L), p_(p) {}
+  std::string name() const override { return "gradient_norm_per_layer"; }
+  bool needs_grad_norms() const override { return true; }
+  bool per_layer() const override { return true; }
+  int next(int, int frozen_before, std::span<const double>) const override {
+    return alpha_bound(L_, frozen_before, p_.alpha, p_.freeze_rounding, p_.min_active_layers);
+  }
+  std::vector<int> which(int, const std::vector<int>& before, int count, std::span<const double> g) const override {
+    if (static_cast<int>(g.size()) != L_)
+      throw Error("gradient_norm_per_layer freeze policy: expected " + std::to_string(L_) +
+                  " per-layer gradient norms, got " + std::to_string(g.size()));
+    std::vector<int> trainable;
+    for (int l = 0; l < L_; ++l)
+      if (!std::binary_search(before.begin(), before.end(), l)) trainable.push_back(l);
+    std::stable_sort(trainable.begin(), trainable.end(), [&](int a, int b) { return g[a] < g[b]; });
+    std::vector<int> out = before;
+    const auto more = std::min<std::size_t>(trainable.size(), std::max<std::size_t>(0, count - before.size()));
+    out.insert(out.end(), trainable.begin(), trainable.begin() + static_cast<std::ptrdiff_t>(more));
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  int L_;
+  PlannerConfig p_;
+};
+
 class ReplayCounts final : public FreezePolicy {
  public:
   explicit ReplayCounts(std::vector<int> counts) : counts_(std::move(counts)) {}
@@ -103,6 +135,32 @@ std::unique_ptr<FreezePolicy> make_gradient_norm_policy(int L, const PlannerConf
   return std::make_unique<GradientNormPolicy>(L, p);
 }
 
+std::unique_ptr<FreezePolicy> make_per_layer_policy(int L, const PlannerConfig& p) {
+  return std::make_unique<PerLayerPolicy>(L, p);
+}
+
+std::vector<int> FrozenSet::layers() const {
+  std::vector<int> out;
+  for (int l = 0; l < prefix; ++l) out.push_back(l);
+  out.insert(out.end(), inside.begin(), inside.end());
+  return out;
+}
+
+FrozenSet frozen_set_of(const std::vector<int>& layers) {
+  FrozenSet f;
+  while (f.prefix < static_cast<int>(layers.size()) && layers[f.prefix] == f.prefix) ++f.prefix;
+  f.inside.assign(layers.begin() + f.prefix, layers.end());
+  return f;
+}
+
+std::string describe(const FrozenSet& f) {
+  std::string out = std::to_string(f.prefix) + " frozen";
+  if (f.inside.empty()) return out;
+  out += " + layer" + std::string(f.inside.size() > 1 ? "s" : "");
+  for (const int l : f.inside) out += " " + std::to_string(l);
+  return out + " inside";
+}
+
 bool reads_grad_norms(const Config& c) {
   return c.planner.replay_grad_norms_file.empty() && make_freeze_policy(c)->needs_grad_norms();
 }
@@ -115,6 +173,8 @@ Registry<FreezePolicyFactory>& policies() {
       {{"none", [](const Config&) { return std::make_unique<NoFreeze>(); }},
        {"alpha", [](const Config& c) { return make_alpha_policy(c.model.num_hidden_layers, c.planner); }},
        {"gradient_norm", [](const Config& c) { return make_gradient_norm_policy(c.model.num_hidden_layers, c.planner); }},
+       {"gradient_norm_per_layer",
+        [](const Config& c) { return make_per_layer_policy(c.model.num_hidden_layers, c.planner); }},
        {"replay", [](const Config& c) -> std::unique_ptr<FreezePolicy> {
           if (!c.planner.replay_grad_norms_file.empty())
             return make_gradient_norm_policy(c.model.num_hidden_layers, c.planner);
@@ -251,6 +311,38 @@ int FreezeDecider::next(int T, int before, std::span<const double> measured) {
   if (!measured.empty()) return checked(T, before, policy_->next(T, before, measured));
   used_alpha_bound_ = true;
   return alpha_bound(L_, before, p_.alpha, p_.freeze_rounding, p_.min_active_layers);
+}
+
+FreezeAllowance FreezeDecider::next_set(int T, const std::vector<int>& before, std::span<const double> measured) {
+  const int count = next(T, static_cast<int>(before.size()), measured);
+  FreezeAllowance a{count, before, false};
+  if (!policy_->per_layer()) {
+    a.layers.clear();
+    for (int l = 0; l < count; ++l) a.layers.push_back(l);
+    return a;
+  }
+  if (count == static_cast<int>(before.size())) return a;
+  std::span<const double> norms = measured;
+  if (!p_.replay_grad_norms_file.empty()) norms = trace_.steps[T - 1];  // next() allowed more: the step is recorded
+  if (norms.empty()) {
+    a.open = true;
+    return a;
+  }
+  a.layers = policy_->which(T, before, count, norms);
+  // A registered policy is code from anywhere: its layers are checked too.
+  const bool sorted = std::adjacent_find(a.layers.begin(), a.layers.end(), std::greater_equal<>()) == a.layers.end();
+  const bool in_range = a.layers.empty() || (a.layers.front() >= 0 && a.layers.back() < L_);
+  if (!sorted || !in_range || static_cast<int>(a.layers.size()) != count ||
+      !std::includes(a.layers.begin(), a.layers.end(), before.begin(), before.end()))
+    throw Error("freeze policy \"" + policy_->name() + "\" at step " + std::to_string(T) + ": layers [" +
+                [&] {
+                  std::string out;
+                  for (const int l : a.layers) out += (out.empty() ? "" : " ") + std::to_string(l);
+                  return out;
+                }() + "], expected " +
+                std::to_string(count) + " distinct sorted layers in [0, " + std::to_string(L_) +
+                ") including the " + std::to_string(before.size()) + " frozen before");
+  return a;
 }
 
 FreezeTimeline freeze_timeline(const Config& c, int steps) {

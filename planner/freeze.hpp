@@ -35,7 +35,40 @@ class FreezePolicy {
   // At least frozen_before, at most L - min_active_layers.
   [[nodiscard]] virtual int next(int T, int frozen_before,
                                  std::span<const double> grad_norms) const = 0;
+  // Whether the policy freezes layers anywhere, not only a prefix (decision
+  // 0037): next() then counts every frozen layer, and which() names them.
+  [[nodiscard]] virtual bool per_layer() const { return false; }
+  // A per-layer policy's frozen layers after step T (sorted): `before` and
+  // more, `count` in all (next()'s answer), chosen on the gradient norms.
+  [[nodiscard]] virtual std::vector<int> which(int /*T*/, const std::vector<int>& before, int /*count*/,
+                                               std::span<const double> /*grad_norms*/) const {
+    return before;
+  }
 };
+
+// What a freeze step allows: `count` layers frozen in all, the earlier
+// ones among them; `layers` says which (sorted), or, where a per-layer
+// policy plans ahead without gradient norms (`open`), holds only the
+// earlier ones, and the planner chooses the rest by predicted time.
+struct FreezeAllowance {
+  int count = 0;
+  std::vector<int> layers;
+  bool open = false;
+};
+
+// A set of frozen layers as the plans carry it: its run from layer 0 is the
+// prefix (with the stem: cacheable, repacked away), the rest freeze inside.
+struct FrozenSet {
+  int prefix = 0;
+  std::vector<int> inside;  // sorted, each > prefix
+  [[nodiscard]] int count() const { return prefix + static_cast<int>(inside.size()); }
+  [[nodiscard]] std::vector<int> layers() const;
+  friend bool operator==(const FrozenSet&, const FrozenSet&) = default;
+};
+// `layers` sorted and distinct.
+[[nodiscard]] FrozenSet frozen_set_of(const std::vector<int>& layers);
+// "4 frozen", "4 frozen + layers 7 9 inside".
+[[nodiscard]] std::string describe(const FrozenSet&);
 
 // Recorded per-layer gradient norms, one row per freeze step.
 struct GradNormTrace {
@@ -73,6 +106,11 @@ void register_freeze_policy(const std::string& name, FreezePolicyFactory make);
 // argmin over active layers of ||g_j|| as converged freezes layers 0..j*,
 // i.e. j* + 1 layers.
 [[nodiscard]] std::unique_ptr<FreezePolicy> make_gradient_norm_policy(int L, const PlannerConfig& p);
+// Per layer (gradient_norm_per_layer): the alpha bound on the count of
+// frozen layers, and the trainable layers of least gradient norm fill it,
+// wherever they sit; planning ahead without norms, any may (the planner
+// chooses by time).
+[[nodiscard]] std::unique_ptr<FreezePolicy> make_per_layer_policy(int L, const PlannerConfig& p);
 
 // Each freeze step's frozen count: the policy, fed with a replayed
 // gradient-norm trace when the config names one (past its end nothing more
@@ -84,6 +122,11 @@ class FreezeDecider {
   // Throws ep::Error where the policy answers outside [frozen_before,
   // L - min_active_layers].
   [[nodiscard]] int next(int T, int frozen_before, std::span<const double> measured);
+  // The step's frozen layers: next()'s count over `before`, and which
+  // layers (a prefix policy: the first ones; a per-layer policy: its
+  // which(), open where it has no norms). Throws ep::Error where a policy's
+  // layers are not `before` and more, sorted, within the count's bounds.
+  [[nodiscard]] FreezeAllowance next_set(int T, const std::vector<int>& before, std::span<const double> measured);
   // What a later step T is expected to allow, ahead of its measurements: the
   // policy without norms (a replayed trace, else the alpha bound, an upper
   // bound on what measured norms allow).

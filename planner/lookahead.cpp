@@ -108,7 +108,9 @@ double RunPlanner::future_s(const Plan& in_force, int cached_layers) {
     Plan act;  // the best the timeline finds there, no longer than the plan in force (K never grows)
   };
   std::vector<Run> runs;
-  int a = in_force.frozen_allowed;
+  // A per-layer policy's later steps are projected as prefixes of its
+  // count: the later layers are not known before their gradient norms.
+  int a = in_force.allowed_set().count();
   for (int T = first; T <= steps_; ++T) {
     a = freeze_.projected(T, a);
     if (!runs.empty() && runs.back().allowed == a) {

@@ -21,7 +21,7 @@ namespace {
 // A step's plan from its inputs, as every process plans it.
 const Plan& plan_from(RunPlanner& planner, const StepInputs& in) {
   if (in.cache) planner.measured_cache(in.frozen_layers, *in.cache);
-  return planner.next(in.frozen_layers);
+  return planner.next(in.frozen_layers, in.frozen_inside, in.frozen_set_reason);
 }
 
 // Freeze step T's inputs and plan: decided here, or as the decider published them.
@@ -29,7 +29,11 @@ std::pair<StepInputs, const Plan*> plan_step(RunPlanner& planner, RunBackend& b,
   b.begin_step(T);
   StepInputs in;
   if (b.decides()) {
-    in.frozen_layers = T == 0 ? 0 : planner.frozen_after(b.grad_norms());
+    if (T > 0) {
+      const FrozenSet allowed = planner.frozen_after(b.grad_norms(), &in.frozen_set_reason);
+      in.frozen_layers = allowed.prefix;
+      in.frozen_inside = allowed.inside;
+    }
     if (planner.probes(in.frozen_layers)) in.cache = b.probe_cache(in.frozen_layers);
   } else {
     in = b.follow(T);
@@ -76,6 +80,7 @@ RunRecord run_training(RunPlanner& planner, RunBackend& b, int first_epoch) {
     StepRecord& step = record.steps.emplace_back();
     step.step = current.freeze_step;
     step.inputs.frozen_layers = current.frozen_allowed;
+    step.inputs.frozen_inside = current.frozen_inside_allowed;
     carry_out(step, first_epoch);
   }
   for (; T <= planner.freeze_steps(); ++T) {

@@ -118,13 +118,18 @@ RunPlanner::RunPlanner(const Config& c, const CostModel& cost, const IterationPr
   run_.peak_flops_per_s = c.cluster.device.peak_flops_per_s * c.cluster.total_gpus();
 }
 
-int RunPlanner::frozen_after(std::span<const double> grad_norms) {
+FrozenSet RunPlanner::frozen_after(std::span<const double> grad_norms, std::string* reason) {
   const int T = static_cast<int>(run_.plans.size());
-  if (T == 0) return 0;
+  if (T == 0) return {};
   // The policy continues from what it allowed, whether or not it was acted on.
-  const int f = freeze_.next(T, run_.plans.back().frozen_allowed, grad_norms);
+  const std::vector<int> before = run_.plans.back().allowed_set().layers();
+  const FreezeAllowance a = freeze_.next_set(T, before, grad_norms);
   run_.freeze_from_alpha_bound = freeze_.used_alpha_bound();
-  return f;
+  if (!a.open) return frozen_set_of(a.layers);
+  std::string why;
+  FrozenSet chosen = choose_frozen_set(T, before, a.count, why);
+  if (reason) *reason = std::move(why);
+  return chosen;
 }
 
 Plan RunPlanner::step_base(int T, int frozen_allowed) const {
@@ -139,19 +144,29 @@ Plan RunPlanner::step_base(int T, int frozen_allowed) const {
   return base;
 }
 
-const Plan& RunPlanner::next(int frozen_allowed) {
+const Plan& RunPlanner::next(int frozen_allowed, const std::vector<int>& frozen_inside, std::string frozen_set_reason) {
   const Config& c = ctx_.config;
   const auto& pc = c.planner;
   const int T = static_cast<int>(run_.plans.size());
   if (T > steps_)
     throw Error("run planner: freeze step " + std::to_string(T) + " is past the last one (" +
                 std::to_string(steps_) + ")");
-  const int floor = T == 0 ? 0 : run_.plans.back().frozen_allowed;
+  const FrozenSet allowed{frozen_allowed, frozen_inside};
+  const FrozenSet before = T == 0 ? FrozenSet{} : run_.plans.back().allowed_set();
+  const int floor = before.count();
   const int ceiling = c.model.num_hidden_layers - pc.min_active_layers;
-  if (frozen_allowed < floor || frozen_allowed > std::max(floor, ceiling))
-    throw Error("run planner: freeze step " + std::to_string(T) + ": " + std::to_string(frozen_allowed) +
+  if (allowed.count() < floor || allowed.count() > std::max(floor, ceiling))
+    throw Error("run planner: freeze step " + std::to_string(T) + ": " + std::to_string(allowed.count()) +
                 " frozen layers, expected " + std::to_string(floor) + ".." + std::to_string(ceiling));
+  const std::vector<int> layers = allowed.layers(), earlier = before.layers();
+  if (frozen_set_of(layers) != allowed || (!layers.empty() && layers.back() >= c.model.num_hidden_layers) ||
+      !std::includes(layers.begin(), layers.end(), earlier.begin(), earlier.end()))
+    throw Error("run planner: freeze step " + std::to_string(T) + ": frozen set " + describe(allowed) +
+                ", expected sorted layers past the prefix, below L = " + std::to_string(c.model.num_hidden_layers) +
+                ", including the step before's " + describe(before));
   Plan base = step_base(T, frozen_allowed);
+  base.frozen_inside_allowed = frozen_inside;
+  base.frozen_set_reason = std::move(frozen_set_reason);
   base.cache_probed = probes(frozen_allowed);
   base.cache_probe_set_up =
       base.cache_probed && std::none_of(run_.plans.begin(), run_.plans.end(), [](const Plan& p) { return p.cache_probed; });
@@ -248,6 +263,7 @@ Plan RunPlanner::choose_paper(Plan base) {
     K = base.compression.K;
   }
   Partition partition = plan_partition(ctx_, base.frozen_layers, K * base.v, cache.on);
+  partition.frozen_inside = base.frozen_inside_allowed;
   Plan plan = shape(base, after(), K, std::move(partition), std::move(cache));
   choose_M(plan);
   time_with_backend({&plan});
@@ -301,12 +317,6 @@ Alternative alternative(const Plan& p, double remaining, bool confirmed, bool ke
   const bool in_stages = p.partition.frozen_end > 0 && p.partition.bounds.front() == 0;
   return {p.frozen_layers, kept,  p.K,         p.M, p.layout.replicas, p.cache.on, in_stages, stage_sizes(p.partition),
           p.iteration_s,   p.fill_iteration_s, p.predicted_transition_s, remaining, to_end, p.fits_memory, confirmed, false};
-}
-
-std::string seconds_text(double s) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.1f s", s);
-  return buf;
 }
 
 // Fits first, then the least time to the end (the least memory when none fits).
@@ -385,6 +395,7 @@ std::optional<RunPlanner::Candidate> RunPlanner::best_M(const Plan& base, const 
       }
     }
     for (Partition& part : parts) {
+      part.frozen_inside = base.frozen_inside_allowed;  // they stay in their stages
       auto it = shaped.find(part.bounds);
       if (it == shaped.end()) {
         std::vector<int> key = part.bounds;
@@ -450,7 +461,7 @@ std::vector<RunPlanner::Candidate> RunPlanner::weigh(const Plan& base, const Aft
 }
 
 std::optional<RunPlanner::Candidate> RunPlanner::kept(const Plan& base) const {
-  if (run_.plans.empty() || base.frozen_allowed == run_.plans.back().frozen_layers) return std::nullopt;
+  if (run_.plans.empty() || base.allowed_set() == run_.plans.back().frozen_set()) return std::nullopt;
   const Plan& prev = run_.plans.back();
   Plan step = base;
   step.frozen_layers = prev.frozen_layers;
@@ -556,8 +567,8 @@ Plan RunPlanner::choose_time(Plan base) {
     keep->to_end = value_s(keep->plan);
     const bool keeps = better(keep->plan, keep->to_end, chosen->plan, chosen->to_end);
     alts.push_back(alternative(keep->plan, keep->remaining, true, true, keep->to_end));
-    const std::string freezing = std::to_string(base.frozen_allowed) + " frozen";
-    const std::string keeping = "keeping " + std::to_string(keep->plan.frozen_layers) + " frozen";
+    const std::string freezing = describe(base.allowed_set());
+    const std::string keeping = "keeping " + describe(keep->plan.frozen_set());
     if (keeps) {
       keep->plan.freeze_reason = "not acted on: " + keeping + ", " + seconds_text(keep->to_end) +
                                  " to the end, against " + seconds_text(chosen->to_end) + " with " + freezing +
@@ -589,6 +600,12 @@ Plan RunPlanner::choose_time(Plan base) {
     plan.cache.reason = why.str();
   }
   return plan;
+}
+
+std::string seconds_text(double s) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
 }
 
 }  // namespace ep

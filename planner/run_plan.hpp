@@ -61,6 +61,12 @@ struct Plan {
   int end_epoch = 0;
   int frozen_layers = 0;   // the layers this plan trains frozen
   int frozen_allowed = 0;  // the layers the freeze policy allowed frozen at this step (>= frozen_layers)
+  // A per-layer policy's layers allowed frozen past that prefix (sorted;
+  // decision 0037); those acted on are partition.frozen_inside.
+  std::vector<int> frozen_inside_allowed;
+  // Where a per-layer policy left the choice of layers to the planner: which
+  // it chose and why (predicted seconds to the end of each set weighed).
+  std::string frozen_set_reason;
   // Objective "time": why the step was acted on or not (predicted seconds
   // to the end either way); empty where it had no choice.
   std::string freeze_reason;
@@ -110,6 +116,9 @@ struct Plan {
   IterationProgram program;
   IterationProgram fill_program;
   [[nodiscard]] int epochs() const { return end_epoch - first_epoch; }
+  // The frozen set the policy allowed at this step, and the one the plan trains.
+  [[nodiscard]] FrozenSet allowed_set() const { return {frozen_allowed, frozen_inside_allowed}; }
+  [[nodiscard]] FrozenSet frozen_set() const { return {frozen_layers, partition.frozen_inside}; }
   // Fill in the plan's first epoch when it (re)fills the cache, read after.
   [[nodiscard]] CacheRole cache_role(int epoch) const;
   // Its epochs' predicted seconds (the filling one at fill_iteration_s),
@@ -155,7 +164,8 @@ class RunPlanner {
   // (per layer, mean over iterations); without them (planning ahead) a
   // replayed trace, else the alpha bound (run().freeze_from_alpha_bound).
   // It says which layers may freeze; next() decides whether to act on it.
-  [[nodiscard]] int frozen_after(std::span<const double> grad_norms);
+  // `reason`: where the planner chose the layers, why (else left empty).
+  [[nodiscard]] FrozenSet frozen_after(std::span<const double> grad_norms, std::string* reason = nullptr);
   // Whether the next step (T = run().plans.size()) probes the cache at
   // `frozen_allowed` before it is planned: AutoCache with AutoPipe, at a
   // depth not probed before, and (objective "time") only where a plan with
@@ -174,7 +184,9 @@ class RunPlanner {
   // on the policy's later count. Objective "paper" always acts. Throws
   // ep::Error past the last step or when frozen_allowed is below the
   // previous step's or above L - min_active.
-  const Plan& next(int frozen_allowed);
+  // `frozen_inside`: a per-layer policy's layers past the prefix (sorted,
+  // each > frozen_allowed), the step's before and more.
+  const Plan& next(int frozen_allowed, const std::vector<int>& frozen_inside = {}, std::string frozen_set_reason = {});
   // A back end's measured cache read and frozen forward (per batch) at a
   // frozen depth; plans at that depth decide the cache on them.
   void measured_cache(int frozen_layers, const MeasuredCache& m) { measured_cache_[frozen_layers] = m; }
@@ -235,6 +247,10 @@ class RunPlanner {
   [[nodiscard]] std::optional<Plan> act_at(int T, int allowed, int max_K);
   // Step T's plan before it is chosen: its epochs and what the policy allows.
   [[nodiscard]] Plan step_base(int T, int frozen_allowed) const;
+  // A per-layer policy planning ahead: `count` layers frozen, `before`
+  // among them; the rest chosen by predicted time (frozen_set.cpp).
+  [[nodiscard]] FrozenSet choose_frozen_set(int T, const std::vector<int>& before, int count, std::string& reason) const;
+  [[nodiscard]] double rollout_s(int T, FrozenSet set) const;
   [[nodiscard]] std::vector<int> K_candidates(const Plan& base, const After&) const;
   [[nodiscard]] std::vector<CacheDecision> cache_candidates(int frozen_layers) const;
   [[nodiscard]] double remaining_s(const Plan&) const;
@@ -253,6 +269,9 @@ class RunPlanner {
   int cached_layers_ = 0;  // depth the cache entries hold (entries outlive a plan without cache)
   RunPlan run_;
 };
+
+// Seconds as the plans' reasons give them: "12.3 s".
+[[nodiscard]] std::string seconds_text(double s);
 
 // The whole run, ahead of time: the run loop (run_loop.hpp) with nothing
 // measured (a gradient-norm policy without recorded norms plans with the

@@ -91,7 +91,8 @@ std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
                 "iter (s)", "samples/s", "bubble", "mem GiB", "util");
   os << line;
   for (const Plan& p : r.plans) {
-    const std::string frozen = std::to_string(p.frozen_layers) + "/" + std::to_string(r.L);
+    const std::string inside = p.partition.frozen_inside.empty() ? "" : "+" + std::to_string(p.partition.frozen_inside.size());
+    const std::string frozen = std::to_string(p.frozen_layers) + inside + "/" + std::to_string(r.L);
     std::snprintf(line, sizeof line, "%3d %-7s %7s %3d %-26s %4d %8d %-6s %7lld %11lld %9.3f %10.1f %7.3f %7.2f %5.1f%%\n",
                   p.freeze_step, epochs_text(p).c_str(), frozen.c_str(), p.K, stage_sizes(p.partition).c_str(),
                   p.M, p.layout.replicas, p.cache.on ? to_string(p.cache.tier).c_str() : "off",
@@ -100,7 +101,10 @@ std::string format_run_plan(const RunPlan& r, const ModelSpec& spec) {
                   100 * plan_utilisation(spec, p, r.peak_flops_per_s));
     os << line;
     if (!p.freeze_reason.empty())
-      os << "      freeze step (policy: " << p.frozen_allowed << " frozen): " << p.freeze_reason << "\n";
+      os << "      freeze step (policy: " << describe(p.allowed_set()) << "): " << p.freeze_reason << "\n";
+    if (!p.frozen_set_reason.empty()) os << "      frozen set chosen by time: " << p.frozen_set_reason << "\n";
+    if (!p.partition.frozen_inside.empty())
+      os << "      layers frozen inside, per stage: " << frozen_inside_by_stage(p.partition) << "\n";
     for (const auto& a : p.compression.attempts) {
       os << "      K " << a.from_K << "->" << a.to_K << ": ";
       if (!a.reason.empty())
@@ -193,6 +197,9 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
                      {"freeze_reason", p.freeze_reason},
                      {"cache_probed", p.cache_probed},
                      {"frozen_sublayers", json::array({0, p.partition.frozen_end})},
+                     {"frozen_inside", p.partition.frozen_inside},
+                     {"frozen_inside_allowed", p.frozen_inside_allowed},
+                     {"frozen_set_reason", p.frozen_set_reason},
                      {"K", p.K},
                      {"v", p.v},
                      {"stages", stages},
@@ -225,7 +232,7 @@ nlohmann::json to_json(const RunPlan& r, const ModelSpec& spec) {
                      {"max_device_memory_bytes", p.max_device_memory_bytes},
                      {"fits_memory", p.fits_memory}});
   }
-  return {{"schema", "elasticpipe.plan/1"},
+  return {{"schema", "elasticpipe.plan/2"},
           {"config", r.config_source},
           {"cost_model", r.cost_model},
           {"L", r.L},

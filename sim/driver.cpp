@@ -592,7 +592,8 @@ std::string format_result(const RunResult& r) {
                 "replicas", "M", "cache", "samples/s", "iter (s)", "bubble", "epoch (s)", "transit (s)");
   os << line;
   const auto row = [&](const trace::EpochMetrics& e) {
-    std::snprintf(line, sizeof line, " %7d %3d %8d %4d %-5s %11.1f %9.4f %7.3f %10.1f %11.2f\n", e.frozen_layers, e.K,
+    const std::string frozen = trace::frozen_text(e);
+    std::snprintf(line, sizeof line, " %7s %3d %8d %4d %-5s %11.1f %9.4f %7.3f %10.1f %11.2f\n", frozen.c_str(), e.K,
                   e.replicas, e.M, !e.cache ? "off" : e.cache_hit_ratio > 0 ? "read" : "fill", e.samples_per_s,
                   e.iteration_s, e.bubble_fraction, e.epoch_s, e.transition_s);
     return std::string(line);

@@ -35,7 +35,7 @@ Command add_plan(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Print the whole training's plan timeline (one row per freeze step)");
   cmd->add_option("config", a->config, "TOML config file")->required();
   cmd->add_option("--set", a->overrides, "Override a config key, e.g. --set planner.alpha=0.2")->take_all();
-  cmd->add_flag("--json", a->json, "Print the plans as JSON (schema elasticpipe.plan/1)");
+  cmd->add_flag("--json", a->json, "Print the plans as JSON (schema elasticpipe.plan/2)");
   return {cmd, [a](int, char**) { return run_plan(*a); }};
 }
 

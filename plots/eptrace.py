@@ -74,6 +74,14 @@ def _text(s):
     return s
 
 
+def _layers(s):
+    parts = s.split(" ")
+    if s != "-" and not (all(p.isdigit() for p in parts) and
+                         all(int(a) < int(b) for a, b in zip(parts, parts[1:]))):
+        raise ValueError("'-' or ascending layers like '4 7'")
+    return s
+
+
 def _source(s):
     if s not in SOURCES:
         raise ValueError("sim or exec")
@@ -82,7 +90,7 @@ def _source(s):
 
 EPOCH_COLUMNS = (
     ("source", _source), ("mode", _text), ("epoch", _int), ("plan_id", _int),
-    ("frozen_layers", _int), ("K", _int), ("M", _int), ("replicas", _int), ("cache", _bool),
+    ("frozen_layers", _int), ("frozen_inside", _layers), ("K", _int), ("M", _int), ("replicas", _int), ("cache", _bool),
     ("epoch_s", _float), ("iteration_s", _float), ("samples_per_s", _float),
     ("bubble_fraction", _float), ("exposed_comm_s", _float), ("comm_s", _float),
     ("compute_s", _float), ("cache_hit_ratio", _float), ("transition_s", _float),
@@ -91,6 +99,10 @@ EPOCH_COLUMNS = (
 CHUNK_COLUMNS = (
     ("mode", _text), ("K", _int), ("M", _int), ("replicas", _int), ("iteration_s", _float),
     ("samples_per_s", _float), ("fits_memory", _bool), ("chosen", _bool))
+
+
+# Columns a file written before them lacks, and the value they read as.
+LATER_COLUMNS = {"frozen_inside": "-"}
 
 
 def _read_csv(path, columns):
@@ -103,6 +115,11 @@ def _read_csv(path, columns):
     if not lines:
         raise TraceError(f"{path}: empty file; expected the header {expected}")
     header = lines[0].split(",")
+    earlier = [(n, p) for n, p in columns if n not in LATER_COLUMNS]
+    defaults = {}
+    if header == [n for n, _ in earlier] and len(earlier) < len(columns):
+        defaults = {n: LATER_COLUMNS[n] for n in names if n in LATER_COLUMNS}
+        columns, names = earlier, [n for n, _ in earlier]
     if header != names:
         missing = [n for n in names if n not in header]
         unknown = [n for n in header if n not in names]
@@ -120,6 +137,7 @@ def _read_csv(path, columns):
                 row[name] = parse(text)
             except ValueError as e:
                 raise TraceError(f"{path}:{line_no}: column '{name}': expected {e}, found '{text}'") from None
+        row.update(defaults)
         rows.append(row)
     return rows
 

@@ -3,9 +3,38 @@
 // state's epoch objects both come from it.
 #pragma once
 
+#include <string_view>
+
 #include "traces/trace.hpp"
 
 namespace ep::trace::detail {
+
+// Columns a file written before them lacks: read as their default.
+inline constexpr const char* kLaterColumns[] = {"frozen_inside"};
+
+[[nodiscard]] inline bool is_later_column(std::string_view name) {
+  for (const char* c : kLaterColumns)
+    if (name == c) return true;
+  return false;
+}
+
+// frozen_inside: "-", or layers as "4 7" (ascending, one space apart).
+[[nodiscard]] inline bool valid_layer_list(std::string_view s) {
+  if (s == "-") return true;
+  long previous = -1, value = -1;
+  for (std::size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == ' ') {
+      if (value <= previous) return false;
+      previous = value;
+      value = -1;
+    } else if (s[i] >= '0' && s[i] <= '9' && value < (1L << 30)) {
+      value = (value < 0 ? 0 : value * 10) + (s[i] - '0');
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
 
 template <class M, class F>
 void visit_columns(M& m, F&& f) {
@@ -14,6 +43,7 @@ void visit_columns(M& m, F&& f) {
   f("epoch", m.epoch);
   f("plan_id", m.plan_id);
   f("frozen_layers", m.frozen_layers);
+  f("frozen_inside", m.frozen_inside);
   f("K", m.K);
   f("M", m.M);
   f("replicas", m.replicas);

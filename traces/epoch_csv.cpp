@@ -1,6 +1,7 @@
 // Per-epoch metrics CSV (traces/SCHEMA.md, "Per-epoch metrics").
 #include <algorithm>
 #include <charconv>
+#include <iterator>
 
 #include "traces/epoch_columns.hpp"
 #include "traces/csv.hpp"
@@ -93,7 +94,11 @@ std::vector<EpochMetrics> read_epoch_csv(const std::string& path) {
   std::string line;
   if (!std::getline(in, line)) throw Error(path + ":1: empty file, expected the header " + join(names));
   const std::vector<std::string> header = split(line);
-  if (header != names) {
+  // A file written before the later columns: without them, in order.
+  std::vector<std::string> earlier;
+  std::copy_if(names.begin(), names.end(), std::back_inserter(earlier), [](const std::string& n) { return !is_later_column(n); });
+  const bool old = header == earlier;
+  if (header != names && !old) {
     const auto missing = [](const auto& from, const auto& within) {  // first of from not within
       return std::find_if(from.begin(), from.end(), [&](const auto& n) {
         return std::find(within.begin(), within.end(), n) == within.end();
@@ -110,18 +115,22 @@ std::vector<EpochMetrics> read_epoch_csv(const std::string& path) {
   for (int line_no = 2; std::getline(in, line); ++line_no) {
     const std::string where = path + ":" + std::to_string(line_no);
     const std::vector<std::string> fields = split(line);
-    if (fields.size() != names.size())
-      throw Error(where + ": expected " + std::to_string(names.size()) + " fields, found " +
+    if (fields.size() != header.size())
+      throw Error(where + ": expected " + std::to_string(header.size()) + " fields, found " +
                   std::to_string(fields.size()));
     EpochMetrics m;
     std::size_t c = 0;
     visit_columns(m, [&](const char* name, auto& v) {
+      if (old && is_later_column(name)) return;
       if (!parse(fields[c], v))
         throw Error(where + ": column '" + name + "': expected " + expected(v) + ", found '" + fields[c] +
                     "'");
       ++c;
     });
     check_source(m.source, where);
+    if (!valid_layer_list(m.frozen_inside))
+      throw Error(where + ": column 'frozen_inside': expected '-' or ascending layers like '4 7', found '" +
+                  m.frozen_inside + "'");
     rows.push_back(std::move(m));
   }
   return rows;

@@ -3,6 +3,7 @@
 // communication, loss and accuracy).
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "planner/run_plan.hpp"
@@ -21,6 +22,7 @@ namespace ep::trace {
   m.epoch = epoch;
   m.plan_id = plan.id;
   m.frozen_layers = plan.frozen_layers;
+  m.frozen_inside = layer_list(plan.partition.frozen_inside);
   m.K = plan.K;
   m.M = plan.M;
   m.replicas = plan.layout.replicas;
@@ -29,6 +31,14 @@ namespace ep::trace {
   m.cache_hit_ratio = plan.cache.on && !cache_filled ? 1.0 : 0.0;
   m.transition_s = transition_s;
   return m;
+}
+
+// An epoch's frozen layers as the tables print them: "4", or "4+2" with two
+// layers frozen inside (decision 0037).
+[[nodiscard]] inline std::string frozen_text(const EpochMetrics& m) {
+  if (m.frozen_inside == "-") return std::to_string(m.frozen_layers);
+  const auto inside = std::count(m.frozen_inside.begin(), m.frozen_inside.end(), ' ') + 1;
+  return std::to_string(m.frozen_layers) + "+" + std::to_string(inside);
 }
 
 }  // namespace ep::trace

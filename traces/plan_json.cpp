@@ -9,7 +9,9 @@ namespace {
 
 using namespace detail;
 
-constexpr const char* kPlanSchema = "elasticpipe.plan/1";
+// /2 adds the layers frozen inside (decision 0037); a /1 file has none.
+constexpr const char* kPlanSchema = "elasticpipe.plan/2";
+constexpr const char* kPlanSchemaBefore = "elasticpipe.plan/1";
 constexpr std::int64_t kMaxInt = 1 << 30;
 
 int get_small(const json& obj, const std::string& key, const std::string& where, int lo = 0) {
@@ -29,6 +31,16 @@ PlanRecord read_plan(const json& p, const std::string& where) {
   r.first_epoch = epochs[0].get<int>();
   r.end_epoch = epochs[1].get<int>();
   r.frozen_layers = get_small(p, "frozen_layers", where);
+  if (p.contains("frozen_inside")) {
+    const json& inside = get_array(p, "frozen_inside", where);
+    for (std::size_t k = 0; k < inside.size(); ++k) {
+      const std::string key = "frozen_inside[" + std::to_string(k) + "]";
+      if (!inside[k].is_number_integer() || inside[k].get<std::int64_t>() <= r.frozen_layers ||
+          inside[k].get<std::int64_t>() > kMaxInt || (!r.frozen_inside.empty() && inside[k].get<int>() <= r.frozen_inside.back()))
+        bad_field(where, key, "ascending layers past the prefix", inside[k]);
+      r.frozen_inside.push_back(inside[k].get<int>());
+    }
+  }
   r.K = get_small(p, "K", where, 1);
   r.M = get_small(p, "M", where, 1);
   r.replicas = get_small(p, "replicas", where, 1);
@@ -44,7 +56,8 @@ PlanRecord read_plan(const json& p, const std::string& where) {
 PlanFile read_plan_json(const std::string& path) {
   const json doc = read_json_file(path, {"plan.json", kPerRunBytes, kPerRunWhy});
   const json& schema = field(doc, "schema", path);
-  if (schema != kPlanSchema) bad_field(path, "schema", std::string("\"") + kPlanSchema + "\"", schema);
+  if (schema != kPlanSchema && schema != kPlanSchemaBefore)
+    bad_field(path, "schema", std::string("\"") + kPlanSchema + "\" or \"" + kPlanSchemaBefore + "\"", schema);
   PlanFile f;
   f.config = get_string(doc, "config", path);
   f.cost_model = get_string(doc, "cost_model", path);

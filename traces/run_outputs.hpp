@@ -83,12 +83,13 @@ std::vector<TransitionCost> read_transitions_json(const std::string& path);
 [[nodiscard]] std::string run_state_json(const RunState& state);
 RunState parse_run_state(const std::string& json_text, const std::string& where);
 
-// plan.json (schema elasticpipe.plan/1): the fields a reader of a run's
+// plan.json (schema elasticpipe.plan/2): the fields a reader of a run's
 // plans relies on, checked strictly; the planner's to_json writes the file.
 struct PlanRecord {
   int id = 0, freeze_step = 0;
   int first_epoch = 0, end_epoch = 0;
   int frozen_layers = 0, K = 0, M = 0, replicas = 0;
+  std::vector<int> frozen_inside;  // layers frozen past the prefix (none in a plan/1 file)
   bool cache = false;
   double iteration_s = 0;
 };

@@ -24,6 +24,7 @@ EpochMetrics epoch_from_json(const json& j, const std::string& where) {
   std::vector<std::string_view> keys;
   visit_columns(m, [&](const char* name, auto& v) {
     keys.emplace_back(name);
+    if (is_later_column(name) && !j.contains(name)) return;  // a checkpoint written before the column
     using T = std::decay_t<decltype(v)>;
     if constexpr (std::is_same_v<T, std::string>) {
       v = get_string(j, name, where);
@@ -39,6 +40,8 @@ EpochMetrics epoch_from_json(const json& j, const std::string& where) {
   });
   check_keys(j, keys, where);
   check_source(m.source, where);
+  if (!valid_layer_list(m.frozen_inside))
+    bad_field(where, "frozen_inside", "'-' or ascending layers like '4 7'", j["frozen_inside"]);
   return m;
 }
 
@@ -83,16 +86,28 @@ int frozen_count(const json& f, const std::string& where, const std::string& fie
   return f.get<int>();
 }
 
-// "steps": per freeze step {"frozen": n} with "cache" where it probed.
+// "steps": per freeze step {"frozen": n}, with "inside" (layers frozen past
+// the prefix) and "set_reason" where a per-layer policy set them, and
+// "cache" where it probed.
 std::vector<StepInputs> steps_from_json(const json& j, const std::string& where) {
   std::vector<StepInputs> out;
   const json& steps = get_array(j, "steps", where);
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const std::string at = where + ": steps[" + std::to_string(i) + "]";
     if (!steps[i].is_object()) throw Error(at + ": expected an object, found " + steps[i].dump());
-    check_keys(steps[i], {"frozen", "cache"}, at);
+    check_keys(steps[i], {"frozen", "inside", "set_reason", "cache"}, at);
     StepInputs& in = out.emplace_back();
     in.frozen_layers = frozen_count(field(steps[i], "frozen", at), at, "frozen");
+    if (steps[i].contains("inside")) {  // a per-layer policy's layers past the prefix (decision 0037)
+      const json& inside = get_array(steps[i], "inside", at);
+      for (std::size_t k = 0; k < inside.size(); ++k) {
+        const int l = frozen_count(inside[k], at, "inside[" + std::to_string(k) + "]");
+        if (l <= in.frozen_layers || (!in.frozen_inside.empty() && l <= in.frozen_inside.back()))
+          bad_field(at, "inside[" + std::to_string(k) + "]", "a layer past the prefix and the one before it", inside[k]);
+        in.frozen_inside.push_back(l);
+      }
+    }
+    if (steps[i].contains("set_reason")) in.frozen_set_reason = get_string(steps[i], "set_reason", at);
     if (steps[i].contains("cache")) in.cache = cache_from_json(steps[i]["cache"], at + ": cache");
   }
   return out;
@@ -122,6 +137,8 @@ std::string run_state_json(const RunState& s) {
   for (const auto& [K, t] : s.chunk_times) chunks[std::to_string(K)] = t;
   for (const StepInputs& in : s.steps) {
     sorted_json step = {{"frozen", in.frozen_layers}};
+    if (!in.frozen_inside.empty()) step["inside"] = in.frozen_inside;
+    if (!in.frozen_set_reason.empty()) step["set_reason"] = in.frozen_set_reason;
     if (in.cache) step["cache"] = cache_to_json(*in.cache);
     steps.push_back(step);
   }

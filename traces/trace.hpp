@@ -125,6 +125,9 @@ struct EpochMetrics {
   int epoch = 0;
   int plan_id = 0;
   int frozen_layers = 0;
+  // Layers frozen past the prefix (decision 0037), "4 7"; "-" when none.
+  // Files written before it have no such column and read as "-".
+  std::string frozen_inside = "-";
   int K = 0;
   int M = 0;
   int replicas = 0;

@@ -53,7 +53,7 @@ expect_rc 0 "plan, global batch" -- "$bin" plan "$root/configs/paper/vit_imagene
 expect_text "plan shows the replicas splitting the global batch" \
   "batch policy global (the same global batch and updates in every plan): samples per pipeline, lr scale: T=0:400,1 T=1:400,1 T=2:400,1 T=3:200,1"
 expect_rc 0 "plan --json" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --json
-expect_text "plan --json schema" '"schema": "elasticpipe.plan/1"'
+expect_text "plan --json schema" '"schema": "elasticpipe.plan/2"'
 expect_rc 0 "plan --set" -- "$bin" plan "$root/configs/paper/vit_imagenet.toml" --set planner.compression=memory --set planner.alpha=0.5
 expect_text "plan --set memory" "compression: memory"
 cd "$root"  # golden outputs name the config by its path relative to the repo
@@ -91,7 +91,7 @@ done
 python3 - "$tmp/sim/plan.json" "$tmp/sim/epochs.csv" "$tmp/sim/summary.json" <<'PY' && ok || bad "simulate's epochs are not plan.json's plans"
 import csv, json, sys
 plan, rows, summary = json.load(open(sys.argv[1])), list(csv.DictReader(open(sys.argv[2]))), json.load(open(sys.argv[3]))
-assert plan["schema"] == "elasticpipe.plan/1"
+assert plan["schema"] == "elasticpipe.plan/2"
 assert summary["reference"] == "baseline" and [m["mode"] for m in summary["modes"]][0] == "baseline"
 mine = [r for r in rows if r["mode"] == "configured"]
 for p in plan["plans"]:
@@ -102,6 +102,25 @@ for p in plan["plans"]:
         assert p["frozen_layers"] <= p["frozen_allowed"]
 PY
 if [ "$(grep -c '^sim,' "$tmp/sim/epochs.csv")" -eq 21 ]; then ok; else bad "epochs.csv: expected 7 modes x 3 epochs"; fi
+# Per-layer freezing (decision 0037): the plan shows the set per stage and
+# why; the simulated epochs train each plan's layers frozen inside.
+vit="$root/configs/paper/vit_imagenet.toml"
+expect_rc 0 "plan, per-layer freezing" -- "$bin" plan "$vit" --set planner.freeze_policy=gradient_norm_per_layer \
+  --set planner.autopipe=false --set 'planner.cache="off"'
+expect_text "plan shows the layers frozen inside per stage" "layers frozen inside, per stage: - | 2 | - | - | - | 8 | 9 10 | -"
+expect_text "plan says why it chose them" "frozen set chosen by time: layers 2 8 9 10 (on the slowest stages)"
+expect_rc 0 "simulate, per-layer freezing" -- "$bin" simulate "$vit" --mode freeze --out "$tmp/sim_pl" \
+  --set planner.freeze_policy=gradient_norm_per_layer
+expect_text "simulate shows the layers frozen inside" "0+4"
+python3 - "$tmp/sim_pl/plan.json" "$tmp/sim_pl/epochs.csv" <<'PY' && ok || bad "simulate, per-layer: epochs.csv's frozen_inside is not plan.json's"
+import csv, json, sys
+plan, rows = json.load(open(sys.argv[1])), list(csv.DictReader(open(sys.argv[2])))
+mine = [r for r in rows if r["mode"] == "freeze"]
+assert any(p["frozen_inside"] for p in plan["plans"])
+for p in plan["plans"]:
+    for e in range(*p["epochs"]):
+        assert mine[e]["frozen_inside"] == (" ".join(map(str, p["frozen_inside"])) or "-"), (e, mine[e], p["frozen_inside"])
+PY
 # Speedups over the best plan without freezing, which always runs; the
 # paper's baseline on request; every mode row says what it trains.
 expect_rc 0 "simulate one method mode" -- "$bin" simulate "$small" --mode autocache --out "$tmp/sim_ac" --set data.num_train_samples=1024

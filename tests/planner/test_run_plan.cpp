@@ -237,7 +237,7 @@ TEST_CASE("the JSON form carries every plan field under a versioned schema") {
   const ep::ModelSpec spec = ep::build_model_spec(c.model, c.training.precision);
   const ep::RunPlan r = plan(c);
   const nlohmann::json j = ep::to_json(r, spec);
-  CHECK(j["schema"] == "elasticpipe.plan/1");
+  CHECK(j["schema"] == "elasticpipe.plan/2");
   REQUIRE(j["plans"].size() == r.plans.size());
   for (std::size_t i = 0; i < r.plans.size(); ++i) {
     const auto& jp = j["plans"][i];

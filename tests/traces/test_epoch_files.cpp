@@ -35,6 +35,7 @@ std::vector<EpochMetrics> random_rows(std::uint64_t seed) {
     m.mode = r % 3 ? "autocache" : "";
     m.epoch = i(rng), m.plan_id = i(rng), m.frozen_layers = i(rng), m.K = i(rng), m.M = i(rng);
     m.replicas = i(rng);
+    m.frozen_inside = r % 4 == 0 ? "-" : std::to_string(r) + " " + std::to_string(r + 1 + i(rng) % 9);
     m.cache = r % 2;
     for (double* x : {&m.epoch_s, &m.iteration_s, &m.samples_per_s, &m.bubble_fraction, &m.exposed_comm_s,
                       &m.comm_s, &m.compute_s, &m.cache_hit_ratio, &m.transition_s, &m.loss, &m.accuracy})
@@ -76,7 +77,7 @@ TEST_CASE("epoch CSV: round trip is exact and byte-identical", "[traces]") {
   write_epoch_csv({}, dir.file("empty.csv"));
   CHECK(read_epoch_csv(dir.file("empty.csv")).empty());
   CHECK(slurp(dir.file("empty.csv")) ==
-        "source,mode,epoch,plan_id,frozen_layers,K,M,replicas,cache,epoch_s,iteration_s,samples_per_s,"
+        "source,mode,epoch,plan_id,frozen_layers,frozen_inside,K,M,replicas,cache,epoch_s,iteration_s,samples_per_s,"
         "bubble_fraction,exposed_comm_s,comm_s,compute_s,cache_hit_ratio,transition_s,loss,accuracy\n");
 }
 
@@ -106,34 +107,47 @@ TEST_CASE("epoch CSV: malformed files name file:line and the column", "[traces]"
     spit(bad, text);
   };
   SECTION("a missing column") {
-    for (auto& row : cells) row.erase(row.begin() + 8);  // cache
+    for (auto& row : cells) row.erase(row.begin() + 9);  // cache
     write_cells(cells);
     require_error([&] { read_epoch_csv(bad); }, {bad + ":1:", "missing column 'cache'"});
   }
   SECTION("columns out of order") {
-    std::swap(cells[0][5], cells[0][6]);
+    std::swap(cells[0][6], cells[0][7]);
     write_cells(cells);
     require_error([&] { read_epoch_csv(bad); }, {bad + ":1:", "out of order"});
   }
   SECTION("a non-numeric field") {
-    cells[2][5] = "four";
+    cells[2][6] = "four";
     write_cells(cells);
     require_error([&] { read_epoch_csv(bad); }, {bad + ":3:", "column 'K'", "expected an integer", "'four'"});
   }
   SECTION("a non-numeric double") {
-    cells[4][9] = "1.5s";
+    cells[4][10] = "1.5s";
     write_cells(cells);
     require_error([&] { read_epoch_csv(bad); }, {bad + ":5:", "column 'epoch_s'", "'1.5s'"});
   }
   SECTION("a boolean that is not 0 or 1") {
-    cells[1][8] = "true";
+    cells[1][9] = "true";
     write_cells(cells);
     require_error([&] { read_epoch_csv(bad); }, {bad + ":2:", "column 'cache'", "0 or 1"});
   }
   SECTION("a short row") {
     cells[3].pop_back();
     write_cells(cells);
-    require_error([&] { read_epoch_csv(bad); }, {bad + ":4:", "expected 20 fields, found 19"});
+    require_error([&] { read_epoch_csv(bad); }, {bad + ":4:", "expected 21 fields, found 20"});
+  }
+  SECTION("layers frozen inside that are not ascending") {
+    cells[2][5] = "7 3";
+    write_cells(cells);
+    require_error([&] { read_epoch_csv(bad); }, {bad + ":3:", "column 'frozen_inside'", "'7 3'"});
+  }
+  SECTION("a file written before frozen_inside reads as none frozen inside") {
+    for (auto& row : cells) row.erase(row.begin() + 5);
+    write_cells(cells);
+    const auto rows = read_epoch_csv(bad);
+    REQUIRE(rows.size() == 30);
+    for (const auto& r : rows) CHECK(r.frozen_inside == "-");
+    CHECK(rows[3].K == random_rows(7)[3].K);
   }
   SECTION("an empty file") {
     spit(bad, "");

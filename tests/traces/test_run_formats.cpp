@@ -238,6 +238,23 @@ TEST_CASE("run state JSON: a state with frozen_history and cache_measurements re
                       Contains("old: field 'frozen_history[1]': expected a non-negative integer, found -1"));
 }
 
+TEST_CASE("run state JSON: a per-layer step's layers frozen inside and its reason round-trip, checked", "[traces]") {
+  trace::RunState s = sample_state();
+  s.steps.push_back({1, std::nullopt, {3, 5}, "layers 0 3 5 (on the slowest stages): 1.0 s to the end"});
+  const std::string text = trace::run_state_json(s);
+  REQUIRE_THAT(text, Contains(R"({"frozen":1,"inside":[3,5],"set_reason":"layers 0 3 5)"));
+  const trace::RunState back = trace::parse_run_state(text, "ck");
+  REQUIRE(back.steps.size() == 3);
+  CHECK(back.steps[2].frozen_inside == std::vector<int>{3, 5});
+  CHECK(back.steps[2].frozen_set_reason == s.steps[2].frozen_set_reason);
+  REQUIRE(trace::run_state_json(back) == text);
+  REQUIRE_THROWS_WITH(trace::parse_run_state(edit(text, "[3,5]", "[1,5]"), "ck"),
+                      Contains("ck: steps[2]: field 'inside[0]': expected a layer past the prefix and the one before it"));
+  REQUIRE_THROWS_WITH(trace::parse_run_state(edit(text, "[3,5]", "[5,3]"), "ck"),
+                      Contains("ck: steps[2]: field 'inside[1]'"));
+  REQUIRE_THROWS_WITH(trace::parse_run_state(edit(text, "[3,5]", "3"), "ck"), Contains("ck: steps[2]: field 'inside'"));
+}
+
 TEST_CASE("run state JSON: malformed states name where, the key, expected and found", "[traces]") {
   const std::string good = trace::run_state_json(sample_state());
   const auto fails = [&](const std::string& text, const std::string& message) {
@@ -330,8 +347,17 @@ TEST_CASE("plan JSON reader: the fields a run's readers rely on, checked strictl
   REQUIRE(f.plans[1].cache);
   REQUIRE(f.plans[1].iteration_s == 0.25);
   const auto fails = refusals(path, [](const std::string& p) { return trace::read_plan_json(p); });
-  fails(edit(good, "elasticpipe.plan/1", "elasticpipe.plan/2"),
-        path + ": field 'schema': expected \"elasticpipe.plan/1\", found \"elasticpipe.plan/2\"");
+  REQUIRE(f.plans[1].frozen_inside.empty());  // a plan/1 file: prefix freezing
+  // plan/2 adds the layers frozen past the prefix (decision 0037).
+  put(path, edit(edit(good, "elasticpipe.plan/1", "elasticpipe.plan/2"), "\"frozen_layers\": 2,",
+                 "\"frozen_layers\": 2, \"frozen_inside\": [3, 5],"));
+  REQUIRE(trace::read_plan_json(path).plans[1].frozen_inside == std::vector<int>{3, 5});
+  fails(edit(good, "elasticpipe.plan/1", "elasticpipe.plan/3"),
+        path + ": field 'schema': expected \"elasticpipe.plan/2\" or \"elasticpipe.plan/1\", found \"elasticpipe.plan/3\"");
+  fails(edit(good, "\"frozen_layers\": 2,", "\"frozen_layers\": 2, \"frozen_inside\": [2],"),
+        path + ": plans[1]: field 'frozen_inside[0]': expected ascending layers past the prefix");
+  fails(edit(good, "\"frozen_layers\": 2,", "\"frozen_layers\": 2, \"frozen_inside\": [5, 3],"),
+        path + ": plans[1]: field 'frozen_inside[1]': expected ascending layers past the prefix");
   fails(edit(good, "\"K\": 2,", "\"K\": 0,"), path + ": plans[1]: field 'K': expected an integer in [1, ");
   fails(edit(good, "\"epochs\": [2, 4]", "\"epochs\": [4, 2]"), path + ": plans[1]: field 'epochs': expected [first, end]");
   fails(edit(good, "\"cache\": {\"on\": true}", "\"cache\": {}"), path + ": plans[1]: cache: missing field 'on'");

@@ -17,6 +17,7 @@
 #include "exec/trainer.hpp"
 #include "planner/cost_model.hpp"
 #include "planner/freeze.hpp"
+#include "planner/partition.hpp"
 #include "planner/run_plan.hpp"
 #include "planner/validation.hpp"
 #include "traces/trace.hpp"
@@ -159,6 +160,43 @@ TEST_CASE("training freezes per the gradient-norm policy, and the simulator can 
   CHECK(std::any_of(tr.events.begin(), tr.events.end(), [](const trace::Event& e) { return e.category == "transition"; }));
   CHECK((trace::read_epoch_csv((dir / "epochs.csv").string()) == r.epochs));
   std::filesystem::remove_all(dir);
+}
+
+// Decision 0037: the per-layer policy freezes the layers of least measured
+// norm; a run resumed after its frozen set changed repeats its losses.
+TEST_CASE("per-layer freezing freezes the layers of least measured gradient norm, and resumes to the same losses") {
+  ep::test::TempDir dir("per_layer");
+  exec::TrainOptions o;
+  o.out_dir = dir.file("run");
+  const Config c = tiny({"planner.freeze_policy=\"gradient_norm_per_layer\"", "exec.checkpoint_every=4",
+                         "exec.checkpoint_keep=100"});
+  const exec::TrainResult whole = exec::train(c, o);
+  REQUIRE(whole.grad_norms.size() == 2);
+  REQUIRE(whole.iteration_losses.size() == 45);
+  // Each step's set is the policy's answer on the norms the run measured.
+  const auto policy = make_per_layer_policy(4, c.planner);
+  std::vector<int> set;
+  for (int T = 1; T <= 2; ++T) {
+    const int count = policy->next(T, static_cast<int>(set.size()), whole.grad_norms[T - 1]);
+    set = policy->which(T, set, count, whole.grad_norms[T - 1]);
+    const FrozenSet f = frozen_set_of(set);
+    const trace::EpochMetrics& e = whole.epochs[T];
+    CAPTURE(T, e.frozen_layers, e.frozen_inside);
+    CHECK(e.frozen_layers == f.prefix);
+    CHECK(e.frozen_inside == layer_list(f.inside));
+  }
+  CHECK(set.size() == 3);
+  // Here the norms are least above the bottom layer: layers freeze inside.
+  CHECK(std::any_of(whole.epochs.begin(), whole.epochs.end(), [](const auto& e) { return e.frozen_inside != "-"; }));
+  CHECK((trace::read_epoch_csv(dir.file("run/epochs.csv")) == whole.epochs));
+  // Resumed mid-epoch 3, after both steps: the steps' sets come from the checkpoint.
+  exec::TrainOptions r = o;
+  r.out_dir = dir.file("resumed");
+  r.resume = dir.file("run/checkpoints/step-0000000038");
+  REQUIRE(std::filesystem::exists(r.resume));
+  const exec::TrainResult resumed = exec::train(c, r);
+  CHECK(resumed.iteration_losses == whole.iteration_losses);
+  CHECK(resumed.epochs.back().frozen_inside == whole.epochs.back().frozen_inside);
 }
 
 TEST_CASE("a run whose freeze policy reads no gradient norms computes none, and freezes as planned") {

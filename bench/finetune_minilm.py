@@ -18,9 +18,13 @@ the machine's noise):
                one core per stage (freezing, AutoCache)
   ep_nofreeze  the same pipeline without freezing (planner.freeze_policy = "none")
   ep_nocache   the same pipeline, freezing without the cache (planner.cache = "off")
+  ep_pl        the same pipeline, freezing per layer (planner.freeze_policy =
+               "gradient_norm_per_layer"): the same count per step, the
+               layers of least gradient norm wherever they sit
   ep1          elasticpipe train on one worker with both cores (K = 1, M = 1),
                freezing and AutoCache as shipped: what this 2-core machine
                serves best
+  ep1_pl       ep1 freezing per layer (planner.freeze_policy = "gradient_norm_per_layer")
   ep_np2       elasticpipe train --nproc 2 with AutoDP (compression "memory",
                M = 1): the planner picks pipelines and replicas over two
                processes of one core each
@@ -51,9 +55,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "finetune", "minilm_wordnet.toml")
 VENV = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
 EPOCH = re.compile(r"^epoch (\d+)/(\d+)\s.*acc ([0-9.]+)%")
-RUNS = ["ep", "ep_nofreeze", "ep_nocache", "ep1", "ep_np2", "plain", "hf"]
+RUNS = ["ep", "ep_nofreeze", "ep_nocache", "ep_pl", "ep1", "ep1_pl", "ep_np2", "plain", "hf"]
 # The one-worker run: both cores in one stage, no pipeline to fill.
 ONE_WORKER = ["cluster.gpus_per_node=1", "planner.K=1", "planner.M=1"]
+PER_LAYER = 'planner.freeze_policy="gradient_norm_per_layer"'
 TWO_PROCESSES = ["planner.autodp=true", 'planner.compression="memory"', "planner.M=1"]
 
 
@@ -87,6 +92,7 @@ def command(run, out, ck, jsonl, data, sets, tag):
     flags = [x for s in paths + sets for x in ("--set", s)]
     if run.startswith("ep"):
         extra = {"ep": [], "ep_nofreeze": ['planner.freeze_policy="none"'], "ep_nocache": ['planner.cache="off"'],
+                 "ep_pl": [PER_LAYER], "ep1_pl": ONE_WORKER + [PER_LAYER],
                  "ep1": ONE_WORKER, "ep_np2": TWO_PROCESSES}[run]
         nproc = ["--nproc", "2"] if run == "ep_np2" else []
         return [os.path.join(ROOT, "build", "elasticpipe"), "train", CONFIG, "--out",

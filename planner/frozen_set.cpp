@@ -80,7 +80,15 @@ double RunPlanner::rollout_s(int T, FrozenSet set) const {
   Plan previous;
   After at = after();
   for (int t = T; t <= steps_; ++t) {
-    if (t > T) set = frozen_set_of(lowest_layers(set.layers(), freeze_.projected(t, set.count()), L));
+    if (t > T) {
+      const FrozenSet grown = frozen_set_of(lowest_layers(set.layers(), freeze_.projected(t, set.count()), L));
+      if (grown == set) {  // nothing more freezes (the bound saturated): the plan runs on to the end
+        const int epochs = ctx_.config.training.epochs - step_base(t, set.prefix).first_epoch;
+        total += static_cast<double>(previous.iterations_per_epoch) * epochs * previous.iteration_s;
+        break;
+      }
+      set = grown;
+    }
     Plan base = step_base(t, set.prefix);
     base.frozen_inside_allowed = set.inside;
     const std::vector<Candidate> cands = weigh(base, at);

@@ -1,9 +1,10 @@
 // Which layers a per-layer freeze policy freezes when it plans ahead
 // without gradient norms (decision 0037): the policy gives the count, the
 // planner weighs two ways to fill it by predicted time to the end of
-// training (a rollout, below). The lowest trainable layers (PipeTransformer's order) grow the
-// prefix, which repacks, replicates and caches; the layers of the stages
-// that bound the pipeline shorten the slowest stage where nothing moves.
+// training (a rollout, below). The lowest trainable layers
+// (PipeTransformer's order) grow the prefix, which repacks, replicates and
+// caches; the layers of the stages that bound the pipeline shorten the
+// slowest stage where nothing moves.
 #include <algorithm>
 #include <limits>
 
@@ -55,7 +56,10 @@ std::vector<int> bounding_stage_layers(const PlanContext& ctx, const Plan& in_fo
     double slowest = -1;
     for (int s = 0; s < p.K(); ++s)
       if (lowest_trainable(s) >= 0 && stage_s(s) > slowest) slowest = stage_s(s), stage = s;
-    if (stage < 0) return lowest_layers(out, count, spec.num_layers());
+    if (stage < 0) {  // no stage has a trainable layer left: the lowest anywhere
+      std::sort(out.begin(), out.end());
+      return lowest_layers(out, count, spec.num_layers());
+    }
     out.push_back(lowest_trainable(stage));
   }
   std::sort(out.begin(), out.end());

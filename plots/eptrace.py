@@ -142,6 +142,11 @@ def _read_csv(path, columns):
     return rows
 
 
+def frozen_count(row):
+    """An epoch's frozen layers: the prefix and those frozen inside it (decision 0037)."""
+    return row["frozen_layers"] + (0 if row["frozen_inside"] == "-" else len(row["frozen_inside"].split(" ")))
+
+
 def read_epochs(path):
     """epochs.csv: one dict per row, typed as in SCHEMA.md §2."""
     return _read_csv(path, EPOCH_COLUMNS)

@@ -7,10 +7,10 @@ each one's accuracy (— when not measured). Writes FILE.png (the two times per 
 
 Real runs come in pairs, one workload per --pair BASE_DIR METHOD_DIR: two
 elasticpipe train runs of the same config, data, epochs and cluster, the
-baseline (no freezing: frozen_layers 0 in every epoch) and the method. Their row has the two measured total
+baseline (no freezing: no layer frozen in any epoch) and the method. Their row has the two measured total
 times, the speedup (the baseline's time over the method's) and their final
 accuracies. Pairs come after the RUN_DIRs, which may be left out."""
-from eptrace import TraceError, check_comparable, load_run, measured_speedup
+from eptrace import TraceError, check_comparable, frozen_count, load_run, measured_speedup
 from figure import Figure, Panel, Series, Table, main, runs_title
 
 
@@ -39,9 +39,9 @@ def build(args):
         check_comparable([base, method])
         # The baseline is training without freezing; a swapped pair would
         # otherwise show as a slowdown.
-        frozen = [r for r in base.epochs_of(b["mode"]) if r["frozen_layers"] > 0]
+        frozen = [r for r in base.epochs_of(b["mode"]) if frozen_count(r) > 0]
         if frozen:
-            raise TraceError(f"{base.dir}/epochs.csv: frozen_layers is {frozen[0]['frozen_layers']} in epoch "
+            raise TraceError(f"{base.dir}/epochs.csv: {frozen_count(frozen[0])} layer(s) frozen in epoch "
                              f"{frozen[0]['epoch']}; expected a baseline without freezing "
                              "(planner.freeze_policy = \"none\") as --pair's BASE_DIR")
         rows.append([method.label, m["mode"], b["total_s"], m["total_s"], measured_speedup(base, method),

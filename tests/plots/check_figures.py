@@ -73,7 +73,9 @@ def check_freeze_curve(fig, runs, _):
     if check(len(got) == len(runs), f"{len(got)} series for {len(runs)} run dirs"):
         for s, run in zip(got, runs):
             rows = epochs(run, main_mode(run))
-            check(s["y"] == [int(r["frozen_layers"]) for r in rows], f"{s['label']}: y is not frozen_layers of {run}")
+            inside = [r.get("frozen_inside", "-") for r in rows]  # layers frozen past the prefix
+            frozen = [int(r["frozen_layers"]) + (0 if i == "-" else len(i.split())) for r, i in zip(rows, inside)]
+            check(s["y"] == frozen, f"{s['label']}: y is not the frozen layers of {run}")
             check(f"{alpha(run):.2g}" in s["label"], f"{s['label']}: does not name α = {alpha(run)}")
 
 

@@ -187,7 +187,7 @@ expect_error real_other_model "other_model/summary.json: metadata 'model' is \"v
 expect_error real_breakdown_other "other_model/summary.json: metadata 'model'" speedup_breakdown "$T/real_base" "$d"
 expect_error real_cache_other "other_model/summary.json has \"vit L=6\"" cache_timing --with-cache "$d" --without-cache "$T/real_nocache"
 expect_error real_pair_simulated "vit_a0.5/summary.json: 7 modes" overall_table --pair "$RUN" "$T/exec"
-expect_error real_pair_swapped "exec/epochs.csv: frozen_layers is 1 in epoch 1; expected a baseline without freezing" \
+expect_error real_pair_swapped "exec/epochs.csv: 1 layer(s) frozen in epoch 1; expected a baseline without freezing" \
   overall_table --pair "$T/exec" "$T/real_base"
 expect_error real_cache_swapped "real_nocache/epochs.csv: column 'cache' is 0 in every epoch" \
   cache_timing --with-cache "$T/real_nocache" --without-cache "$T/exec"

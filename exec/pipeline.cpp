@@ -329,15 +329,16 @@ void Pipeline::prepare_step(const IterationProgram& program) {
   on_worker(program.threads.worker, [&] {
     std::vector<NamedTensor> trained;
     std::set<std::tuple<int, int, int>> kinds;  // device type, index, dtype
-    for (int i = partition_.frozen_end; i < model_.num_sublayers(); ++i)
+    for (int i = partition_.frozen_end; i < model_.num_sublayers(); ++i) {
+      if (!partition_.trains(i)) continue;
       for (const auto& p : model_.sublayer(i).params()) {
-        if (!partition_.trains(i)) break;
         trained.push_back(p);
         const at::Tensor& t = p.tensor;
         if (kinds.insert({static_cast<int>(t.device().type()), static_cast<int>(t.device().index()),
                           static_cast<int>(t.scalar_type())}).second)
           optimizer_.warm_up(t.options(), program.setup.grad_norms);
       }
+    }
     optimizer_.make_state(trained);
   });
 }

@@ -7,8 +7,9 @@
 // leaf) and output; its backward runs autograd on that sub-graph only and
 // hands the input's gradient to the previous stage. The frozen prefix runs
 // without autograd; a layer frozen inside runs with it, for its input's
-// gradient, its weights taking none (no optimizer state, no all-reduce); a stage with nothing to train and nothing trainable
-// before it does no backward and sends no gradient (an empty message).
+// gradient, its weights taking none (no optimizer state, no all-reduce).
+// A stage with nothing to train and nothing trainable before it does no
+// backward and sends no gradient (an empty message).
 // The pipeline decides nothing: partition, K, v, M and the order of work
 // all come from the Plan and its Schedule.
 #pragma once
@@ -161,9 +162,9 @@ class Pipeline {
 
   // Places every sublayer per `partition` (stage s on device s % K, F_frozen
   // on device 0), marks the frozen prefix and the layers frozen inside
-  // untrainable and takes them out of the optimizer (a layer unfrozen
-  // again would start with fresh state), adds the trained parameters (their state, if any, is
-  // kept and moved along). Weights are moved, never re-initialised.
+  // untrainable and takes them out of the optimizer, adds the trained
+  // parameters (their state, if any, is kept and moved along). Weights are
+  // moved, never re-initialised.
   void configure(const Partition& partition, int K, int v);
   [[nodiscard]] const Partition& partition() const { return partition_; }
   // Device and trainable flag of each sublayer as configured.

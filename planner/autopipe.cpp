@@ -78,9 +78,7 @@ double max_device_memory(const ModelSpec& spec, const TrainingConfig& t, const P
   const int b = (batch + M - 1) / M;
   std::vector<double> per_device(K, 0.0);
   for (int s = 0; s < p.K(); ++s) {
-    const StageLoad load{p.active(s), p.hosted_frozen(s), b, M,
-                         spec.params(p.active(s)) - trained_params(spec, p, s)};
-    per_device[s % K] += stage_memory(spec, t, load).total_bytes();
+    per_device[s % K] += stage_memory(spec, t, stage_load(spec, p, s, b, M)).total_bytes();
   }
   return *std::max_element(per_device.begin(), per_device.end());
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "planner/input_file.hpp"
+#include "planner/partition.hpp"  // layer_list
 #include "planner/registry.hpp"
 
 namespace ep {
@@ -156,9 +157,7 @@ FrozenSet frozen_set_of(const std::vector<int>& layers) {
 std::string describe(const FrozenSet& f) {
   std::string out = std::to_string(f.prefix) + " frozen";
   if (f.inside.empty()) return out;
-  out += " + layer" + std::string(f.inside.size() > 1 ? "s" : "");
-  for (const int l : f.inside) out += " " + std::to_string(l);
-  return out + " inside";
+  return out + " + layer" + (f.inside.size() > 1 ? "s " : " ") + layer_list(f.inside) + " inside";
 }
 
 bool reads_grad_norms(const Config& c) {
@@ -335,11 +334,7 @@ FreezeAllowance FreezeDecider::next_set(int T, const std::vector<int>& before, s
   if (!sorted || !in_range || static_cast<int>(a.layers.size()) != count ||
       !std::includes(a.layers.begin(), a.layers.end(), before.begin(), before.end()))
     throw Error("freeze policy \"" + policy_->name() + "\" at step " + std::to_string(T) + ": layers [" +
-                [&] {
-                  std::string out;
-                  for (const int l : a.layers) out += (out.empty() ? "" : " ") + std::to_string(l);
-                  return out;
-                }() + "], expected " +
+                layer_list(a.layers) + "], expected " +
                 std::to_string(count) + " distinct sorted layers in [0, " + std::to_string(L_) +
                 ") including the " + std::to_string(before.size()) + " frozen before");
   return a;

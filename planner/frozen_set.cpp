@@ -66,12 +66,6 @@ std::vector<int> bounding_stage_layers(const PlanContext& ctx, const Plan& in_fo
   return out;
 }
 
-std::string layers_text(const FrozenSet& f) {
-  std::string out;
-  for (const int l : f.layers()) out += (out.empty() ? "" : " ") + std::to_string(l);
-  return out.empty() ? "none" : out;
-}
-
 }  // namespace
 
 // A set is valued by a rollout: its step, then each later step's projected
@@ -116,9 +110,9 @@ FrozenSet RunPlanner::choose_frozen_set(int T, const std::vector<int>& before, i
   const double by_lowest = rollout_s(T, lowest), by_bounding = rollout_s(T, bounding);
   const bool bounds = by_bounding < by_lowest;
   const FrozenSet& chosen = bounds ? bounding : lowest;
-  reason = "layers " + layers_text(chosen) + (bounds ? " (on the slowest stages)" : " (the lowest)") + ": " +
+  reason = "layers " + layer_list(chosen.layers()) + (bounds ? " (on the slowest stages)" : " (the lowest)") + ": " +
            seconds_text(bounds ? by_bounding : by_lowest) + " to the end, against " +
-           seconds_text(bounds ? by_lowest : by_bounding) + " with layers " + layers_text(bounds ? lowest : bounding) +
+           seconds_text(bounds ? by_lowest : by_bounding) + " with layers " + layer_list((bounds ? lowest : bounding).layers()) +
            " (later steps filled from the lowest layer)";
   return chosen;
 }

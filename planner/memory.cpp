@@ -61,6 +61,11 @@ std::ostream& operator<<(std::ostream& os, const MemoryBreakdown& m) {
             << " B, total " << m.total_bytes() << " B";
 }
 
+StageLoad stage_load(const ModelSpec& spec, const Partition& p, int stage, int micro_batch_size, int M) {
+  return {p.active(stage), p.hosted_frozen(stage), micro_batch_size, M,
+          spec.params(p.active(stage)) - trained_params(spec, p, stage)};
+}
+
 MemoryBreakdown stage_memory(const ModelSpec& spec, const TrainingConfig& training,
                              const StageLoad& stage) {
   const double active_params = spec.params(stage.active);

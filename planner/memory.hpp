@@ -6,6 +6,7 @@
 
 #include "planner/config.hpp"
 #include "planner/model_spec.hpp"
+#include "planner/partition.hpp"
 
 namespace ep {
 
@@ -32,6 +33,9 @@ struct StageLoad {
   // (decision 0037): weights and activations, no gradients or optimizer state.
   double frozen_inside_params = 0;
 };
+// Stage `stage` of `p`: its active sublayers, the frozen ones its device
+// hosts, and the parameters of its layers frozen inside.
+[[nodiscard]] StageLoad stage_load(const ModelSpec&, const Partition& p, int stage, int micro_batch_size, int M);
 
 // Parameters: FP32 weights (4 B/param, also under BF16 autocast) for active
 // and frozen sublayers; for active ones only, FP32 gradients (4 B/param) and

@@ -22,11 +22,9 @@ const ReplicaLayout::Replica& replica_of(const ReplicaLayout& l, int rank) {
   return *it;
 }
 
-// Weights and optimizer state of the sublayers: what moves with them
-// (`frozen_inside_params` of the active ones have no optimizer state).
-double state_bytes(const PlanContext& ctx, SublayerRange active, SublayerRange frozen, double frozen_inside_params = 0) {
-  const MemoryBreakdown m =
-      stage_memory(ctx.spec, ctx.config.training, StageLoad{active, frozen, 1, 1, frozen_inside_params});
+// Weights and optimizer state of the sublayers: what moves with them.
+double state_bytes(const PlanContext& ctx, const StageLoad& load) {
+  const MemoryBreakdown m = stage_memory(ctx.spec, ctx.config.training, load);
   return m.weights_bytes + m.optimizer_bytes;
 }
 
@@ -65,7 +63,8 @@ std::vector<StateMove> state_moves(const PlanContext& ctx, const Plan& prev, con
   for (int i = 0; i < ctx.spec.num_sublayers(); ++i) {
     const bool active = plan.partition.trains(i);
     by_device[{prev.partition.device_of(i, prev.K), plan.partition.device_of(i, plan.K)}] +=
-        state_bytes(ctx, active ? SublayerRange{i, i + 1} : SublayerRange{}, active ? SublayerRange{} : SublayerRange{i, i + 1});
+        state_bytes(ctx, StageLoad{active ? SublayerRange{i, i + 1} : SublayerRange{},
+                                   active ? SublayerRange{} : SublayerRange{i, i + 1}, 1, 1});
   }
   for (const auto& r : plan.layout.replica) {
     if (!contains(prev.layout.active_ranks, r.rank)) continue;
@@ -78,9 +77,7 @@ std::vector<StateMove> state_moves(const PlanContext& ctx, const Plan& prev, con
   if (!plan.onboarding.empty()) {
     std::vector<double> stage_bytes;  // what a woken replica receives per stage
     for (int s = 0; s < plan.partition.K(); ++s)
-      stage_bytes.push_back(state_bytes(ctx, plan.partition.active(s), plan.partition.hosted_frozen(s),
-                                        ctx.spec.params(plan.partition.active(s)) -
-                                            trained_params(ctx.spec, plan.partition, s)));
+      stage_bytes.push_back(state_bytes(ctx, stage_load(ctx.spec, plan.partition, s, 1, 1)));
     for (const Onboarding& o : plan.onboarding) {
       const auto& dst = replica_of(plan.layout, o.rank);
       const auto& src = replica_of(plan.layout, o.source);

@@ -178,6 +178,7 @@ TEST_CASE("a layer frozen inside costs its forward and its input's gradient, no 
       const StageLoad plain{p.active(st), p.hosted_frozen(st), b, s.M};
       StageLoad frozen = plain;
       frozen.frozen_inside_params = inside_params;
+      CHECK(stage_load(spec, p, st, b, s.M).frozen_inside_params == Approx(inside_params));
       const MemoryBreakdown m0 = stage_memory(spec, c.training, plain), m1 = stage_memory(spec, c.training, frozen);
       CHECK(m1.weights_bytes == m0.weights_bytes);
       CHECK(m1.activations_bytes == m0.activations_bytes);

@@ -24,6 +24,9 @@ the machine's noise):
   ep1          elasticpipe train on one worker with both cores (K = 1, M = 1),
                freezing and AutoCache as shipped: what this 2-core machine
                serves best
+  ep1_nofreeze ep1 without freezing (planner.freeze_policy = "none"): the same
+               seed's sample order and dropout masks, so ep1 against it is
+               what freezing alone costs
   ep1_pl       ep1 freezing per layer (planner.freeze_policy = "gradient_norm_per_layer")
   ep_np2       elasticpipe train --nproc 2 with AutoDP (compression "memory",
                M = 1): the planner picks pipelines and replicas over two
@@ -55,7 +58,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "finetune", "minilm_wordnet.toml")
 VENV = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
 EPOCH = re.compile(r"^epoch (\d+)/(\d+)\s.*acc ([0-9.]+)%")
-RUNS = ["ep", "ep_nofreeze", "ep_nocache", "ep_pl", "ep1", "ep1_pl", "ep_np2", "plain", "hf"]
+RUNS = ["ep", "ep_nofreeze", "ep_nocache", "ep_pl", "ep1", "ep1_nofreeze", "ep1_pl", "ep_np2", "plain", "hf"]
 # The one-worker run: both cores in one stage, no pipeline to fill.
 ONE_WORKER = ["cluster.gpus_per_node=1", "planner.K=1", "planner.M=1"]
 PER_LAYER = 'planner.freeze_policy="gradient_norm_per_layer"'
@@ -93,7 +96,7 @@ def command(run, out, ck, jsonl, data, sets, tag):
     if run.startswith("ep"):
         extra = {"ep": [], "ep_nofreeze": ['planner.freeze_policy="none"'], "ep_nocache": ['planner.cache="off"'],
                  "ep_pl": [PER_LAYER], "ep1_pl": ONE_WORKER + [PER_LAYER],
-                 "ep1": ONE_WORKER, "ep_np2": TWO_PROCESSES}[run]
+                 "ep1": ONE_WORKER, "ep1_nofreeze": ONE_WORKER + ['planner.freeze_policy="none"'], "ep_np2": TWO_PROCESSES}[run]
         nproc = ["--nproc", "2"] if run == "ep_np2" else []
         return [os.path.join(ROOT, "build", "elasticpipe"), "train", CONFIG, "--out",
                 os.path.join(out, "runs", tag), "--progress-every", "86400"] + nproc + flags + \

@@ -111,8 +111,8 @@ def table(runs, title, column, scale, digits):
                 continue
             simulated = first
             if row["frozen_first"]:
-                f = row["frozen_first"]
-                frozen = f if row["frozen_second"] == f else f"{f}\\|{row['frozen_second']}"
+                f, s = frozen_set(row, "first"), frozen_set(row, "second")
+                frozen = f if s == f else f"{f}\\|{s}"
             # No error where the run measured nothing (epoch 1's transition).
             error = f" ({signed_percent((first - second) / second)})" if second > 0 else ""
             cells.append(f"{second * scale:.{digits}f}{error}")
@@ -120,6 +120,14 @@ def table(runs, title, column, scale, digits):
             continue
         md.append(f"| {label} | {frozen} | {simulated * scale:.{digits}f} | " + " | ".join(cells) + " |")
     return md
+
+
+def frozen_set(row, which):
+    """A run's frozen layers in a diff row, as the tables print them: "4", or
+    "4+2" with two frozen inside (a diff written before that column: the prefix)."""
+    inside = row.get(f"frozen_inside_{which}", "-") or "-"
+    prefix = row[f"frozen_{which}"]
+    return prefix if inside == "-" else f"{prefix}+{len(inside.split())}"
 
 
 def report(a, runs, validate_text):
@@ -136,7 +144,7 @@ def report(a, runs, validate_text):
         verdict = "within" if abs(err) <= tolerance else "NOT within"
         line = (f"- {r['name']}: {verdict} ±{a.tolerance:g}% in every epoch (largest: epoch {worst['row']}, "
                 f"{signed_percent(err)})")
-        if any(x["frozen_first"] != x["frozen_second"] for x in epochs):
+        if any(frozen_set(x, "first") != frozen_set(x, "second") for x in epochs):
             line += "; froze other layers than the simulation (replay its grad_norms.csv to compare like with like)"
         if any((x["K_first"], x["replicas_first"]) != (x["K_second"], x["replicas_second"]) for x in epochs):
             line += "; ran other layouts than the simulation"

@@ -192,9 +192,9 @@ std::vector<EpochDiff> diff_epochs(const std::vector<EpochMetrics>& first, const
   const auto a = of_mode(first, first_mode, "first"), b = of_mode(second, second_mode, "second");
   std::vector<EpochDiff> out;
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    out.push_back({a[i]->epoch, a[i]->frozen_layers, b[i]->frozen_layers, a[i]->K, b[i]->K, a[i]->replicas,
-                   b[i]->replicas, a[i]->M, b[i]->M, a[i]->epoch_s, b[i]->epoch_s, a[i]->iteration_s,
-                   b[i]->iteration_s, a[i]->transition_s, b[i]->transition_s});
+    out.push_back({a[i]->epoch, a[i]->frozen_layers, b[i]->frozen_layers, a[i]->frozen_inside, b[i]->frozen_inside,
+                   a[i]->K, b[i]->K, a[i]->replicas, b[i]->replicas, a[i]->M, b[i]->M, a[i]->epoch_s, b[i]->epoch_s,
+                   a[i]->iteration_s, b[i]->iteration_s, a[i]->transition_s, b[i]->transition_s});
   return out;
 }
 
@@ -211,13 +211,15 @@ std::string format_epoch_diff(const std::vector<EpochDiff>& d) {
   double sum_a = 0, sum_b = 0, worst = 0, worst_iteration = 0;
   bool same_frozen = true, same_layout = true, same_M = true;
   for (const EpochDiff& e : d) {
-    const std::string frozen = both(std::to_string(e.frozen_first), std::to_string(e.frozen_second));
+    // The whole frozen set: two runs with 4+2 and 4+1 froze different layers.
+    const std::string frozen = both(frozen_text(e.frozen_first, e.frozen_inside_first),
+                                    frozen_text(e.frozen_second, e.frozen_inside_second));
     const auto shape = [](int K, int replicas, int M) {
       return std::to_string(K) + "x" + std::to_string(replicas) + "," + std::to_string(M);
     };
     const std::string layout = both(shape(e.K_first, e.replicas_first, e.M_first),
                                     shape(e.K_second, e.replicas_second, e.M_second));
-    same_frozen = same_frozen && e.frozen_first == e.frozen_second;
+    same_frozen = same_frozen && e.frozen_first == e.frozen_second && e.frozen_inside_first == e.frozen_inside_second;
     same_layout = same_layout && e.K_first == e.K_second && e.replicas_first == e.replicas_second;
     same_M = same_M && e.M_first == e.M_second;
     const double err = error(e.first_s, e.second_s), iteration_err = error(e.first_iteration_s, e.second_iteration_s);
@@ -286,19 +288,20 @@ void write_epoch_diff_csv(const std::vector<EpochDiff>& d, std::optional<double>
   std::ostringstream os;
   os << "row,frozen_first,frozen_second,K_first,K_second,replicas_first,replicas_second,M_first,M_second,"
         "first_s,second_s,error,first_transition_s,second_transition_s,first_iteration_s,second_iteration_s,"
-        "iteration_error\n";
+        "iteration_error,frozen_inside_first,frozen_inside_second\n";
   double sum_a = 0, sum_b = 0;
   for (const EpochDiff& e : d) {
     os << e.epoch + 1 << ',' << e.frozen_first << ',' << e.frozen_second << ',' << e.K_first << ',' << e.K_second
        << ',' << e.replicas_first << ',' << e.replicas_second << ',' << e.M_first << ',' << e.M_second << ','
        << num(e.first_s) << ',' << num(e.second_s) << ',' << error(e.first_s, e.second_s) << ','
        << num(e.first_transition_s) << ',' << num(e.second_transition_s) << ',' << num(e.first_iteration_s) << ','
-       << num(e.second_iteration_s) << ',' << error(e.first_iteration_s, e.second_iteration_s) << '\n';
+       << num(e.second_iteration_s) << ',' << error(e.first_iteration_s, e.second_iteration_s) << ','
+       << e.frozen_inside_first << ',' << e.frozen_inside_second << '\n';
     sum_a += e.first_s;
     sum_b += e.second_s;
   }
   const auto whole = [&](const char* row, double a, double b) {
-    os << row << ",,,,,,,,," << num(a) << ',' << num(b) << ',' << error(a, b) << ",,,,,\n";
+    os << row << ",,,,,,,,," << num(a) << ',' << num(b) << ',' << error(a, b) << ",,,,,,,\n";
   };
   if (start_first && start_second) whole("start", *start_first, *start_second);
   whole("all", sum_a, sum_b);

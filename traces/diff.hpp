@@ -59,7 +59,8 @@ struct TraceDiff {
 // to its start, and its mean iteration.
 struct EpochDiff {
   int epoch = 0;  // from 0, as epochs.csv counts
-  int frozen_first = 0, frozen_second = 0;
+  int frozen_first = 0, frozen_second = 0;  // the prefix
+  std::string frozen_inside_first = "-", frozen_inside_second = "-";  // as EpochMetrics::frozen_inside
   int K_first = 0, K_second = 0, replicas_first = 0, replicas_second = 0, M_first = 0, M_second = 0;
   double first_s = 0, second_s = 0;  // epoch_s: the epoch with its transition (plan_epoch_row)
   double first_iteration_s = 0, second_iteration_s = 0;

@@ -3,7 +3,6 @@
 // communication, loss and accuracy).
 #pragma once
 
-#include <algorithm>
 #include <string>
 
 #include "planner/run_plan.hpp"
@@ -31,14 +30,6 @@ namespace ep::trace {
   m.cache_hit_ratio = plan.cache.on && !cache_filled ? 1.0 : 0.0;
   m.transition_s = transition_s;
   return m;
-}
-
-// An epoch's frozen layers as the tables print them: "4", or "4+2" with two
-// layers frozen inside (decision 0037).
-[[nodiscard]] inline std::string frozen_text(const EpochMetrics& m) {
-  if (m.frozen_inside == "-") return std::to_string(m.frozen_layers);
-  const auto inside = std::count(m.frozen_inside.begin(), m.frozen_inside.end(), ' ') + 1;
-  return std::to_string(m.frozen_layers) + "+" + std::to_string(inside);
 }
 
 }  // namespace ep::trace

@@ -100,6 +100,11 @@ std::optional<double> start_of(const Trace& t) {
   return csv::number(it->second, "trace metadata '" + std::string(kStartKey) + "'");
 }
 
+std::string frozen_text(int frozen_layers, const std::string& inside) {
+  if (inside == "-") return std::to_string(frozen_layers);
+  return std::to_string(frozen_layers) + "+" + std::to_string(std::count(inside.begin(), inside.end(), ' ') + 1);
+}
+
 std::size_t append(Trace& into, const Trace& from, double offset_s) {
   std::int64_t top = 0;
   for (const Event& e : into.events) top = std::max({top, e.flow_out, e.flow_in});

@@ -146,6 +146,13 @@ struct EpochMetrics {
   friend bool operator==(const EpochMetrics&, const EpochMetrics&) = default;
 };
 
+// Frozen layers as the tables print them: "4", or "4+2" with two layers
+// frozen inside (`inside` as EpochMetrics::frozen_inside holds them).
+[[nodiscard]] std::string frozen_text(int frozen_layers, const std::string& inside);
+[[nodiscard]] inline std::string frozen_text(const EpochMetrics& m) {
+  return frozen_text(m.frozen_layers, m.frozen_inside);
+}
+
 // Whole-run results: one entry per mode (simulator) or one "train" entry
 // (executor). Speedups are over the mode RunSummary::reference names.
 struct ModeSummary {

@@ -180,6 +180,18 @@ TEST_CASE("epochs diff: each run's rows of its mode, epoch plus transition, as f
   // Different decisions and layouts are said, not hidden.
   const std::string other = format_epoch_diff(diff_epochs(sim, "baseline", real, "train"));
   CHECK_THAT(other, Catch::Contains("0|2") && Catch::Contains("froze different layers"));
+  // Per-layer freezing (decision 0037): the same prefix, different layers
+  // frozen inside, is a different decision too, and the table shows both sets.
+  std::vector<EpochMetrics> inside = real;
+  inside[1].frozen_inside = "4 5";
+  const std::vector<EpochDiff> sets = diff_epochs(sim, "autocache", inside, "train");
+  CHECK(sets[1].frozen_inside_first == "-");
+  CHECK(sets[1].frozen_inside_second == "4 5");
+  CHECK_THAT(format_epoch_diff(sets), Catch::Contains("2|2+2") && Catch::Contains("froze different layers"));
+  std::vector<EpochMetrics> inside_sim = sim;
+  inside_sim[4].frozen_inside = "4 5";  // autocache, epoch 2: the same set
+  CHECK_THAT(format_epoch_diff(diff_epochs(inside_sim, "autocache", inside, "train")),
+             Catch::Contains(" 2+2 ") && !Catch::Contains("froze different layers"));
   const std::vector<EpochMetrics> replicated = {epoch_row("train", 0, 0, 11.0, 1.0, 0.11, 2, 4)};
   CHECK_THAT(format_epoch_diff(diff_epochs(sim, "autocache", replicated, "train")),
              Catch::Contains("1x1,4|2x4,4") && Catch::Contains("layouts differ"));
@@ -252,16 +264,16 @@ TEST_CASE("epochs diff as CSV: a row per epoch, then the starts and the whole ru
   };
   const auto rows = rows_of(1.5, 1.25);
   REQUIRE(rows.size() == 5);  // header, 2 epochs, start, all
-  for (const auto& r : rows) CHECK(r.size() == 17);
+  for (const auto& r : rows) CHECK(r.size() == 19);
   CHECK(rows[0][0] == "row");
   CHECK(rows[0][11] == "error");
   CHECK(rows[1] == std::vector<std::string>{"1", "0", "0", "1", "1", "1", "1", "4", "3", "12", "12", "0", "2", "1",
-                                            "0.1", "0.11", csv::shortest((0.1 - 0.11) / 0.11)});
+                                            "0.1", "0.11", csv::shortest((0.1 - 0.11) / 0.11), "-", "-"});
   CHECK(std::stod(rows[2][14]) == 0.1 / 3);  // read back as the same double
   CHECK(rows[2][11] == csv::shortest((9.5 - 8.5) / 8.5));
   CHECK(rows[2][16].empty());  // no reference iteration: no error, rather than a division by zero
   CHECK(rows[3] == std::vector<std::string>{"start", "", "", "", "", "", "", "", "", "1.5", "1.25", "0.2", "", "", "",
-                                            "", ""});
+                                            "", "", "", ""});
   CHECK(rows[4][0] == "all");
   CHECK(std::stod(rows[4][9]) == Approx(21.5));
   CHECK(std::stod(rows[4][10]) == Approx(20.5));

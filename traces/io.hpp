@@ -88,6 +88,21 @@ inline const json& get_array(const json& obj, const std::string& key, const std:
   return v;
 }
 
+// Layers frozen past a prefix of `prefix` layers (decision 0037): an
+// array of layers, ascending, each past the prefix.
+inline std::vector<int> get_layers_past(const json& obj, const std::string& key, int prefix, const std::string& where) {
+  const json& a = get_array(obj, key, where);
+  std::vector<int> out;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    const json& l = a[k];
+    const bool too_big = l.is_number_unsigned() && l.get<std::uint64_t>() > (std::uint64_t{1} << 30);
+    if (!l.is_number_integer() || too_big || l.get<std::int64_t>() <= (out.empty() ? prefix : out.back()))
+      bad_field(where, key + "[" + std::to_string(k) + "]", "ascending layers past the prefix", l);
+    out.push_back(l.get<int>());
+  }
+  return out;
+}
+
 // Metadata: text held as text, written with its numbers as JSON numbers
 // (a script reads "alpha": 0.5, not "0.5"). A value is written as a number
 // only where the number prints back as the same text, so reading it back

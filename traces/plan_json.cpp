@@ -31,16 +31,7 @@ PlanRecord read_plan(const json& p, const std::string& where) {
   r.first_epoch = epochs[0].get<int>();
   r.end_epoch = epochs[1].get<int>();
   r.frozen_layers = get_small(p, "frozen_layers", where);
-  if (p.contains("frozen_inside")) {
-    const json& inside = get_array(p, "frozen_inside", where);
-    for (std::size_t k = 0; k < inside.size(); ++k) {
-      const std::string key = "frozen_inside[" + std::to_string(k) + "]";
-      if (!inside[k].is_number_integer() || inside[k].get<std::int64_t>() <= r.frozen_layers ||
-          inside[k].get<std::int64_t>() > kMaxInt || (!r.frozen_inside.empty() && inside[k].get<int>() <= r.frozen_inside.back()))
-        bad_field(where, key, "ascending layers past the prefix", inside[k]);
-      r.frozen_inside.push_back(inside[k].get<int>());
-    }
-  }
+  if (p.contains("frozen_inside")) r.frozen_inside = get_layers_past(p, "frozen_inside", r.frozen_layers, where);
   r.K = get_small(p, "K", where, 1);
   r.M = get_small(p, "M", where, 1);
   r.replicas = get_small(p, "replicas", where, 1);

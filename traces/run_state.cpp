@@ -98,15 +98,8 @@ std::vector<StepInputs> steps_from_json(const json& j, const std::string& where)
     check_keys(steps[i], {"frozen", "inside", "set_reason", "cache"}, at);
     StepInputs& in = out.emplace_back();
     in.frozen_layers = frozen_count(field(steps[i], "frozen", at), at, "frozen");
-    if (steps[i].contains("inside")) {  // a per-layer policy's layers past the prefix (decision 0037)
-      const json& inside = get_array(steps[i], "inside", at);
-      for (std::size_t k = 0; k < inside.size(); ++k) {
-        const int l = frozen_count(inside[k], at, "inside[" + std::to_string(k) + "]");
-        if (l <= in.frozen_layers || (!in.frozen_inside.empty() && l <= in.frozen_inside.back()))
-          bad_field(at, "inside[" + std::to_string(k) + "]", "a layer past the prefix and the one before it", inside[k]);
-        in.frozen_inside.push_back(l);
-      }
-    }
+    if (steps[i].contains("inside"))  // a per-layer policy's layers past the prefix
+      in.frozen_inside = get_layers_past(steps[i], "inside", in.frozen_layers, at);
     if (steps[i].contains("set_reason")) in.frozen_set_reason = get_string(steps[i], "set_reason", at);
     if (steps[i].contains("cache")) in.cache = cache_from_json(steps[i]["cache"], at + ": cache");
   }

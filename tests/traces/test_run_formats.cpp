@@ -249,10 +249,14 @@ TEST_CASE("run state JSON: a per-layer step's layers frozen inside and its reaso
   CHECK(back.steps[2].frozen_set_reason == s.steps[2].frozen_set_reason);
   REQUIRE(trace::run_state_json(back) == text);
   REQUIRE_THROWS_WITH(trace::parse_run_state(edit(text, "[3,5]", "[1,5]"), "ck"),
-                      Contains("ck: steps[2]: field 'inside[0]': expected a layer past the prefix and the one before it"));
+                      Contains("ck: steps[2]: field 'inside[0]': expected ascending layers past the prefix, found 1"));
   REQUIRE_THROWS_WITH(trace::parse_run_state(edit(text, "[3,5]", "[5,3]"), "ck"),
                       Contains("ck: steps[2]: field 'inside[1]'"));
   REQUIRE_THROWS_WITH(trace::parse_run_state(edit(text, "[3,5]", "3"), "ck"), Contains("ck: steps[2]: field 'inside'"));
+  REQUIRE_THROWS_WITH(trace::parse_run_state(edit(text, "[3,5]", "[3,5.5]"), "ck"),
+                      Contains("ck: steps[2]: field 'inside[1]': expected ascending layers past the prefix, found 5.5"));
+  REQUIRE_THROWS_WITH(trace::parse_run_state(edit(text, "[3,5]", "[3,18446744073709551615]"), "ck"),
+                      Contains("ck: steps[2]: field 'inside[1]'"));
 }
 
 TEST_CASE("run state JSON: malformed states name where, the key, expected and found", "[traces]") {

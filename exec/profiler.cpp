@@ -53,6 +53,7 @@ constexpr int kChain = 4;
 
 struct ChainTimes {
   double forward = 0, backward = 0, frozen_forward = 0, forward_again = 0;
+  double backward_input = 0;  // the input's gradient alone (timed where asked)
   // The host's and the device's share of forward and backward, as timed
   // (not divided per sublayer: the profile log gives the whole chain's).
   ComputeTimes forward_parts, backward_parts;
@@ -64,9 +65,11 @@ struct ChainTimes {
 // autograd; with `again` (bf16 autocast), the forward once more with the
 // weights' bf16 copies kept, as a later micro-batch of an iteration runs.
 // The chain's input takes a gradient when `input_grad` (the executor never
-// differentiates the stem's input: images or token ids).
+// differentiates the stem's input: images or token ids); with `input_only`
+// as well, the backward once more with the weights frozen, as a layer
+// frozen inside runs it (decision 0037): the input's gradient alone.
 ChainTimes time_chain(const std::vector<Sublayer*>& chain, const at::Tensor& x, bool input_grad, bool again,
-                      const ProfileOptions& o, const at::Device& dev) {
+                      bool input_only, const ProfileOptions& o, const at::Device& dev) {
   const auto forward = [&](at::Tensor t) {
     for (Sublayer* sub : chain) t = sub->forward(t);
     return t;
@@ -114,6 +117,17 @@ ChainTimes time_chain(const std::vector<Sublayer*>& chain, const at::Tensor& x, 
   out = grad = at::Tensor();
   reset_grads();
   trainable(false);
+  if (input_grad && input_only) {
+    t.backward_input = median_compute_seconds(
+        dev, o.repeats,
+        [&] {
+          fresh_casts();
+          out = forward(leaf());
+          grad = at::ones_like(out);
+        },
+        [&] { torch::autograd::backward({out}, {grad}); });
+    out = grad = at::Tensor();
+  }
   t.frozen_forward = median_compute_seconds(dev, o.repeats, drop, [&] {
     c10::NoGradGuard g;
     out = forward(x);
@@ -160,11 +174,14 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
         c10::NoGradGuard g;
         x = model.forward({0, i}, stem_input(c.model, b, dev));  // the chain's real input
       }
-      ChainTimes t = time_chain(chain, x, i != 0 && x.is_floating_point(), bf16, o, dev);
+      // Attention and MLP: the sublayers of a layer that can freeze inside.
+      const bool inside = i != 0 && i != last;
+      ChainTimes t = time_chain(chain, x, i != 0 && x.is_floating_point(), bf16, inside, o, dev);
       for (const auto& [name, op] : ops) t.*op /= static_cast<double>(chain.size());
+      t.backward_input /= static_cast<double>(chain.size());
       per_sublayer.emplace_back(to_string(model.spec().sublayers[i].kind), t);
     }
-    const ChainTimes whole = time_chain(all, stem_input(c.model, b, dev), false, bf16, o, dev);
+    const ChainTimes whole = time_chain(all, stem_input(c.model, b, dev), false, bf16, false, o, dev);
     factors += (factors.empty() ? "" : "; ") + std::to_string(b) + ":";
     if (dev.is_cuda()) {  // which of the two bounds the chain: one action's host work overlaps the next's kernels
       char line[160];
@@ -182,6 +199,11 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
         if (!rows.count(kind)) kinds.push_back(kind);
         rows[kind].push_back({kind, name, b, t.*op * factor});
       }
+      // The input's gradient alone has no whole-chain time of its own
+      // (the stem's input takes none): it is scaled as the backward is.
+      if (name == std::string("backward"))
+        for (const auto& [kind, t] : per_sublayer)
+          if (t.backward_input > 0) rows[kind].push_back({kind, "backward_input", b, t.backward_input * factor});
       char f[32];
       std::snprintf(f, sizeof f, "%s %.2f", name == ops.front().first ? "" : " /", factor);
       factors += f;

@@ -111,8 +111,11 @@ LinearFit fit(std::string name, std::string form, const std::vector<Row>& rows,
 
 constexpr std::array<SublayerKind, 4> kKinds = {SublayerKind::Stem, SublayerKind::Attention,
                                                 SublayerKind::Mlp, SublayerKind::Head};
-constexpr std::array<ComputeOp, 4> kOps = {ComputeOp::Forward, ComputeOp::Backward,
-                                           ComputeOp::FrozenForward, ComputeOp::ForwardAgain};
+constexpr std::array<ComputeOp, 5> kOps = {ComputeOp::Forward, ComputeOp::Backward, ComputeOp::FrozenForward,
+                                           ComputeOp::ForwardAgain, ComputeOp::BackwardInput};
+
+// The kinds a layer frozen inside holds: what backward_input is timed for.
+bool freezes_inside(SublayerKind k) { return k == SublayerKind::Attention || k == SublayerKind::Mlp; }
 
 std::string op_name(ComputeOp op) {
   switch (op) {
@@ -120,6 +123,7 @@ std::string op_name(ComputeOp op) {
     case ComputeOp::Backward: return "backward";
     case ComputeOp::FrozenForward: return "frozen_forward";
     case ComputeOp::ForwardAgain: return "forward_again";
+    case ComputeOp::BackwardInput: return "backward_input";
   }
   return "?";
 }
@@ -156,11 +160,20 @@ FittedCostModel::FittedCostModel(const Profile& profile, const CostModel& fallba
   check_profile(profile, "profile");
 
   std::string missing;
-  fits_.forward_again = std::any_of(profile.compute.begin(), profile.compute.end(),
-                                    [](const ComputeSample& s) { return s.op == op_name(ComputeOp::ForwardAgain); });
+  const auto measured = [&](ComputeOp op) {
+    return std::any_of(profile.compute.begin(), profile.compute.end(),
+                       [&](const ComputeSample& s) { return s.op == op_name(op); });
+  };
+  fits_.forward_again = measured(ComputeOp::ForwardAgain);
+  fits_.backward_input = measured(ComputeOp::BackwardInput);
+  for (const ComputeSample& s : profile.compute)
+    if (s.op == op_name(ComputeOp::BackwardInput) && s.sublayer_kind != "attention" && s.sublayer_kind != "mlp")
+      throw Error("fitting the cost model: the profile has backward_input samples for " + s.sublayer_kind +
+                  ", expected attention and mlp only (the sublayers of a layer frozen inside)");
   for (SublayerKind kind : kKinds) {
     for (ComputeOp op : kOps) {
       if (op == ComputeOp::ForwardAgain && !fits_.forward_again) continue;
+      if (op == ComputeOp::BackwardInput && !(fits_.backward_input && freezes_inside(kind))) continue;
       std::vector<Row> rows;
       for (const ComputeSample& s : profile.compute)
         if (s.sublayer_kind == to_string(kind) && s.op == op_name(op))
@@ -180,8 +193,8 @@ FittedCostModel::FittedCostModel(const Profile& profile, const CostModel& fallba
   }
   if (!missing.empty())
     throw Error("fitting the cost model: the profile has no compute samples for " + missing +
-                " (every sublayer kind needs forward, backward and frozen_forward, and forward_again "
-                "when any kind has it)");
+                " (every sublayer kind needs forward, backward and frozen_forward, forward_again "
+                "when any kind has it, and attention and mlp need backward_input when either has it)");
 
   if (!profile.p2p.empty()) {
     std::vector<Row> rows;
@@ -252,6 +265,11 @@ double FittedCostModel::backward_s(const Sublayer& s, int samples) const {
   return compute_s(s, ComputeOp::Backward, samples);
 }
 
+double FittedCostModel::backward_input_s(const Sublayer& s, int samples) const {
+  if (fits_.backward_input && freezes_inside(s.kind)) return compute_s(s, ComputeOp::BackwardInput, samples);
+  return CostModel::backward_input_s(s, samples);
+}
+
 double FittedCostModel::frozen_forward_s(const Sublayer& s, int samples) const {
   return compute_s(s, ComputeOp::FrozenForward, samples);
 }
@@ -288,13 +306,15 @@ double FittedCostModel::grad_norms_s(double params) const {
 namespace {
 
 // Every term in the report's order: its fit, or nullptr where no sample
-// fits it ("compute */forward_again" times as forward; "gradient norms"
+// fits it ("compute */forward_again" times as forward, "compute
+// */backward_input" as the backward by its FLOP share; "gradient norms"
 // are inside the optimizer step; the others the fallback times).
 void each_term(const FittedCoefficients& fits, const std::function<void(const std::string&, const LinearFit*)>& f) {
   for (const auto& per_kind : fits.compute)
     for (const LinearFit& fit : per_kind)
       if (!fit.name.empty()) f(fit.name, &fit);
   if (!fits.forward_again) f("compute */forward_again", nullptr);
+  if (!fits.backward_input) f("compute */backward_input", nullptr);
   f("p2p", fits.p2p ? &*fits.p2p : nullptr);
   f("allreduce", fits.allreduce ? &*fits.allreduce : nullptr);
   for (CacheTier tier : {CacheTier::HostMemory, CacheTier::Disk})
@@ -306,7 +326,9 @@ void each_term(const FittedCoefficients& fits, const std::function<void(const st
   f("gradient norms", fits.grad_norms ? &*fits.grad_norms : nullptr);
 }
 
-bool timed_by_fallback(const std::string& term) { return term != "compute */forward_again" && term != "gradient norms"; }
+bool timed_by_fallback(const std::string& term) {
+  return term != "compute */forward_again" && term != "compute */backward_input" && term != "gradient norms";
+}
 
 }  // namespace
 
@@ -339,9 +361,10 @@ std::string FittedCostModel::describe() const {
              pad(sci(f->r2), w_stat) + pad(sci(f->rms_rel_residual), w_stat) + sci(f->max_rel_residual) + "\n";
       return;
     }
-    const std::string instead = name == "gradient norms"            ? "inside the optimizer step"
-                                : name == "compute */forward_again" ? "forward"
-                                                                    : fallback_.name() + " model";
+    const std::string instead = name == "gradient norms"             ? "inside the optimizer step"
+                                : name == "compute */forward_again"  ? "forward"
+                                : name == "compute */backward_input" ? "backward by its FLOP share"
+                                                                     : fallback_.name() + " model";
     out += "  " + pad(name, w_term) + "no samples: " + instead + "\n";
   });
 

@@ -38,7 +38,11 @@
 // forward, backward, frozen_forward); the construction names the missing
 // ones. forward_again (a later micro-batch's forward, measured under bf16)
 // is fitted alike when the profile has it for any kind, and then needed for
-// every kind; without it forward stands in. p2p, all-reduce, each cache
+// every kind; without it forward stands in. backward_input (the input's
+// gradient alone: a layer frozen inside, decision 0037) is fitted alike
+// for attention and mlp when the profile has it, and then needed for both;
+// without it the backward by its FLOP share stands in (CostModel's
+// default). p2p, all-reduce, each cache
 // (tier, op) and the optimizer are optional: without samples, those terms
 // come from `fallback` (e.g. the AnalyticCostModel of the configured
 // cluster). A fit whose samples cannot
@@ -57,7 +61,7 @@
 
 namespace ep {
 
-enum class ComputeOp { Forward, Backward, FrozenForward, ForwardAgain };
+enum class ComputeOp { Forward, Backward, FrozenForward, ForwardAgain, BackwardInput };
 enum class CacheOp { Read, Write };
 
 // One fitted term, t = a·f_a + c·f_c (the features per term as above).
@@ -74,9 +78,11 @@ struct LinearFit {
 };
 
 struct FittedCoefficients {
-  // [SublayerKind][ComputeOp]; ForwardAgain's only when `forward_again`.
-  std::array<std::array<LinearFit, 4>, 4> compute;
-  bool forward_again = false;  // the profile measured it (bf16): else forward stands in
+  // [SublayerKind][ComputeOp]; ForwardAgain's only when `forward_again`,
+  // BackwardInput's only attention's and mlp's when `backward_input`.
+  std::array<std::array<LinearFit, 5>, 4> compute;
+  bool forward_again = false;   // the profile measured it (bf16): else forward stands in
+  bool backward_input = false;  // the profile measured it: else the backward by its FLOP share
   std::optional<LinearFit> p2p;        // nullopt: the fallback's
   std::optional<LinearFit> allreduce;
   std::array<std::array<std::optional<LinearFit>, 2>, 2> cache;  // [CacheTier][CacheOp]
@@ -101,6 +107,7 @@ class FittedCostModel final : public CostModel {
   [[nodiscard]] double forward_s(const Sublayer&, int samples) const override;
   [[nodiscard]] double forward_again_s(const Sublayer&, int samples) const override;
   [[nodiscard]] double backward_s(const Sublayer&, int samples) const override;
+  [[nodiscard]] double backward_input_s(const Sublayer&, int samples) const override;
   [[nodiscard]] double frozen_forward_s(const Sublayer&, int samples) const override;
   [[nodiscard]] double p2p_s(double bytes, LinkKind) const override;
   [[nodiscard]] double allreduce_s(double bytes, int ranks, LinkKind slowest_link) const override;
@@ -141,7 +148,7 @@ class FittedCostModel final : public CostModel {
   const CostModel& fallback_;
   FittedCoefficients fits_;
   // Per (kind, op): (micro-batch size, median seconds), by size.
-  std::array<std::array<std::vector<std::pair<int, double>>, 4>, 4> compute_points_;
+  std::array<std::array<std::vector<std::pair<int, double>>, 5>, 4> compute_points_;
   std::string environment_;
   std::string model_;
   std::vector<TransitionSample> transitions_;

@@ -20,8 +20,11 @@ namespace ep {
 
 namespace {
 
-// A compute sample's and a model chain sample's op (profile.hpp).
-const std::initializer_list<const char*> kComputeOps = {"forward", "forward_again", "backward", "frozen_forward"};
+// A compute sample's and a model chain sample's op (profile.hpp); the
+// input's gradient alone is timed per sublayer only.
+const std::initializer_list<const char*> kChainOps = {"forward", "forward_again", "backward", "frozen_forward"};
+const std::initializer_list<const char*> kComputeOps = {"forward", "forward_again", "backward", "frozen_forward",
+                                                        "backward_input"};
 
 using nlohmann::json;
 
@@ -205,7 +208,7 @@ Profile parse_profile(const nlohmann::json& j, const std::string& source) {
   if (j.contains("model_chain"))
     root["model_chain"].for_each(false, [&](const Node& n) {
       n.require_object({"op", "samples", "seconds"});
-      p.model_chain.push_back({n["op"].one_of(kComputeOps),
+      p.model_chain.push_back({n["op"].one_of(kChainOps),
                                n["samples"].integer_at_least(1), n["seconds"].number(true, kSeconds)});
     });
   root["p2p"].for_each(false, [&](const Node& n) {

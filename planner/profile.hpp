@@ -26,10 +26,15 @@
 //                  per op and micro-batch size: what `compute` was scaled to
 //                  sum to (exec/profiler.cpp); informative, the fitter does
 //                  not read it. Absent in profiles written before it.
-//   op (compute)   "forward" | "forward_again" | "backward" | "frozen_forward" (the
-//                  CostModel's terms; forward_again: a later micro-batch's forward in
-//                  the same iteration, bf16 weight copies reused; measured under bf16
-//                  only, for every kind or none, and without it forward stands in)
+//   op (compute)   "forward" | "forward_again" | "backward" | "frozen_forward" |
+//                  "backward_input" (the CostModel's terms; forward_again: a later
+//                  micro-batch's forward in the same iteration, bf16 weight copies
+//                  reused; measured under bf16 only, for every kind or none, and
+//                  without it forward stands in; backward_input: the input's
+//                  gradient alone, as a layer frozen inside runs its backward,
+//                  for attention and mlp or none, and without it the backward
+//                  by its FLOP share stands in. Absent in profiles written
+//                  before it.)
 //   optimizer      the update alone (grad_norms: the gradients' norms alone,
 //                  which a step computes only where the freeze policy reads
 //                  them). Profiles written before grad_norms timed the
@@ -68,13 +73,13 @@ inline constexpr std::string_view kProfileSchema = "elasticpipe.profile/1";
 
 struct ComputeSample {
   std::string sublayer_kind;  // "stem" | "attention" | "mlp" | "head"
-  std::string op;             // "forward" | "forward_again" | "backward" | "frozen_forward"
+  std::string op;             // "forward" | "forward_again" | "backward" | "frozen_forward" | "backward_input"
   int samples = 0;            // micro-batch size
   double seconds = 0;
 };
 
 struct ChainSample {  // the whole model as one chain
-  std::string op;       // as ComputeSample::op
+  std::string op;       // as ComputeSample::op, but for backward_input
   int samples = 0;
   double seconds = 0;
 };

@@ -334,8 +334,10 @@ expect_text "profile's fits table gives the whole probes" "cache probes (timed w
 expect_rc 0 "profile in bf16" -- "$bin" profile "$dp" --set 'training.precision="bf16"' --out "$tmp/profile_bf16.json" \
   --repeats 2
 expect_text "a bf16 profile fits forward_again" "compute attention/forward_again"
+expect_text "a profile fits the input's gradient alone" "compute attention/backward_input"
 # The sublayers' times at each micro-batch size add up to the whole model run as one chain, as profiled;
-# forward_again is there for every kind and size in bf16 only.
+# forward_again is there for every kind and size in bf16 only; backward_input (the input's gradient alone, a
+# layer frozen inside) for attention and mlp at every size, scaled as the backward is.
 /usr/bin/python3 - "$tmp/profile.json" "$tmp/profile_bf16.json" <<'PY' && ok || bad "profile's sublayers do not add up to its model chain"
 import json, re, sys
 for path, ops in ((sys.argv[1], 3), (sys.argv[2], 4)):
@@ -345,6 +347,8 @@ for path, ops in ((sys.argv[1], 3), (sys.argv[2], 4)):
     chain = {(c["op"], c["samples"]): c["seconds"] for c in p["model_chain"]}
     total = {}
     for c in p["compute"]:
+        if c["op"] == "backward_input":
+            continue
         key = (c["op"], c["samples"])
         total[key] = total.get(key, 0) + count[c["sublayer_kind"]] * c["seconds"]
     assert chain and set(chain) == set(total), (sorted(chain), sorted(total))
@@ -352,7 +356,9 @@ for path, ops in ((sys.argv[1], 3), (sys.argv[2], 4)):
         assert abs(t - chain[key]) <= 1e-9 * chain[key], (path, key, t, chain[key])
     sizes = {c["samples"] for c in p["compute"]}
     kinds = {(c["sublayer_kind"], c["op"], c["samples"]) for c in p["compute"]}
-    assert len(kinds) == 4 * ops * len(sizes), (path, len(kinds))
+    assert len(kinds) == (4 * ops + 2) * len(sizes), (path, len(kinds))
+    inside = {(c["sublayer_kind"], c["samples"]) for c in p["compute"] if c["op"] == "backward_input"}
+    assert inside == {(k, b) for k in ("attention", "mlp") for b in sizes}, (path, sorted(inside))
     assert (ops == 4) == any(c["op"] == "forward_again" for c in p["compute"]), path
 PY
 expect_rc 0 "simulate with a fitted cost model" -- "$bin" simulate "$dp" --mode baseline --profile "$tmp/profile.json" \

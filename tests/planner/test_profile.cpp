@@ -363,6 +363,49 @@ TEST_CASE("forward_again: fitted when profiled for every kind, forward without i
              Catch::Contains("no compute samples for head/forward_again") && Catch::Contains("when any kind has it"));
 }
 
+// A layer frozen inside runs its backward for the input's gradient alone
+// (decision 0037): measured, it is fitted as any op; unmeasured, the
+// backward by the sublayer's FLOP share of it stands in.
+TEST_CASE("backward_input: fitted for attention and mlp when profiled, the FLOP share without it", "[profile]") {
+  const ModelSpec s = spec();
+  const AnalyticCostModel truth(cluster(), sgd());
+  const Profile plain = synthetic(truth, s, 0);
+  Profile timed = plain;
+  for (const ComputeSample& c : plain.compute)  // 0.7 of the backward, not the FLOP share (0.50 and 0.56)
+    if (c.op == "backward" && (c.sublayer_kind == "attention" || c.sublayer_kind == "mlp"))
+      timed.compute.push_back({c.sublayer_kind, "backward_input", c.samples, 0.7 * c.seconds});
+  const Profile read = parse_profile(to_json(timed), "timed");  // the file keeps them
+  REQUIRE(read.compute.size() == timed.compute.size());
+  const FittedCostModel with(read, truth), without(plain, truth);
+  CHECK(with.coefficients().backward_input);
+  CHECK_FALSE(without.coefficients().backward_input);
+  for (const Sublayer& sub : {s.sublayers[1], s.sublayers[2]})
+    for (int b : {1, 3, 32, 48}) {
+      INFO(to_string(sub.kind) << " b=" << b);
+      CHECK(with.backward_input_s(sub, b) == Approx(0.7 * truth.backward_s(sub, b)));
+      const double share = sub.bwd_input_flops_per_sample / sub.bwd_flops_per_sample;
+      CHECK(share < 0.6);
+      CHECK(without.backward_input_s(sub, b) == Approx(share * without.backward_s(sub, b)));
+    }
+  CHECK_THAT(with.describe(), Catch::Contains("compute attention/backward_input") &&
+                                  Catch::Contains("compute mlp/backward_input") && !Catch::Contains("*/backward_input"));
+  CHECK_THAT(without.describe(), Catch::Contains("compute */backward_input") &&
+                                     Catch::Contains("no samples: backward by its FLOP share"));
+  CHECK(without.cautions() == FittedCostModel(read, truth).cautions());  // not a caution: it has a stand-in
+  Profile partial = timed;
+  std::erase_if(partial.compute, [](const ComputeSample& c) { return c.sublayer_kind == "mlp" && c.op == "backward_input"; });
+  CHECK_THAT(test::error_of([&] { FittedCostModel f(partial, truth); }),
+             Catch::Contains("no compute samples for mlp/backward_input") &&
+                 Catch::Contains("attention and mlp need backward_input when either has it"));
+  Profile stem = timed;
+  stem.compute.push_back({"stem", "backward_input", 4, 1e-3});
+  CHECK_THAT(test::error_of([&] { FittedCostModel f(stem, truth); }),
+             Catch::Contains("backward_input samples for stem, expected attention and mlp only"));
+  Profile chain = plain;
+  chain.model_chain = {{"backward_input", 8, 0.01}};  // per sublayer only
+  CHECK_THAT(test::error_of([&] { check_profile(chain, "p.json"); }), Catch::Contains("model_chain[0].op"));
+}
+
 TEST_CASE("profile round-trips through JSON and a file", "[profile]") {
   const AnalyticCostModel truth(cluster(), sgd());
   Profile p = synthetic(truth, spec(), 0.02);
@@ -490,7 +533,7 @@ TEST_CASE("malformed profiles are refused naming path, expected and found", "[pr
                       "\"head\", found \"embedding\""));
   CHECK_THAT(parse_error([](json& j) { j["compute"][5]["op"] = "fwd"; }),
              Contains("compute[5].op: expected one of \"forward\", \"forward_again\", \"backward\", \"frozen_forward\", "
-                      "found \"fwd\""));
+                      "\"backward_input\", found \"fwd\""));
   CHECK_THAT(parse_error([](json& j) { j["cache"][0]["tier"] = "ssd"; }),
              Contains("cache[0].tier: expected one of \"host\", \"disk\", found \"ssd\""));
   CHECK_THAT(parse_error([](json& j) { j["cache"][0]["op"] = "append"; }),

@@ -395,13 +395,18 @@ TEST_CASE("CUDA: profile times the GPU at the training precision, and says so", 
   CHECK_THAT(p.environment, Catch::Contains("cuda:0") && Catch::Contains("bf16"));
   CHECK_FALSE(p.compute.empty());
   for (const auto& s : p.compute) CHECK(s.seconds > 0);
-  CHECK(p.model_chain.size() == p.compute.size() / 4);  // per op and size, as each of the four kinds
+  const auto of_op = [&](const char* kind, const char* op) {
+    return std::count_if(p.compute.begin(), p.compute.end(),
+                         [&](const ComputeSample& s) { return s.sublayer_kind == kind && s.op == op; });
+  };
+  // The input's gradient alone: attention and MLP only, at every size; no model chain of its own.
+  CHECK(of_op("attention", "backward_input") == of_op("attention", "backward"));
+  CHECK(of_op("mlp", "backward_input") == of_op("mlp", "backward"));
+  CHECK(of_op("stem", "backward_input") + of_op("head", "backward_input") == 0);
+  const auto inside = of_op("attention", "backward_input") + of_op("mlp", "backward_input");
+  CHECK(p.model_chain.size() == (p.compute.size() - inside) / 4);  // per op and size, as each of the four kinds
   for (const char* kind : {"stem", "attention", "mlp", "head"})  // bf16: a later micro-batch's forward too
-    CHECK(std::count_if(p.compute.begin(), p.compute.end(), [&](const ComputeSample& s) {
-            return s.sublayer_kind == kind && s.op == "forward_again";
-          }) == std::count_if(p.compute.begin(), p.compute.end(), [&](const ComputeSample& s) {
-            return s.sublayer_kind == kind && s.op == "forward";
-          }));
+    CHECK(of_op(kind, "forward_again") == of_op(kind, "forward"));
   CHECK(p.allreduce.empty());  // one GPU: no NCCL ring to time
 }
 

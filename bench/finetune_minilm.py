@@ -62,6 +62,7 @@ RUNS = ["ep", "ep_nofreeze", "ep_nocache", "ep_pl", "ep1", "ep1_nofreeze", "ep1_
 # The one-worker run: both cores in one stage, no pipeline to fill.
 ONE_WORKER = ["cluster.gpus_per_node=1", "planner.K=1", "planner.M=1"]
 PER_LAYER = 'planner.freeze_policy="gradient_norm_per_layer"'
+NO_FREEZE = 'planner.freeze_policy="none"'
 TWO_PROCESSES = ["planner.autodp=true", 'planner.compression="memory"', "planner.M=1"]
 
 
@@ -94,9 +95,9 @@ def command(run, out, ck, jsonl, data, sets, tag):
     paths = [f'model.checkpoint="{ck}"', f'data.path="{data}"']
     flags = [x for s in paths + sets for x in ("--set", s)]
     if run.startswith("ep"):
-        extra = {"ep": [], "ep_nofreeze": ['planner.freeze_policy="none"'], "ep_nocache": ['planner.cache="off"'],
-                 "ep_pl": [PER_LAYER], "ep1_pl": ONE_WORKER + [PER_LAYER],
-                 "ep1": ONE_WORKER, "ep1_nofreeze": ONE_WORKER + ['planner.freeze_policy="none"'], "ep_np2": TWO_PROCESSES}[run]
+        extra = {"ep": [], "ep_nofreeze": [NO_FREEZE], "ep_nocache": ['planner.cache="off"'], "ep_pl": [PER_LAYER],
+                 "ep1": ONE_WORKER, "ep1_nofreeze": ONE_WORKER + [NO_FREEZE], "ep1_pl": ONE_WORKER + [PER_LAYER],
+                 "ep_np2": TWO_PROCESSES}[run]
         nproc = ["--nproc", "2"] if run == "ep_np2" else []
         return [os.path.join(ROOT, "build", "elasticpipe"), "train", CONFIG, "--out",
                 os.path.join(out, "runs", tag), "--progress-every", "86400"] + nproc + flags + \

@@ -201,7 +201,7 @@ void profile_compute(const Config& c, const ProfileOptions& o, const at::Device&
       }
       // The input's gradient alone has no whole-chain time of its own
       // (the stem's input takes none): it is scaled as the backward is.
-      if (name == std::string("backward"))
+      if (op == &ChainTimes::backward)
         for (const auto& [kind, t] : per_sublayer)
           if (t.backward_input > 0) rows[kind].push_back({kind, "backward_input", b, t.backward_input * factor});
       char f[32];

@@ -112,8 +112,8 @@ FrozenSet RunPlanner::choose_frozen_set(int T, const std::vector<int>& before, i
   const FrozenSet& chosen = bounds ? bounding : lowest;
   reason = "layers " + layer_list(chosen.layers()) + (bounds ? " (on the slowest stages)" : " (the lowest)") + ": " +
            seconds_text(bounds ? by_bounding : by_lowest) + " to the end, against " +
-           seconds_text(bounds ? by_lowest : by_bounding) + " with layers " + layer_list((bounds ? lowest : bounding).layers()) +
-           " (later steps filled from the lowest layer)";
+           seconds_text(bounds ? by_lowest : by_bounding) + " with layers " +
+           layer_list((bounds ? lowest : bounding).layers()) + " (later steps filled from the lowest layer)";
   return chosen;
 }
 

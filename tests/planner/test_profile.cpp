@@ -393,7 +393,8 @@ TEST_CASE("backward_input: fitted for attention and mlp when profiled, the FLOP 
                                      Catch::Contains("no samples: backward by its FLOP share"));
   CHECK(without.cautions() == FittedCostModel(read, truth).cautions());  // not a caution: it has a stand-in
   Profile partial = timed;
-  std::erase_if(partial.compute, [](const ComputeSample& c) { return c.sublayer_kind == "mlp" && c.op == "backward_input"; });
+  std::erase_if(partial.compute,
+                [](const ComputeSample& c) { return c.sublayer_kind == "mlp" && c.op == "backward_input"; });
   CHECK_THAT(test::error_of([&] { FittedCostModel f(partial, truth); }),
              Catch::Contains("no compute samples for mlp/backward_input") &&
                  Catch::Contains("attention and mlp need backward_input when either has it"));
